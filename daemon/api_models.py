@@ -1,0 +1,123 @@
+"""Wire models of the daemon API; the client, the CLI and the bot import only these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.ledger.models import (
+    AliasMove,
+    AnnotationSpec,
+    ArtifactSpec,
+    BudgetEntrySpec,
+    ComparisonSpec,
+    DatasetVersionSpec,
+    DecisionSpec,
+    EnvironmentSpec,
+    EvalResultSpec,
+    EvalSuiteSpec,
+    Event,
+    EventPage,
+    ExperimentSpec,
+    MetricBatch,
+    MetricPoint,
+    ModelVersionSpec,
+    ProjectSpec,
+    ReportSpec,
+    RunRegistration,
+    RunTransition,
+    TrackingContext,
+    WriteResult,
+)
+from bashgym.ledger.validation import Digest, Identifier
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AliasMove",
+    "AnnotationSpec",
+    "ArtifactSpec",
+    "BlobStored",
+    "BudgetEntrySpec",
+    "ComparisonSpec",
+    "ConsumerCursor",
+    "CursorAck",
+    "DatasetFromBlob",
+    "DatasetVersionSpec",
+    "DecisionSpec",
+    "EnvironmentSpec",
+    "ErrorBody",
+    "ErrorResponse",
+    "EvalResultSpec",
+    "EvalSuiteSpec",
+    "Event",
+    "EventPage",
+    "ExperimentSpec",
+    "Health",
+    "MetricBatch",
+    "MetricPoint",
+    "ModelVersionSpec",
+    "ProjectSpec",
+    "ReportSpec",
+    "RunRegistration",
+    "RunTransition",
+    "TrackingContext",
+    "WhoAmI",
+    "WriteResult",
+]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    hint: str = ""
+    reference: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer: {"error": {"code", "message", "hint"}}."""
+
+    error: ErrorBody
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    uptime_s: float
+    ledger: str
+    pid: int
+
+
+class WhoAmI(BaseModel):
+    actor_id: str
+    token_id: str
+    credential_kind: str
+    capabilities: list[str]
+    workspace_id: str | None
+    project_id: str | None
+
+
+class BlobStored(BaseModel):
+    sha256: str
+    size_bytes: int
+
+
+class DatasetFromBlob(BaseModel):
+    """Register a dataset version from a file already uploaded to the blob store."""
+
+    model_config = ConfigDict(extra="forbid")
+    dataset_id: Identifier
+    dataset_version_id: Identifier
+    sha256: Digest
+    filename: str = Field(min_length=1, max_length=300)
+    split_manifest: dict[str, Any] = Field(default_factory=dict)
+
+
+class CursorAck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cursor: int = Field(ge=0)
+
+
+class ConsumerCursor(BaseModel):
+    name: str
+    cursor: int
+    updated_at: str | None

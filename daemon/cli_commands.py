@@ -1,0 +1,242 @@
+"""The commands of `bashgym`: each parses its flags, makes one client call and prints the answer."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from bashgym.daemon.api_models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
+from bashgym.daemon.cli import Ctx, command, done, no_args, read_json_file
+from bashgym.daemon.wire_errors import EXIT_OK, EXIT_UNAVAILABLE, ApiError
+from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.models import FileDigest
+
+# -- the daemon itself --------------------------------------------------------------------------
+
+
+def _daemon_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="TCP port (default 8321; 0 picks a free one and prints it)")
+    parser.add_argument("--uds", type=Path, help="listen on this Unix socket instead of TCP")
+
+
+def _daemon_settings(ctx: Ctx) -> Any:
+    from bashgym.daemon.settings import load_settings
+
+    overrides = {name: getattr(ctx.args, name) for name in ("host", "port", "uds")}
+    return load_settings(ctx.environ, **overrides)
+
+
+@command("daemon", help="run the daemon in the foreground (API, ledger, scheduler)")(_daemon_args)
+async def daemon(ctx: Ctx) -> int:
+    from bashgym.daemon.server import configure_logging, main
+
+    settings = _daemon_settings(ctx)
+    configure_logging(settings)
+    return await main(settings)
+
+
+@command("up", help="run the daemon, plus the Discord bot when a bot token is configured")(_daemon_args)
+async def up(ctx: Ctx) -> int:
+    from bashgym.daemon.server import configure_logging, main
+
+    settings = _daemon_settings(ctx)
+    configure_logging(settings)
+    if not ctx.environ.get(settings.discord_token_env):
+        print(
+            f"Discord is not configured: set {settings.discord_token_env} to the bot token to add the bot "
+            "(see README, 'Connecting Discord'). Running the daemon alone.",
+            flush=True,
+        )
+    else:
+        print(
+            "A Discord bot token is set, but this BashGym has no Discord bot yet; running the daemon alone.", flush=True
+        )
+    return await main(settings)
+
+
+@command("status", help="is the daemon reachable, which version, is the ledger healthy")(no_args)
+async def status(ctx: Ctx) -> int:
+    try:
+        health = await ctx.client.health()
+    except ApiError as exc:
+        if exc.status != 0:
+            raise
+        raise ApiError(
+            0,
+            exc.code,
+            exc.message,
+            "Start one with `bashgym daemon` (foreground) or `bashgym up`, then run bashgym status.",
+        ) from exc
+    result: dict[str, Any] = {"daemon": "reachable", "api": ctx.client.api, **health.model_dump()}
+    try:
+        ledger = await ctx.client.ledger_health()
+        result["ledger_detail"] = {k: ledger[k] for k in ("status", "journal_mode", "synchronous", "last_cursor")}
+    except ApiError as exc:
+        result["ledger_detail"] = {"unavailable": exc.message}
+    done(ctx, result, title="BashGym daemon")
+    return EXIT_OK if health.status == "ok" else EXIT_UNAVAILABLE
+
+
+# -- projects and experiments -------------------------------------------------------------------
+
+
+def _project_create_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--id", required=True, dest="project_id", help="project id")
+    parser.add_argument("--name", required=True, help="display name")
+    parser.add_argument("--description", default="", help="one paragraph on what the project is for")
+
+
+@command("project", "create", help="create a project (ledger.write)")(_project_create_args)
+async def project_create(ctx: Ctx) -> int:
+    spec = ProjectSpec(project_id=ctx.args.project_id, name=ctx.args.name, description=ctx.args.description)
+    result = await ctx.client.project_create(spec, workspace=ctx.workspace)
+    return done(ctx, result.model_dump(), title="Project replayed" if result.replayed else "Project created")
+
+
+@command("project", "list", help="list the workspace's projects")(no_args)
+async def project_list(ctx: Ctx) -> int:
+    rows = await ctx.client.request("GET", "/v1/projects", params={"workspace": ctx.workspace})
+    return done(ctx, rows, columns=["project_id", "name", "created_by", "created_at"], title="Projects")
+
+
+def _project_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("project", help="project id")
+
+
+@command("project", "show", help="one project with its inventory counts")(_project_arg)
+async def project_show(ctx: Ctx) -> int:
+    return done(
+        ctx, await ctx.client.request("GET", f"/v1/projects/{ctx.args.project}", params={"workspace": ctx.workspace})
+    )
+
+
+def _experiment_create_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--id", required=True, dest="experiment_id", help="experiment id")
+    parser.add_argument("--name", required=True, help="display name")
+    parser.add_argument("--objective", default="", help="what the experiment tries to show")
+    parser.add_argument("--task-type", default="", help="e.g. terminal-agent, chat, classification")
+
+
+@command("experiment", "create", help="create an experiment in a project (ledger.write)")(_experiment_create_args)
+async def experiment_create(ctx: Ctx) -> int:
+    a = ctx.args
+    spec = ExperimentSpec(experiment_id=a.experiment_id, name=a.name, objective=a.objective, task_type=a.task_type)
+    result = await ctx.client.experiment_create(a.project, spec, workspace=ctx.workspace)
+    return done(ctx, result.model_dump(), title="Experiment replayed" if result.replayed else "Experiment created")
+
+
+def _project_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+
+
+@command("experiment", "list", help="list a project's experiments")(_project_flag)
+async def experiment_list(ctx: Ctx) -> int:
+    rows = await ctx.client.request(
+        "GET", f"/v1/projects/{ctx.args.project}/experiments", params={"workspace": ctx.workspace}
+    )
+    return done(ctx, rows, columns=["experiment_id", "name", "objective", "created_at"], title="Experiments")
+
+
+# -- datasets and models ------------------------------------------------------------------------
+
+
+def _dataset_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--dataset", required=True, help="dataset id")
+    parser.add_argument("--version", required=True, help="dataset version id")
+    parser.add_argument("--file", required=True, type=Path, help="JSONL, CSV or text file to copy into the store")
+    parser.add_argument("--split-manifest", type=Path, help="JSON file describing the splits")
+
+
+@command("dataset", "register", help="copy a dataset file into the store and record its version")(_dataset_args)
+async def dataset_register(ctx: Ctx) -> int:
+    a = ctx.args
+    if not a.file.is_file():
+        raise InvalidInput(f"{a.file} is not a file.", hint="Pass the dataset file with --file.")
+    manifest = read_json_file(a.split_manifest, what="split manifest") if a.split_manifest else {}
+    stored = await ctx.client.blob_upload(a.file)
+    spec = DatasetFromBlob(
+        dataset_id=a.dataset,
+        dataset_version_id=a.version,
+        sha256=stored["sha256"],
+        filename=a.file.name,
+        split_manifest=manifest,
+    )
+    result = await ctx.client.dataset_register(a.project, spec, workspace=ctx.workspace)
+    return done(
+        ctx, result.model_dump(), title="Dataset version replayed" if result.replayed else "Dataset version registered"
+    )
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--model", required=True, help="model id")
+    parser.add_argument("--version", required=True, help="model version id")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dir", type=Path, help="local model directory to copy into the store")
+    source.add_argument("--hub-id", help="a Hugging Face Hub model id (recorded, not downloaded)")
+    parser.add_argument("--revision", default="", help="hub revision (commit sha or tag); required with --hub-id")
+    parser.add_argument("--parent", help="parent model version id")
+
+
+@command("model", "register", help="record a model version from a directory or a hub id")(_model_args)
+async def model_register(ctx: Ctx) -> int:
+    a = ctx.args
+    if a.hub_id:
+        if not a.revision:
+            raise InvalidInput(
+                "--hub-id needs --revision: a hub id alone does not pin the weights.",
+                hint="Pass the commit sha (or tag) the weights come from.",
+            )
+        spec = ModelVersionSpec(
+            model_version_id=a.version,
+            model_id=a.model,
+            source_uri=f"hf://{a.hub_id}",
+            source_revision=a.revision,
+            parent_version_id=a.parent,
+        )
+    else:
+        spec = await _model_from_dir(ctx, a.dir, a)
+    result = await ctx.client.model_version_register(a.project, spec, workspace=ctx.workspace)
+    return done(
+        ctx, result.model_dump(), title="Model version replayed" if result.replayed else "Model version registered"
+    )
+
+
+async def _model_from_dir(ctx: Ctx, directory: Path, a: argparse.Namespace) -> ModelVersionSpec:
+    if not directory.is_dir():
+        raise InvalidInput(f"{directory} is not a directory.", hint="Pass the model directory with --dir.")
+    files = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        stored = await ctx.client.blob_upload(path)
+        files.append(
+            FileDigest(path=str(path.relative_to(directory)), sha256=stored["sha256"], size_bytes=stored["size_bytes"])
+        )
+        if not ctx.as_json:
+            print(f"  stored {path.relative_to(directory)} ({stored['size_bytes']} bytes)", file=sys.stderr)
+    if not files:
+        raise InvalidInput(f"{directory} holds no files.")
+    config = directory / "config.json"
+    config_digest = await asyncio.to_thread(_sha256_file, config) if config.is_file() else None
+    return ModelVersionSpec(
+        model_version_id=a.version,
+        model_id=a.model,
+        source_uri=f"bashgym://models/{a.model}",
+        config_digest=config_digest,
+        parent_version_id=a.parent,
+        files=files,
+    )
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,202 @@
+"""Typed async client of the daemon API, shared by the CLI and the bot."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from bashgym.daemon.api_models import (
+    DatasetFromBlob,
+    ErrorResponse,
+    EventPage,
+    ExperimentSpec,
+    Health,
+    MetricBatch,
+    ModelVersionSpec,
+    ProjectSpec,
+    RunRegistration,
+    RunTransition,
+    WhoAmI,
+    WriteResult,
+)
+from bashgym.daemon.wire_errors import ApiError, DaemonUnreachable
+
+__all__ = ["ApiError", "DaemonClient", "DaemonUnreachable", "resolve_api"]
+
+
+def resolve_api(api: str | None, endpoint_file: Path, default_port: int) -> str:
+    """--api / BASHGYM_API, else the running daemon's own record, else the default port."""
+    if api:
+        return api
+    try:
+        record = json.loads(endpoint_file.read_text())
+        return f"unix:{record['uds']}" if "uds" in record else str(record["url"])
+    except (OSError, ValueError, KeyError):
+        return f"http://127.0.0.1:{default_port}"
+
+
+class DaemonClient:
+    def __init__(
+        self, api: str, token: str | None, *, timeout_s: float = 60.0, extra_headers: dict[str, str] | None = None
+    ) -> None:
+        self.api = api
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers.update(extra_headers or {})
+        if api.startswith("unix:"):
+            transport = httpx.AsyncHTTPTransport(uds=api[len("unix:") :])
+            self._http = httpx.AsyncClient(
+                base_url="http://bashgym", transport=transport, headers=headers, timeout=timeout_s
+            )
+        else:
+            self._http = httpx.AsyncClient(base_url=api, headers=headers, timeout=timeout_s)
+
+    async def __aenter__(self) -> DaemonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        content: bytes | AsyncIterator[bytes] | None = None,
+        idempotency_key: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Any:
+        headers: dict[str, str] = {}
+        if method in {"POST", "PUT", "PATCH", "DELETE"}:
+            headers["Idempotency-Key"] = idempotency_key or f"idem-{secrets.token_hex(12)}"
+        if correlation_id:
+            headers["X-Correlation-Id"] = correlation_id
+        payload = body.model_dump(mode="json", exclude_none=True) if hasattr(body, "model_dump") else body
+        try:
+            response = await self._http.request(
+                method,
+                path,
+                json=payload if content is None else None,
+                content=content,
+                params=_clean(params),
+                headers=headers,
+            )
+        except httpx.TransportError as exc:
+            raise DaemonUnreachable(self.api, type(exc).__name__) from exc
+        if response.status_code >= 400:
+            raise _error_of(response)
+        return response.json()
+
+    # -- system ----------------------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        return Health.model_validate(await self.request("GET", "/v1/health"))
+
+    async def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(await self.request("GET", "/v1/auth/whoami"))
+
+    async def ledger_health(self) -> dict[str, Any]:
+        return dict(await self.request("GET", "/v1/ledger/health"))
+
+    # -- lineage ---------------------------------------------------------------------------------
+
+    async def project_create(self, spec: ProjectSpec, *, workspace: str | None = None) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request("POST", "/v1/projects", body=spec, params={"workspace": workspace})
+        )
+
+    async def experiment_create(
+        self, project: str, spec: ExperimentSpec, *, workspace: str | None = None
+    ) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request(
+                "POST", f"/v1/projects/{project}/experiments", body=spec, params={"workspace": workspace}
+            )
+        )
+
+    async def model_version_register(
+        self, project: str, spec: ModelVersionSpec, *, workspace: str | None = None
+    ) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request(
+                "POST", f"/v1/projects/{project}/model-versions", body=spec, params={"workspace": workspace}
+            )
+        )
+
+    async def blob_upload(self, path: Path) -> dict[str, Any]:
+        return dict(await self.request("PUT", "/v1/blobs", content=_file_chunks(path)))
+
+    async def dataset_register(
+        self, project: str, spec: DatasetFromBlob, *, workspace: str | None = None
+    ) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request(
+                "POST", f"/v1/projects/{project}/dataset-versions/from-blob", body=spec, params={"workspace": workspace}
+            )
+        )
+
+    # -- runs and metrics ------------------------------------------------------------------------
+
+    async def run_register(self, spec: RunRegistration, *, workspace: str | None = None) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request("POST", "/v1/runs", body=spec, params={"workspace": workspace})
+        )
+
+    async def run_transition(
+        self, project: str, run_id: str, spec: RunTransition, *, workspace: str | None = None
+    ) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request(
+                "POST", f"/v1/projects/{project}/runs/{run_id}/transitions", body=spec, params={"workspace": workspace}
+            )
+        )
+
+    async def metrics_ingest(self, project: str, batch: MetricBatch, *, workspace: str | None = None) -> WriteResult:
+        return WriteResult.model_validate(
+            await self.request("POST", f"/v1/projects/{project}/metrics", body=batch, params={"workspace": workspace})
+        )
+
+    async def events(
+        self,
+        project: str | None,
+        *,
+        after_cursor: int = 0,
+        limit: int = 100,
+        wait_s: float = 0,
+        workspace: str | None = None,
+    ) -> EventPage:
+        path = f"/v1/projects/{project}/events" if project else "/v1/events"
+        return EventPage.model_validate(
+            await self.request(
+                "GET",
+                path,
+                params={"after_cursor": after_cursor, "limit": limit, "wait_s": wait_s, "workspace": workspace},
+            )
+        )
+
+
+def _clean(params: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {k: v for k, v in params.items() if v is not None} if params else None
+
+
+async def _file_chunks(path: Path, size: int = 1024 * 1024) -> AsyncIterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(size):
+            yield chunk
+
+
+def _error_of(response: httpx.Response) -> ApiError:
+    try:
+        error = ErrorResponse.model_validate(response.json()).error
+    except ValueError:
+        return ApiError(
+            response.status_code,
+            "unexpected_answer",
+            f"The daemon answered {response.status_code} without the error shape.",
+        )
+    return ApiError(response.status_code, error.code, error.message, error.hint, error.reference, error.details)

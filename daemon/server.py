@@ -1,0 +1,155 @@
+"""The daemon process: `asyncio.run(main(settings))` opens the ledger, serves the API, shuts down in order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Generator
+from pathlib import Path
+
+import uvicorn
+from bashgym.daemon.app import Services, create_app
+from bashgym.daemon.authority import hash_token, new_token
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.lockfile import HomeLock
+from bashgym.daemon.settings import Settings
+from bashgym.daemon.version import bashgym_version
+from bashgym.ledger import Ledger
+from bashgym.ledger.models import Actor
+
+log = logging.getLogger("bashgym.daemon")
+SYSTEM = Actor(actor_id="system:daemon", credential_kind="system", capability="authority.manage")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon owns SIGTERM/SIGINT and the shutdown order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _read_or_create_token(path: Path) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    token = new_token()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    log.info("Created the admin token at %s (mode 0600).", path)
+    return token
+
+
+async def ensure_admin_token(ledger: Ledger, path: Path) -> None:
+    """Create $BASHGYM_HOME/admin.token (0600) on first start; re-register it if the ledger lacks it."""
+    token = await asyncio.to_thread(_read_or_create_token, path)
+    if await ledger.find_token(hash_token(token)) is None:
+        await ledger.insert_token(
+            SYSTEM,
+            token_id="tok-admin",
+            token_hash=hash_token(token),
+            actor_id="admin",
+            profile="admin",
+            capabilities=[],
+            workspace_id=None,
+            project_id=None,
+            expires_at=None,
+        )
+
+
+def _bind(settings: Settings) -> tuple[socket.socket, str, dict[str, object]]:
+    if settings.uds is not None:
+        settings.uds.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(settings.uds))
+        os.chmod(settings.uds, 0o600)
+        return sock, f"unix:{settings.uds}", {"uds": str(settings.uds)}
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    port = sock.getsockname()[1]
+    host = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
+    url = f"http://{host}:{port}"
+    return sock, url, {"url": url}
+
+
+async def main(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT; return the exit code."""
+    started = time.monotonic()
+    lock = HomeLock(settings.lock_path)
+    lock.acquire()
+    try:
+        async with await Ledger.open(
+            settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
+        ) as ledger:
+            await ensure_admin_token(ledger, settings.admin_token_path)
+            services = Services(
+                settings=settings,
+                ledger=ledger,
+                blobs=BlobStore(settings.artifacts_dir),
+                version=bashgym_version(),
+                started_monotonic=started,
+            )
+            await _serve(services)
+    finally:
+        settings.endpoint_path.unlink(missing_ok=True)
+        lock.release()
+    return 0
+
+
+async def _serve(services: Services) -> None:
+    settings = services.settings
+    sock, url, endpoint = _bind(settings)
+    config = uvicorn.Config(
+        create_app(services),
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=int(settings.grace_s),
+    )
+    server = _Server(config)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    async with asyncio.TaskGroup() as group:
+        serving = group.create_task(server.serve(sockets=[sock]))
+        # uvicorn exposes `started` as a flag, not an event, so poll it briefly.
+        while not server.started and not serving.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        _announce(settings, url, endpoint)
+        await _until(stopping, serving)
+        # Shutdown order: stop accepting, let requests in flight finish, then the ledger closes last
+        # (in main's `async with`).
+        server.should_exit = True
+    log.info("BashGym daemon stopped.")
+
+
+async def _until(stopping: asyncio.Event, serving: asyncio.Task[None]) -> None:
+    waiter = asyncio.create_task(stopping.wait())
+    try:
+        await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
+def _announce(settings: Settings, url: str, endpoint: dict[str, object]) -> None:
+    record = {**endpoint, "pid": os.getpid()}
+    tmp = settings.endpoint_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(settings.endpoint_path)
+    print(f"BashGym daemon listening on {url} (pid {os.getpid()}, home {settings.home})", flush=True)
+
+
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )

@@ -1,0 +1,97 @@
+"""The one settings object: built once in main() from BASHGYM_* variables and bashgym.toml, passed down."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from bashgym.ledger.errors import InvalidInput
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PORT = 8321
+
+
+class Settings(BaseSettings):
+    """Every setting, its default and its environment variable (BASHGYM_<NAME>)."""
+
+    model_config = SettingsConfigDict(env_prefix="BASHGYM_", extra="forbid")
+
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".bashgym",
+        description="State directory: ledger, runs, artifacts, reports, tokens.",
+    )
+    host: str = Field("127.0.0.1", description="Address the daemon listens on.")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="TCP port; 0 picks a free one.")
+    uds: Path | None = Field(None, description="Listen on this Unix socket instead of TCP.")
+    api: str | None = Field(None, description="Daemon URL the CLI talks to (default: the running daemon's).")
+    token: str | None = Field(None, description="API token the CLI sends (default: $BASHGYM_HOME/admin.token).")
+    default_workspace: str = Field("default", description="Workspace used when a command names none.")
+    ledger_synchronous: Literal["NORMAL", "FULL"] = Field(
+        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."
+    )
+    ledger_readers: int = Field(2, ge=1, le=8, description="Reader connections in the pool.")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest JSON request body accepted.")
+    max_upload_bytes: int = Field(4 * 1024**3, ge=1024, description="Largest dataset or model file upload.")
+    grace_s: float = Field(10.0, gt=0, description="Seconds a child gets between SIGTERM and SIGKILL.")
+    stale_after_s: float = Field(3600.0, gt=0, description="An active run silent this long is reported stale.")
+    discord_token_env: str = Field(
+        "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Daemon log level.")
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.home / "ledger.sqlite3"
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.home / "admin.token"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / "daemon.lock"
+
+    @property
+    def endpoint_path(self) -> Path:
+        """Where the running daemon writes its address, so the CLI finds it (port 0, a socket)."""
+        return self.home / "daemon.json"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.home / "artifacts"
+
+
+def load_settings(environ: dict[str, str], **overrides: Any) -> Settings:
+    """Build Settings from an environment mapping and $BASHGYM_HOME/bashgym.toml; overrides win.
+
+    Precedence: explicit overrides (command-line flags), then the environment, then bashgym.toml.
+    """
+    env_values = {
+        key[len("BASHGYM_") :].lower(): value
+        for key, value in environ.items()
+        if key.startswith("BASHGYM_") and key[len("BASHGYM_") :].lower() in Settings.model_fields
+    }
+    home = Path(overrides.get("home") or env_values.get("home") or Path.home() / ".bashgym")
+    file_values = _read_toml(home / "bashgym.toml")
+    merged = {**file_values, **env_values, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        # model_validate skips BaseSettings' own source loading: the environment was read above, once.
+        return Settings.model_validate({**merged, "home": home})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise InvalidInput(
+            f"Setting {field} is invalid: {first['msg']}.",
+            hint=f"Fix BASHGYM_{field.upper()} or {field} in {home / 'bashgym.toml'}.",
+        ) from exc
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path} is not valid TOML: {exc}.", hint="Fix the file or remove it.") from exc

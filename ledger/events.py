@@ -1,0 +1,112 @@
+"""Event kinds: one payload model per kind, and the canonical form the hash chain covers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.validation import canonical_json, sha256_text
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+GENESIS_HASH = "0" * 64
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class EntityRegistered(_Payload):
+    """A lineage or evidence row was created; `entity` names its table-level kind."""
+
+    entity: str
+    entity_id: str
+
+
+class RunStatusChanged(_Payload):
+    status: str
+    previous_status: str | None = None
+    reason: str = ""
+
+
+class MetricsIngested(_Payload):
+    count: int
+    inserted: int
+    metrics: list[str]
+    first_step: int
+    last_step: int
+
+
+class AliasMoved(_Payload):
+    alias: str
+    model_version_id: str
+    previous_version_id: str | None = None
+
+
+class Annotation(_Payload):
+    text: str
+
+
+# Every event type the ledger accepts, with the payload model it must validate against.
+EVENT_TYPES: dict[str, type[_Payload]] = {
+    "project.created": EntityRegistered,
+    "experiment.created": EntityRegistered,
+    "model_version.registered": EntityRegistered,
+    "dataset_version.registered": EntityRegistered,
+    "environment.registered": EntityRegistered,
+    "run.registered": EntityRegistered,
+    "attempt.created": EntityRegistered,
+    "artifact.registered": EntityRegistered,
+    "eval_suite.registered": EntityRegistered,
+    "eval_result.recorded": EntityRegistered,
+    "comparison.recorded": EntityRegistered,
+    "decision.recorded": EntityRegistered,
+    "budget.entry": EntityRegistered,
+    "report.recorded": EntityRegistered,
+    "run.queued": RunStatusChanged,
+    "run.preparing": RunStatusChanged,
+    "run.started": RunStatusChanged,
+    "run.paused": RunStatusChanged,
+    "run.resumed": RunStatusChanged,
+    "run.unknown": RunStatusChanged,
+    "run.completed": RunStatusChanged,
+    "run.failed": RunStatusChanged,
+    "run.cancelled": RunStatusChanged,
+    "metrics.ingested": MetricsIngested,
+    "alias.moved": AliasMoved,
+    "annotation.added": Annotation,
+    "auth.token_issued": EntityRegistered,
+}
+
+
+def validate_payload(event_type: str, payload: dict[str, Any]) -> None:
+    model = EVENT_TYPES.get(event_type)
+    if model is None:
+        raise InvalidInput(f"Unknown event type {event_type!r}.", hint=f"Known types: {', '.join(EVENT_TYPES)}.")
+    try:
+        model.model_validate(payload)
+    except ValidationError as exc:
+        raise InvalidInput(f"Payload of {event_type} is invalid: {exc.errors()[0]['msg']}.") from exc
+
+
+HASHED_FIELDS = (
+    "cursor",
+    "event_id",
+    "event_type",
+    "workspace_id",
+    "project_id",
+    "experiment_id",
+    "run_id",
+    "attempt_id",
+    "actor",
+    "credential_kind",
+    "capability",
+    "correlation_id",
+    "payload_json",
+    "created_at",
+    "prev_hash",
+)
+
+
+def event_hash(fields: dict[str, Any]) -> str:
+    """sha256 over the canonical event, prev_hash included, so any edited row breaks the chain."""
+    return sha256_text(canonical_json({name: fields[name] for name in HASHED_FIELDS}))

@@ -1,0 +1,222 @@
+"""Writes of projects, experiments and the model, dataset and environment versions runs point at."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.ledger.errors import NotFound
+from bashgym.ledger.models import (
+    REQUIRED_CONTEXT_FIELDS,
+    UNASSIGNED,
+    DatasetVersionSpec,
+    EnvironmentSpec,
+    ExperimentSpec,
+    ModelVersionSpec,
+    ProjectSpec,
+    TrackingContext,
+)
+from bashgym.ledger.rows import require_project, to_record
+from bashgym.ledger.tx import Tx
+from bashgym.ledger.validation import canonical_json
+from pydantic import ValidationError
+
+
+def _registered(tx: Tx, event_type: str, ws: str, project: str, entity: str, entity_id: str, **refs: Any) -> int:
+    return tx.append_event(
+        event_type, workspace_id=ws, project_id=project, payload={"entity": entity, "entity_id": entity_id}, **refs
+    )
+
+
+def create_project(tx: Tx, ws: str, spec: ProjectSpec) -> tuple[dict[str, Any], bool]:
+    identity = spec.model_dump()
+    row, replayed = tx.put(
+        "projects",
+        key={"workspace_id": ws, "project_id": spec.project_id},
+        identity=identity,
+        columns={
+            "name": spec.name,
+            "description": spec.description,
+            "created_by": tx.actor.actor_id,
+            "created_at": tx.now,
+        },
+        label=f"Project {spec.project_id!r}",
+    )
+    if not replayed:
+        _registered(tx, "project.created", ws, spec.project_id, "project", spec.project_id)
+    return to_record(row), replayed
+
+
+def ensure_unassigned(tx: Tx, ws: str) -> None:
+    """The quarantine project and experiment for runs without a complete tracking context."""
+    create_project(
+        tx,
+        ws,
+        ProjectSpec(
+            project_id=UNASSIGNED,
+            name="Unassigned runs",
+            description="Runs registered without a complete tracking context.",
+        ),
+    )
+    create_experiment(tx, ws, UNASSIGNED, ExperimentSpec(experiment_id=UNASSIGNED, name="Unassigned runs"))
+
+
+def create_experiment(tx: Tx, ws: str, project: str, spec: ExperimentSpec) -> tuple[dict[str, Any], bool]:
+    require_project(tx.conn, ws, project)
+    row, replayed = tx.put(
+        "experiments",
+        key={"workspace_id": ws, "project_id": project, "experiment_id": spec.experiment_id},
+        identity=spec.model_dump(),
+        columns={
+            "name": spec.name,
+            "objective": spec.objective,
+            "task_type": spec.task_type,
+            "created_by": tx.actor.actor_id,
+            "created_at": tx.now,
+        },
+        label=f"Experiment {spec.experiment_id!r}",
+    )
+    if not replayed:
+        _registered(
+            tx, "experiment.created", ws, project, "experiment", spec.experiment_id, experiment_id=spec.experiment_id
+        )
+    return to_record(row), replayed
+
+
+def register_model_version(tx: Tx, ws: str, project: str, spec: ModelVersionSpec) -> tuple[dict[str, Any], bool]:
+    require_project(tx.conn, ws, project)
+    if (
+        spec.parent_version_id
+        and tx.fetch_one(
+            "model_versions", {"workspace_id": ws, "project_id": project, "model_version_id": spec.parent_version_id}
+        )
+        is None
+    ):
+        raise NotFound(
+            f"Parent model version {spec.parent_version_id!r} is not in project {project!r}.",
+            hint="Register the parent first, or leave parent_version_id empty.",
+        )
+    identity = spec.model_dump(mode="json")
+    row, replayed = tx.put(
+        "model_versions",
+        key={"workspace_id": ws, "project_id": project, "model_version_id": spec.model_version_id},
+        identity=identity,
+        columns={
+            "model_id": spec.model_id,
+            "source_uri": spec.source_uri,
+            "source_revision": spec.source_revision,
+            "config_digest": spec.config_digest or "",
+            "parent_version_id": spec.parent_version_id,
+            "files_json": canonical_json(identity["files"]),
+            "created_by": tx.actor.actor_id,
+            "created_at": tx.now,
+        },
+        label=f"Model version {spec.model_version_id!r}",
+    )
+    if not replayed:
+        _registered(tx, "model_version.registered", ws, project, "model_version", spec.model_version_id)
+    return to_record(row), replayed
+
+
+def register_dataset_version(tx: Tx, ws: str, project: str, spec: DatasetVersionSpec) -> tuple[dict[str, Any], bool]:
+    require_project(tx.conn, ws, project)
+    identity = spec.model_dump(mode="json")
+    row, replayed = tx.put(
+        "dataset_versions",
+        key={"workspace_id": ws, "project_id": project, "dataset_version_id": spec.dataset_version_id},
+        identity=identity,
+        columns={
+            "dataset_id": spec.dataset_id,
+            "source_uri": spec.source_uri,
+            "content_digest": spec.content_digest,
+            "split_manifest_json": canonical_json(spec.split_manifest),
+            "row_counts_json": canonical_json(spec.row_counts),
+            "created_by": tx.actor.actor_id,
+            "created_at": tx.now,
+        },
+        label=f"Dataset version {spec.dataset_version_id!r}",
+    )
+    if not replayed:
+        _registered(tx, "dataset_version.registered", ws, project, "dataset_version", spec.dataset_version_id)
+    return to_record(row), replayed
+
+
+def register_environment(tx: Tx, ws: str, project: str, spec: EnvironmentSpec) -> tuple[dict[str, Any], bool]:
+    require_project(tx.conn, ws, project)
+    row, replayed = tx.put(
+        "environments",
+        key={"workspace_id": ws, "project_id": project, "environment_id": spec.environment_id},
+        identity=spec.model_dump(mode="json"),
+        columns={
+            "compute_target": spec.compute_target,
+            "runtime_digest": spec.runtime_digest,
+            "hardware_json": canonical_json(spec.hardware),
+            "created_by": tx.actor.actor_id,
+            "created_at": tx.now,
+        },
+        label=f"Environment {spec.environment_id!r}",
+    )
+    if not replayed:
+        _registered(tx, "environment.registered", ws, project, "environment", spec.environment_id)
+    return to_record(row), replayed
+
+
+def parse_context(raw: dict[str, Any] | None) -> tuple[TrackingContext | None, list[str]]:
+    """Return the context when complete and valid, else None and the missing or invalid fields."""
+    if raw is None:
+        return None, list(REQUIRED_CONTEXT_FIELDS)
+    try:
+        return TrackingContext.model_validate(raw), []
+    except ValidationError as exc:
+        return None, sorted({".".join(str(part) for part in err["loc"]) for err in exc.errors()})
+
+
+def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) -> None:
+    """Create (or replay) the project, experiment and versions a complete tracking context names."""
+    ws, project = ctx.workspace_id, ctx.project_id
+    create_project(
+        tx, ws, ProjectSpec(project_id=project, name=ctx.project_display_name, description=ctx.project_description)
+    )
+    create_experiment(
+        tx,
+        ws,
+        project,
+        ExperimentSpec(
+            experiment_id=ctx.experiment_id, name=ctx.experiment_name, objective=ctx.objective, task_type=ctx.task_type
+        ),
+    )
+    register_model_version(
+        tx,
+        ws,
+        project,
+        ModelVersionSpec(
+            model_version_id=ctx.model_version_id,
+            model_id=ctx.model_id,
+            source_uri=ctx.model_source_uri,
+            source_revision=ctx.model_source_revision,
+            config_digest=ctx.model_config_digest,
+        ),
+    )
+    register_dataset_version(
+        tx,
+        ws,
+        project,
+        DatasetVersionSpec(
+            dataset_version_id=ctx.dataset_version_id,
+            dataset_id=ctx.dataset_id,
+            source_uri=ctx.dataset_source_uri,
+            content_digest=ctx.dataset_content_digest,
+            split_manifest=ctx.dataset_split_manifest,
+            row_counts=ctx.dataset_row_counts,
+        ),
+    )
+    register_environment(
+        tx,
+        ws,
+        project,
+        EnvironmentSpec(
+            environment_id=ctx.environment_id,
+            compute_target=compute_target,
+            runtime_digest=ctx.environment_runtime_digest,
+            hardware=ctx.environment_hardware,
+        ),
+    )

@@ -1,0 +1,86 @@
+"""Numbered, append-only, checksum-pinned migrations; each commits together with its own record."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bashgym.ledger import schema_v1
+from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
+
+
+@dataclass(frozen=True)
+class Migration:
+    number: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial_ledger", schema_v1.SQL),)
+
+_RECORD_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    number INTEGER PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL
+)
+"""
+
+
+def applied_migrations(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
+    rows = conn.execute("SELECT number, name, checksum FROM schema_migrations ORDER BY number").fetchall()
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+def check_applied(applied: dict[int, tuple[str, str]], migrations: tuple[Migration, ...]) -> None:
+    """Refuse a ledger whose applied migrations differ from the code's (pure; raises)."""
+    known = {m.number: m for m in migrations}
+    for number, (name, checksum) in applied.items():
+        migration = known.get(number)
+        if migration is None:
+            raise LedgerUnavailable(
+                f"The ledger has migration {number} ({name}) that this BashGym does not know.",
+                hint="It was written by a newer BashGym; upgrade bashgym before starting the daemon.",
+            )
+        if migration.checksum != checksum:
+            raise MigrationMismatch(
+                f"Migration {number} ({name}) was applied with checksum {checksum[:12]}, but the code "
+                f"now has {migration.checksum[:12]}. Applied migrations must never change.",
+                hint="Restore the original migration text, or restore the ledger from a backup "
+                "(bashgym ledger restore --from FILE).",
+            )
+
+
+def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
+    """Apply every pending migration, each in its own transaction with its record; return the numbers."""
+    conn.execute(_RECORD_TABLE)
+    applied = applied_migrations(conn)
+    check_applied(applied, migrations)
+    done: list[int] = []
+    for migration in migrations:
+        if migration.number in applied:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (number, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+                (migration.number, migration.name, migration.checksum, datetime.now(UTC).isoformat()),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        done.append(migration.number)
+    return done
+
+
+def _statements(sql: str) -> list[str]:
+    # executescript() would COMMIT on its own; splitting keeps the migration and its record in
+    # one transaction. Schema text holds no semicolons inside literals.
+    return [part.strip() for part in sql.split(";") if part.strip()]

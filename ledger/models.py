@@ -1,0 +1,289 @@
+"""Pydantic models for what enters and leaves the ledger."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from bashgym.ledger.validation import Digest, Identifier
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RunStatus = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
+ContextStatus = Literal["verified", "unassigned", "stale"]
+CredentialKind = Literal["token", "discord", "system"]
+Text = Annotated[str, Field(max_length=4000)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+UNASSIGNED = "unassigned"
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Actor(Spec):
+    """Who performs a mutation, with which credential and capability, under which correlation id."""
+
+    actor_id: str
+    credential_kind: CredentialKind = "token"
+    capability: str = "ledger.write"
+    correlation_id: str = ""
+
+
+class ProjectSpec(Spec):
+    project_id: Identifier
+    name: Name
+    description: Text = ""
+
+
+class ExperimentSpec(Spec):
+    experiment_id: Identifier
+    name: Name
+    objective: Text = ""
+    task_type: Annotated[str, Field(max_length=200)] = ""
+
+
+class FileDigest(Spec):
+    path: Annotated[str, Field(min_length=1, max_length=500)]
+    sha256: Digest
+    size_bytes: Annotated[int, Field(ge=0)]
+
+
+class ModelVersionSpec(Spec):
+    model_version_id: Identifier
+    model_id: Identifier
+    source_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    source_revision: Annotated[str, Field(max_length=200)] = ""
+    config_digest: Digest | None = None
+    parent_version_id: Identifier | None = None
+    files: list[FileDigest] = Field(default_factory=list, max_length=10_000)
+
+
+class DatasetVersionSpec(Spec):
+    dataset_version_id: Identifier
+    dataset_id: Identifier
+    source_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    content_digest: Digest
+    split_manifest: dict[str, Any] = Field(default_factory=dict)
+    row_counts: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+
+
+class EnvironmentSpec(Spec):
+    environment_id: Identifier
+    compute_target: Annotated[str, Field(min_length=1, max_length=200)]
+    runtime_digest: Digest
+    hardware: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrackingContext(Spec):
+    """The complete identity of an official run (field names of the operator documents)."""
+
+    workspace_id: Identifier
+    project_id: Identifier
+    project_display_name: Name
+    experiment_id: Identifier
+    experiment_name: Name
+    objective: Text
+    task_type: Annotated[str, Field(min_length=1, max_length=200)]
+    model_id: Identifier
+    model_version_id: Identifier
+    model_source_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    model_config_digest: Digest
+    dataset_id: Identifier
+    dataset_version_id: Identifier
+    dataset_source_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    dataset_content_digest: Digest
+    environment_id: Identifier
+    environment_runtime_digest: Digest
+    project_description: Text = ""
+    model_source_revision: Annotated[str, Field(max_length=200)] = ""
+    dataset_split_manifest: dict[str, Any] = Field(default_factory=dict)
+    dataset_row_counts: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    environment_hardware: dict[str, Any] = Field(default_factory=dict)
+    campaign_id: Identifier | None = None
+    tags: list[Annotated[str, Field(max_length=100)]] = Field(default_factory=list, max_length=50)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+REQUIRED_CONTEXT_FIELDS = tuple(name for name, info in TrackingContext.model_fields.items() if info.is_required())
+
+
+class RunRegistration(Spec):
+    run_id: Identifier | None = None
+    source_system: Identifier = "bashgym"
+    source_run_id: Identifier | None = None
+    method: Identifier
+    tracking_context: dict[str, Any] | None = None
+    recipe_digest: Digest | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    correlation_id: Annotated[str, Field(max_length=200)] = ""
+    is_simulation: bool = False
+    compute_target: Annotated[str, Field(max_length=200)] = "local"
+
+
+class RunTransition(Spec):
+    status: RunStatus
+    attempt_id: Identifier | None = None
+    reason: Annotated[str, Field(max_length=2000)] = ""
+    error_summary: Annotated[str, Field(max_length=4000)] = ""
+
+
+class MetricPoint(Spec):
+    metric: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
+    step: Annotated[int, Field(ge=0)]
+    value: float
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("metric values must be finite (no NaN or infinity)")
+        return value
+
+
+MAX_METRIC_BATCH = 10_000
+
+
+class MetricBatch(Spec):
+    run_id: Identifier
+    attempt_id: Identifier
+    points: list[MetricPoint] = Field(min_length=1, max_length=MAX_METRIC_BATCH)
+
+
+class ArtifactSpec(Spec):
+    artifact_id: Identifier | None = None
+    run_id: Identifier | None = None
+    attempt_id: Identifier | None = None
+    kind: Identifier
+    uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    sha256: Digest
+    size_bytes: Annotated[int, Field(ge=0)]
+    media_type: Annotated[str, Field(max_length=200)] = "application/octet-stream"
+
+
+class MetricContract(Spec):
+    direction: Literal["maximize", "minimize"]
+    max_regression: Annotated[float, Field(ge=0)] | None = None
+
+
+class ScoringContract(Spec):
+    primary_metric: Annotated[str, Field(min_length=1, max_length=200)]
+    metrics: dict[str, MetricContract] = Field(min_length=1)
+
+
+class EvalSuiteSpec(Spec):
+    suite_id: Identifier
+    kind: Identifier
+    dataset_version_id: Identifier | None = None
+    scoring_contract: ScoringContract
+    code_digest: Digest
+    is_protected: bool = False
+
+
+class EvalResultSpec(Spec):
+    result_id: Identifier | None = None
+    suite_id: Identifier
+    run_id: Identifier | None = None
+    attempt_id: Identifier | None = None
+    model_version_id: Identifier | None = None
+    status: Literal["completed", "failed"] = "completed"
+    metrics: dict[str, float] = Field(default_factory=dict)
+    sample_count: Annotated[int, Field(ge=0)] = 0
+    is_simulation: bool = False
+
+    @field_validator("metrics")
+    @classmethod
+    def _finite(cls, metrics: dict[str, float]) -> dict[str, float]:
+        bad = [name for name, value in metrics.items() if not math.isfinite(value)]
+        if bad:
+            raise ValueError(f"metric values must be finite; {', '.join(bad)} is not")
+        return metrics
+
+
+class ComparisonSpec(Spec):
+    comparison_id: Identifier | None = None
+    baseline_result_id: Identifier
+    candidate_result_id: Identifier
+    primary_metric: Annotated[str, Field(min_length=1, max_length=200)]
+    delta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class DecisionSpec(Spec):
+    decision_id: Identifier | None = None
+    decision_type: Identifier
+    outcome: Identifier
+    rationale: Annotated[str, Field(min_length=1, max_length=4000)]
+    run_id: Identifier | None = None
+    evidence_refs: list[Identifier] = Field(default_factory=list, max_length=200)
+
+
+class AliasMove(Spec):
+    alias: Identifier
+    model_version_id: Identifier
+    decision_id: Identifier | None = None
+
+
+class BudgetEntrySpec(Spec):
+    entry_id: Identifier
+    scope: Identifier = "project"
+    kind: Literal["limit", "reserve", "settle", "release", "amend"]
+    gpu_hours: float = 0.0
+    runs: int = 0
+    reason: Annotated[str, Field(max_length=2000)] = ""
+    run_id: Identifier | None = None
+
+
+class ReportSpec(Spec):
+    report_id: Identifier
+    kind: Identifier
+    title: Name
+    manifest: dict[str, Any] = Field(default_factory=dict)
+
+
+class AnnotationSpec(Spec):
+    text: Annotated[str, Field(min_length=1, max_length=4000)]
+    experiment_id: Identifier | None = None
+    run_id: Identifier | None = None
+
+
+class Record(BaseModel):
+    """A stored row as the API returns it."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class WriteResult(BaseModel):
+    """What every ledger write answers: the record, whether it was a replay, and its event cursor."""
+
+    record: dict[str, Any]
+    replayed: bool
+    cursor: int | None = None
+
+
+class Event(BaseModel):
+    cursor: int
+    event_id: str
+    event_type: str
+    workspace_id: str
+    project_id: str
+    experiment_id: str | None
+    run_id: str | None
+    attempt_id: str | None
+    actor: str
+    credential_kind: str
+    capability: str
+    correlation_id: str
+    payload: dict[str, Any]
+    created_at: str
+    prev_hash: str
+    hash: str
+
+
+class EventPage(BaseModel):
+    after_cursor: int
+    next_cursor: int
+    has_more: bool
+    events: list[Event]

@@ -1,0 +1,450 @@
+"""Read queries; every one names its workspace and project, so another project's rows look missing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from bashgym.ledger.errors import InvalidInput, RuleRejected
+from bashgym.ledger.models import Event, EventPage
+from bashgym.ledger.rows import not_found, require_project, to_record
+from bashgym.ledger.runs import get_run_row
+
+ACTIVE_STATUSES = ("preparing", "running", "paused", "unknown")
+MAX_PAGE = 1000
+
+
+def list_projects(conn: sqlite3.Connection, ws: str) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM projects WHERE workspace_id = ? ORDER BY project_id", (ws,)).fetchall()
+    return [to_record(row) for row in rows]
+
+
+def get_project(conn: sqlite3.Connection, ws: str, project: str) -> dict[str, Any]:
+    require_project(conn, ws, project)
+    row = conn.execute("SELECT * FROM projects WHERE workspace_id = ? AND project_id = ?", (ws, project)).fetchone()
+    record = to_record(row)
+    record["counts"] = _inventory(conn, ws, project)
+    return record
+
+
+def list_experiments(conn: sqlite3.Connection, ws: str, project: str) -> list[dict[str, Any]]:
+    require_project(conn, ws, project)
+    rows = conn.execute(
+        "SELECT * FROM experiments WHERE workspace_id = ? AND project_id = ? ORDER BY created_at", (ws, project)
+    ).fetchall()
+    return [to_record(row) for row in rows]
+
+
+_INVENTORY_TABLES = (
+    "experiments",
+    "model_versions",
+    "dataset_versions",
+    "environments",
+    "runs",
+    "eval_suites",
+    "eval_results",
+    "comparisons",
+    "artifacts",
+    "decisions",
+    "reports",
+)
+
+
+def _inventory(conn: sqlite3.Connection, ws: str, project: str) -> dict[str, int]:
+    return {
+        table: int(
+            conn.execute(
+                f"SELECT COUNT(*) FROM {table} WHERE workspace_id = ? AND project_id = ?", (ws, project)
+            ).fetchone()[0]
+        )
+        for table in _INVENTORY_TABLES
+    }
+
+
+def _ids(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...], limit: int = 20) -> dict[str, Any]:
+    rows = conn.execute(f"{sql} LIMIT {limit + 1}", args).fetchall()
+    return {"ids": [row[0] for row in rows[:limit]], "truncated": len(rows) > limit}
+
+
+def project_context(conn: sqlite3.Connection, ws: str, project: str, *, stale_before: str) -> dict[str, Any]:
+    """Health signals, inventory, lineage and recent activity of one project."""
+    require_project(conn, ws, project)
+    key = (ws, project)
+    scope = "workspace_id = ? AND project_id = ?"
+    status_counts = dict(
+        conn.execute(f"SELECT status, COUNT(*) FROM runs WHERE {scope} GROUP BY status", key).fetchall()
+    )
+    signals = {
+        "stale_active_runs": _ids(
+            conn,
+            f"SELECT run_id FROM runs WHERE {scope} AND status IN "
+            f"({', '.join('?' * len(ACTIVE_STATUSES))}) AND updated_at < ? "
+            "ORDER BY updated_at",
+            (*key, *ACTIVE_STATUSES, stale_before),
+        ),
+        "incomplete_lineage": _ids(
+            conn,
+            f"SELECT run_id FROM runs WHERE {scope} AND (context_status != 'verified' "
+            "OR model_version_id IS NULL OR dataset_version_id IS NULL) "
+            "ORDER BY created_at DESC",
+            key,
+        ),
+        "completed_without_evaluation": _ids(
+            conn,
+            f"SELECT run_id FROM runs r WHERE {scope} AND "
+            "status = 'completed' AND NOT EXISTS (SELECT 1 FROM eval_results e "
+            "WHERE e.workspace_id = r.workspace_id AND e.project_id = "
+            "r.project_id AND e.run_id = r.run_id) ORDER BY created_at DESC",
+            key,
+        ),
+        "terminal_without_artifact": _ids(
+            conn,
+            f"SELECT run_id FROM runs r WHERE {scope} AND status = 'completed' "
+            "AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.workspace_id = "
+            "r.workspace_id AND a.project_id = r.project_id AND a.run_id = "
+            "r.run_id) ORDER BY created_at DESC",
+            key,
+        ),
+        "failed_runs": _ids(
+            conn, f"SELECT run_id FROM runs WHERE {scope} AND status = 'failed' ORDER BY created_at DESC", key
+        ),
+    }
+    recent = {
+        "runs": _recent(conn, "runs", scope, key, "run_id, experiment_id, method, status, context_status, created_at"),
+        "evaluations": _recent(conn, "eval_results", scope, key, "result_id, suite_id, run_id, status, created_at"),
+        "decisions": _recent(conn, "decisions", scope, key, "decision_id, decision_type, outcome, run_id, created_at"),
+        "events": [
+            e.model_dump()
+            for e in _event_rows(conn, f"SELECT * FROM events WHERE {scope} ORDER BY cursor DESC LIMIT 10", key)
+        ],
+    }
+    return {
+        "project": to_record(conn.execute(f"SELECT * FROM projects WHERE {scope}", key).fetchone()),
+        "signals": signals,
+        "inventory": {**_inventory(conn, ws, project), "runs_by_status": status_counts},
+        "lineage": {
+            "model_versions": _recent(
+                conn,
+                "model_versions",
+                scope,
+                key,
+                "model_version_id, model_id, source_revision, config_digest, parent_version_id",
+            ),
+            "dataset_versions": _recent(
+                conn, "dataset_versions", scope, key, "dataset_version_id, dataset_id, content_digest"
+            ),
+            "environments": _recent(conn, "environments", scope, key, "environment_id, compute_target, runtime_digest"),
+            "aliases": [
+                dict(row)
+                for row in conn.execute(
+                    f"SELECT alias, model_version_id, updated_at FROM model_aliases WHERE {scope}", key
+                )
+            ],
+        },
+        "recent": recent,
+        "evidence": {
+            "evaluation_result_ids": [r["result_id"] for r in recent["evaluations"]],
+            "comparison_ids": _ids(
+                conn, f"SELECT comparison_id FROM comparisons WHERE {scope} ORDER BY created_at DESC", key
+            )["ids"],
+            "artifact_ids": _ids(
+                conn, f"SELECT artifact_id FROM artifacts WHERE {scope} ORDER BY created_at DESC", key
+            )["ids"],
+            "decision_ids": [d["decision_id"] for d in recent["decisions"]],
+        },
+    }
+
+
+def _recent(
+    conn: sqlite3.Connection, table: str, scope: str, key: tuple[Any, ...], columns: str, limit: int = 10
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        f"SELECT {columns} FROM {table} WHERE {scope} ORDER BY created_at DESC LIMIT {limit}"
+        if "created_at" in columns or table in ("runs", "eval_results", "decisions")
+        else f"SELECT {columns} FROM {table} WHERE {scope} LIMIT {limit}",
+        key,
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def list_runs(
+    conn: sqlite3.Connection,
+    ws: str,
+    project: str,
+    *,
+    status: str | None = None,
+    method: str | None = None,
+    experiment: str | None = None,
+    limit: int = 50,
+    before: str | None = None,
+) -> list[dict[str, Any]]:
+    require_project(conn, ws, project)
+    clauses, args = ["workspace_id = ?", "project_id = ?"], [ws, project]
+    for column, value in (("status", status), ("method", method), ("experiment_id", experiment)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            args.append(value)
+    if before is not None:
+        clauses.append("created_at < ?")
+        args.append(before)
+    limit = _page_size(limit)
+    rows = conn.execute(
+        f"SELECT * FROM runs WHERE {' AND '.join(clauses)} ORDER BY created_at DESC LIMIT ?", (*args, limit)
+    ).fetchall()
+    return [to_record(row) for row in rows]
+
+
+def _page_size(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit is {limit}; it must be between 1 and {MAX_PAGE}.")
+    return limit
+
+
+def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:
+    run = to_record(get_run_row(conn, ws, project, run_id))
+    key = (ws, project, run_id)
+    scope = "workspace_id = ? AND project_id = ? AND run_id = ?"
+    run["attempts"] = [
+        to_record(r) for r in conn.execute(f"SELECT * FROM attempts WHERE {scope} ORDER BY attempt_number", key)
+    ]
+    run["evaluations"] = [
+        to_record(r) for r in conn.execute(f"SELECT * FROM eval_results WHERE {scope} ORDER BY created_at", key)
+    ]
+    run["artifacts"] = [
+        to_record(r) for r in conn.execute(f"SELECT * FROM artifacts WHERE {scope} ORDER BY created_at", key)
+    ]
+    run["metric_summary"] = {
+        row["metric"]: {"count": row["n"], "min": row["lo"], "max": row["hi"], "last_step": row["last_step"]}
+        for row in conn.execute(
+            f"SELECT metric, COUNT(*) AS n, MIN(value) AS lo, MAX(value) AS hi, MAX(step) AS last_step "
+            f"FROM metric_points WHERE {scope} GROUP BY metric",
+            key,
+        )
+    }
+    for metric, summary in run["metric_summary"].items():
+        last = conn.execute(
+            f"SELECT value FROM metric_points WHERE {scope} AND metric = ? ORDER BY attempt_id DESC, step DESC LIMIT 1",
+            (*key, metric),
+        ).fetchone()
+        summary["latest"] = last[0] if last else None
+    return run
+
+
+def trend(conn: sqlite3.Connection, ws: str, project: str, metric: str, run_id: str | None) -> dict[str, Any]:
+    """A metric's points (one run) or each run's latest value (whole project), with a summary."""
+    require_project(conn, ws, project)
+    if run_id is not None:
+        get_run_row(conn, ws, project, run_id)
+        rows = conn.execute(
+            "SELECT step, value FROM metric_points WHERE workspace_id = ? AND project_id = ? "
+            "AND run_id = ? AND metric = ? ORDER BY attempt_id, step",
+            (ws, project, run_id, metric),
+        ).fetchall()
+        xs = [float(row[0]) for row in rows]
+        ys = [row[1] for row in rows]
+        return {
+            "metric": metric,
+            "run_id": run_id,
+            "steps": [row[0] for row in rows],
+            "values": ys,
+            "summary": summarize(xs, ys),
+        }
+    runs = conn.execute(
+        "SELECT run_id FROM runs WHERE workspace_id = ? AND project_id = ? ORDER BY created_at LIMIT 1000",
+        (ws, project),
+    ).fetchall()
+    run_ids, values = [], []
+    for (rid,) in runs:
+        last = conn.execute(
+            "SELECT value FROM metric_points WHERE workspace_id = ? AND project_id = ? AND "
+            "run_id = ? AND metric = ? ORDER BY attempt_id DESC, step DESC LIMIT 1",
+            (ws, project, rid, metric),
+        ).fetchone()
+        if last is not None:
+            run_ids.append(rid)
+            values.append(last[0])
+    return {
+        "metric": metric,
+        "run_id": None,
+        "run_ids": run_ids,
+        "values": values,
+        "summary": summarize([float(i) for i in range(len(values))], values),
+    }
+
+
+def summarize(xs: list[float], ys: list[float]) -> dict[str, float | int | None]:
+    """count, first, latest, min, max, delta and least-squares slope of ys over xs."""
+    if not ys:
+        return {"count": 0, "first": None, "latest": None, "min": None, "max": None, "delta": None, "slope": None}
+    n = len(ys)
+    slope = None
+    if n > 1:
+        mean_x, mean_y = sum(xs) / n, sum(ys) / n
+        var = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    return {
+        "count": n,
+        "first": ys[0],
+        "latest": ys[-1],
+        "min": min(ys),
+        "max": max(ys),
+        "delta": ys[-1] - ys[0],
+        "slope": slope,
+    }
+
+
+def list_evaluations(
+    conn: sqlite3.Connection, ws: str, project: str, *, suite: str | None = None, limit: int = 100
+) -> dict[str, Any]:
+    require_project(conn, ws, project)
+    suites = [
+        to_record(r)
+        for r in conn.execute(
+            "SELECT * FROM eval_suites WHERE workspace_id = ? AND project_id = ? ORDER BY suite_id", (ws, project)
+        )
+    ]
+    args: tuple[Any, ...] = (ws, project) if suite is None else (ws, project, suite)
+    where = "" if suite is None else " AND suite_id = ?"
+    results = [
+        to_record(r)
+        for r in conn.execute(
+            f"SELECT * FROM eval_results WHERE workspace_id = ? AND project_id = ?{where} "
+            f"ORDER BY created_at DESC LIMIT {_page_size(limit)}",
+            args,
+        )
+    ]
+    comparisons = [
+        to_record(r)
+        for r in conn.execute(
+            "SELECT * FROM comparisons WHERE workspace_id = ? AND project_id = ? ORDER BY created_at DESC LIMIT 100",
+            (ws, project),
+        )
+    ]
+    return {"suites": suites, "results": results, "comparisons": comparisons}
+
+
+def compare_runs(
+    conn: sqlite3.Connection, ws: str, project: str, run_ids: list[str], suite_id: str | None = None
+) -> dict[str, Any]:
+    """Compare completed results of 2..20 runs on one exact suite; list the runs that cannot be compared."""
+    if not 2 <= len(run_ids) <= 20 or len(set(run_ids)) != len(run_ids):
+        raise InvalidInput(f"compare takes 2 to 20 distinct runs; got {len(run_ids)}.")
+    require_project(conn, ws, project)
+    latest: dict[str, dict[str, dict[str, Any]]] = {}
+    for rid in run_ids:
+        get_run_row(conn, ws, project, rid)
+        rows = conn.execute(
+            "SELECT * FROM eval_results WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+            "AND status = 'completed' ORDER BY created_at",
+            (ws, project, rid),
+        ).fetchall()
+        latest[rid] = {row["suite_id"]: to_record(row) for row in rows}
+    suite_id = suite_id or _common_suite(latest, run_ids)
+    if suite_id is None:
+        raise RuleRejected(
+            "These runs share no evaluation suite with completed results; results compare only "
+            "on the exact same suite id.",
+            hint="Evaluate the runs on one suite (bashgym eval run --suite S --run R), then compare.",
+            details={"suites_by_run": {rid: sorted(latest[rid]) for rid in run_ids}},
+        )
+    suite = conn.execute(
+        "SELECT * FROM eval_suites WHERE workspace_id = ? AND project_id = ? AND suite_id = ?", (ws, project, suite_id)
+    ).fetchone()
+    if suite is None:
+        raise not_found("evaluation suite", suite_id, project, f"bashgym ledger evaluations --project {project}")
+    contract = json.loads(suite["scoring_contract_json"])
+    comparable = [rid for rid in run_ids if suite_id in latest[rid]]
+    if len(comparable) < 2:
+        raise RuleRejected(
+            f"Fewer than two of these runs have a completed result on suite {suite_id!r}.",
+            hint="Evaluate the missing runs on that suite first.",
+        )
+    return {
+        "suite_id": suite_id,
+        "primary_metric": contract["primary_metric"],
+        "rows": _compare_rows(latest, comparable, suite_id, contract),
+        "not_comparable": [
+            {"run_id": rid, "reason": f"no completed result on suite {suite_id}; has {sorted(latest[rid]) or 'none'}"}
+            for rid in run_ids
+            if rid not in comparable
+        ],
+    }
+
+
+def _common_suite(latest: dict[str, dict[str, dict[str, Any]]], run_ids: list[str]) -> str | None:
+    counts: dict[str, int] = {}
+    for rid in run_ids:
+        for suite in latest[rid]:
+            counts[suite] = counts.get(suite, 0) + 1
+    shared = [(n, suite) for suite, n in counts.items() if n >= 2 and suite in latest[run_ids[0]]]
+    return max(shared)[1] if shared else None
+
+
+def _compare_rows(
+    latest: dict[str, dict[str, dict[str, Any]]], run_ids: list[str], suite_id: str, contract: dict[str, Any]
+) -> list[dict[str, Any]]:
+    first = latest[run_ids[0]][suite_id]["metrics"]
+    rows = []
+    for rid in run_ids:
+        result = latest[rid][suite_id]
+        metrics = {}
+        for name, spec in contract["metrics"].items():
+            value = result["metrics"].get(name)
+            delta = None if value is None or name not in first else value - first[name]
+            better = None if delta is None else (delta > 0 if spec["direction"] == "maximize" else delta < 0)
+            metrics[name] = {"value": value, "delta": delta, "direction": spec["direction"], "better": better}
+        rows.append({"run_id": rid, "result_id": result["result_id"], "metrics": metrics})
+    return rows
+
+
+def _event_rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Event]:
+    events = []
+    for row in conn.execute(sql, args):
+        record = dict(row)
+        record["payload"] = json.loads(record.pop("payload_json"))
+        events.append(Event.model_validate(record))
+    return events
+
+
+def events_page(
+    conn: sqlite3.Connection,
+    ws: str,
+    project: str | None,
+    *,
+    after_cursor: int,
+    limit: int,
+    types: list[str] | None = None,
+) -> EventPage:
+    """Events after a cursor, oldest first, for one project (or the workspace when project is None)."""
+    if after_cursor < 0:
+        raise InvalidInput("after_cursor must be 0 or more.")
+    limit = _page_size(limit)
+    clauses, args = ["cursor > ?", "workspace_id = ?"], [after_cursor, ws]
+    if project is not None:
+        require_project(conn, ws, project)
+        clauses.append("project_id = ?")
+        args.append(project)
+    if types:
+        clauses.append(f"event_type IN ({', '.join('?' * len(types))})")
+        args.extend(types)
+    rows = _event_rows(
+        conn, f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY cursor LIMIT ?", (*args, limit + 1)
+    )
+    page = rows[:limit]
+    return EventPage(
+        after_cursor=after_cursor,
+        next_cursor=page[-1].cursor if page else after_cursor,
+        has_more=len(rows) > limit,
+        events=page,
+    )
+
+
+def last_cursor(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT MAX(cursor) FROM events").fetchone()
+    return int(row[0] or 0)
+
+
+def get_consumer_cursor(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
+    row = conn.execute("SELECT name, cursor, updated_at FROM consumer_cursors WHERE name = ?", (name,)).fetchone()
+    return dict(row) if row else {"name": name, "cursor": 0, "updated_at": None}

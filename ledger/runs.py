@@ -1,0 +1,269 @@
+"""Writes of runs, attempts, status transitions and metric batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.ledger.errors import Conflict, NotFound
+from bashgym.ledger.lineage import ensure_unassigned, parse_context, register_context_lineage
+from bashgym.ledger.models import UNASSIGNED, MetricBatch, RunRegistration, RunTransition
+from bashgym.ledger.rows import not_found, require_project, to_record
+from bashgym.ledger.states import check_transition, event_type_for
+from bashgym.ledger.tx import Tx, new_id
+from bashgym.ledger.validation import canonical_json, check_payload
+
+
+def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any], bool, list[str]]:
+    """Register a run and its attempt 1 (queued); without a complete context it goes to `unassigned`.
+
+    Returns the run record, whether it was a replay, and the context fields that were missing.
+    """
+    ctx, missing = parse_context(spec.tracking_context)
+    if ctx is not None and ctx.workspace_id != ws:
+        ctx, missing = None, ["workspace_id"]
+    if ctx is None:
+        ensure_unassigned(tx, ws)
+        project, experiment = UNASSIGNED, UNASSIGNED
+        versions: dict[str, str | None] = {"model_version_id": None, "dataset_version_id": None, "environment_id": None}
+    else:
+        register_context_lineage(tx, ctx, spec.compute_target)
+        project, experiment = ctx.project_id, ctx.experiment_id
+        versions = {
+            "model_version_id": ctx.model_version_id,
+            "dataset_version_id": ctx.dataset_version_id,
+            "environment_id": ctx.environment_id,
+        }
+    check_payload(spec.config, field="config")
+    run_id = spec.run_id or _existing_run_id(tx, ws, spec) or new_id("run")
+    identity = {
+        "project_id": project,
+        "experiment_id": experiment,
+        "source_system": spec.source_system,
+        "source_run_id": spec.source_run_id or run_id,
+        "method": spec.method,
+        "recipe_digest": spec.recipe_digest or "",
+        "config": spec.config,
+        "is_simulation": spec.is_simulation,
+        **versions,
+    }
+    row, replayed = tx.put(
+        "runs",
+        key={"workspace_id": ws, "project_id": project, "run_id": run_id},
+        identity=identity,
+        columns={
+            "experiment_id": experiment,
+            "source_system": spec.source_system,
+            "source_run_id": spec.source_run_id or run_id,
+            "method": spec.method,
+            "status": "queued",
+            "context_status": "verified" if ctx else "unassigned",
+            **versions,
+            "recipe_digest": spec.recipe_digest or "",
+            "config_json": canonical_json(spec.config),
+            "correlation_id": spec.correlation_id or tx.actor.correlation_id,
+            "is_simulation": int(spec.is_simulation),
+            "launched_by": tx.actor.actor_id,
+            "created_at": tx.now,
+            "updated_at": tx.now,
+        },
+        label=f"Run {run_id!r}",
+    )
+    if not replayed:
+        refs = {"experiment_id": experiment, "run_id": run_id}
+        tx.append_event(
+            "run.registered",
+            workspace_id=ws,
+            project_id=project,
+            payload={
+                "entity": "run",
+                "entity_id": run_id,
+                "context_status": row["context_status"],
+                "missing_context_fields": missing[:40],
+            },
+            **refs,
+        )
+        attempt_id = create_attempt(tx, ws, project, run_id)
+        tx.append_event(
+            "run.queued",
+            workspace_id=ws,
+            project_id=project,
+            payload={"status": "queued"},
+            attempt_id=attempt_id,
+            **refs,
+        )
+    return to_record(row), replayed, missing
+
+
+def _existing_run_id(tx: Tx, ws: str, spec: RunRegistration) -> str | None:
+    """The run already registered under this source identity, so a retry replays instead of duplicating."""
+    if spec.source_run_id is None:
+        return None
+    row = tx.conn.execute(
+        "SELECT run_id FROM runs WHERE workspace_id = ? AND source_system = ? AND source_run_id = ?",
+        (ws, spec.source_system, spec.source_run_id),
+    ).fetchone()
+    return str(row[0]) if row else None
+
+
+def create_attempt(tx: Tx, ws: str, project: str, run_id: str) -> str:
+    row = tx.conn.execute(
+        "SELECT COALESCE(MAX(attempt_number), 0) FROM attempts WHERE workspace_id = ? AND project_id = ? "
+        "AND run_id = ?",
+        (ws, project, run_id),
+    ).fetchone()
+    number = int(row[0]) + 1
+    attempt_id = f"{run_id}.a{number}" if len(run_id) < 150 else new_id("att")
+    tx.put(
+        "attempts",
+        key={"workspace_id": ws, "project_id": project, "attempt_id": attempt_id},
+        identity={"run_id": run_id, "attempt_number": number},
+        columns={
+            "run_id": run_id,
+            "attempt_number": number,
+            "status": "queued",
+            "created_at": tx.now,
+            "updated_at": tx.now,
+        },
+        label=f"Attempt {attempt_id!r}",
+    )
+    tx.append_event(
+        "attempt.created",
+        workspace_id=ws,
+        project_id=project,
+        run_id=run_id,
+        attempt_id=attempt_id,
+        payload={"entity": "attempt", "entity_id": attempt_id, "attempt_number": number},
+    )
+    return attempt_id
+
+
+def get_run_row(tx_conn: Any, ws: str, project: str, run_id: str) -> dict[str, Any]:
+    require_project(tx_conn, ws, project)
+    row = tx_conn.execute(
+        "SELECT * FROM runs WHERE workspace_id = ? AND project_id = ? AND run_id = ?", (ws, project, run_id)
+    ).fetchone()
+    if row is None:
+        raise not_found("run", run_id, project, f"bashgym ledger runs --project {project}")
+    return dict(row)
+
+
+def latest_attempt(conn: Any, ws: str, project: str, run_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT * FROM attempts WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        "ORDER BY attempt_number DESC LIMIT 1",
+        (ws, project, run_id),
+    ).fetchone()
+    assert row is not None, "every run has attempt 1"
+    return dict(row)
+
+
+def transition_run(tx: Tx, ws: str, project: str, run_id: str, spec: RunTransition) -> tuple[dict[str, Any], bool]:
+    """Move the run and its attempt (the latest unless named) to a new status, appending run.<status>."""
+    run = get_run_row(tx.conn, ws, project, run_id)
+    attempt = _attempt_for(tx, ws, project, run_id, spec.attempt_id)
+    if run["status"] == spec.status and attempt["status"] == spec.status:
+        return to_record(run), True
+    check_transition(run["status"], spec.status, what=f"Run {run_id}")
+    check_transition(attempt["status"], spec.status, what=f"Attempt {attempt['attempt_id']}")
+    is_terminal = spec.status in {"completed", "failed", "cancelled"}
+    started = tx.now if spec.status == "running" else None
+    ended = tx.now if is_terminal else None
+    tx.conn.execute(
+        "UPDATE runs SET status = ?, updated_at = ?, started_at = COALESCE(started_at, ?), ended_at = ? "
+        "WHERE workspace_id = ? AND project_id = ? AND run_id = ?",
+        (spec.status, tx.now, started, ended, ws, project, run_id),
+    )
+    tx.conn.execute(
+        "UPDATE attempts SET status = ?, status_reason = ?, error_summary = ?, updated_at = ?, "
+        "started_at = COALESCE(started_at, ?), ended_at = ? WHERE workspace_id = ? AND project_id = ? "
+        "AND attempt_id = ?",
+        (spec.status, spec.reason, spec.error_summary, tx.now, started, ended, ws, project, attempt["attempt_id"]),
+    )
+    payload: dict[str, Any] = {"status": spec.status, "previous_status": run["status"], "reason": spec.reason}
+    if spec.error_summary:
+        payload["error_summary"] = spec.error_summary
+    tx.append_event(
+        event_type_for(run["status"], spec.status),
+        workspace_id=ws,
+        project_id=project,
+        experiment_id=run["experiment_id"],
+        run_id=run_id,
+        attempt_id=attempt["attempt_id"],
+        payload=payload,
+    )
+    return to_record(get_run_row(tx.conn, ws, project, run_id)), False
+
+
+def _attempt_for(tx: Tx, ws: str, project: str, run_id: str, attempt_id: str | None) -> dict[str, Any]:
+    if attempt_id is None:
+        return latest_attempt(tx.conn, ws, project, run_id)
+    row = tx.fetch_one("attempts", {"workspace_id": ws, "project_id": project, "attempt_id": attempt_id})
+    if row is None or row["run_id"] != run_id:
+        raise NotFound(
+            f"No attempt {attempt_id!r} of run {run_id!r} in project {project!r}.",
+            hint=f"See the run's attempts with bashgym ledger run --project {project} {run_id}.",
+        )
+    return row
+
+
+def ingest_metrics(tx: Tx, ws: str, project: str, batch: MetricBatch) -> dict[str, Any]:
+    """Insert a batch in this one transaction; identical points replay, a changed value is a conflict."""
+    run = get_run_row(tx.conn, ws, project, batch.run_id)
+    attempt = _attempt_for(tx, ws, project, batch.run_id, batch.attempt_id)
+    seen: dict[tuple[str, int], float] = {}
+    for point in batch.points:
+        key = (point.metric, point.step)
+        if seen.setdefault(key, point.value) != point.value:
+            raise Conflict(
+                f"The batch holds two values for {point.metric} at step {point.step}.",
+                hint="Send one value per metric and step.",
+            )
+    rows = [
+        (ws, project, batch.run_id, metric, batch.attempt_id, step, value, tx.now)
+        for (metric, step), value in seen.items()
+    ]
+    before = tx.conn.total_changes
+    tx.conn.executemany(
+        "INSERT INTO metric_points (workspace_id, project_id, run_id, metric, attempt_id, step, value, recorded_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        rows,
+    )
+    inserted = tx.conn.total_changes - before
+    if inserted < len(rows):
+        _check_replayed_points(tx, ws, project, batch, seen)
+    result = {"run_id": batch.run_id, "attempt_id": attempt["attempt_id"], "count": len(rows), "inserted": inserted}
+    if inserted:
+        steps = [step for _, step in seen]
+        tx.append_event(
+            "metrics.ingested",
+            workspace_id=ws,
+            project_id=project,
+            experiment_id=run["experiment_id"],
+            run_id=batch.run_id,
+            attempt_id=batch.attempt_id,
+            payload={
+                "count": len(rows),
+                "inserted": inserted,
+                "metrics": sorted({metric for metric, _ in seen})[:50],
+                "first_step": min(steps),
+                "last_step": max(steps),
+            },
+        )
+    return result
+
+
+def _check_replayed_points(
+    tx: Tx, ws: str, project: str, batch: MetricBatch, seen: dict[tuple[str, int], float]
+) -> None:
+    query = (
+        "SELECT value FROM metric_points WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        "AND metric = ? AND attempt_id = ? AND step = ?"
+    )
+    for (metric, step), value in seen.items():
+        stored = tx.conn.execute(query, (ws, project, batch.run_id, metric, batch.attempt_id, step)).fetchone()
+        if stored is not None and stored[0] != value:
+            raise Conflict(
+                f"{metric} at step {step} of attempt {batch.attempt_id} is already {stored[0]}; this batch says "
+                f"{value}. Recorded metric points never change.",
+                hint="Resend the original value, or record the corrected series under a new attempt.",
+            )

@@ -1,0 +1,349 @@
+"""`Ledger`: opens the database, queues writes through one connection, reads through a small pool."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bashgym.ledger import access, evidence, integrity, lineage, queries, runs
+from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
+from bashgym.ledger.errors import InvalidInput, LedgerUnavailable
+from bashgym.ledger.migrations import migrate
+from bashgym.ledger.models import (
+    Actor,
+    AliasMove,
+    AnnotationSpec,
+    ArtifactSpec,
+    BudgetEntrySpec,
+    ComparisonSpec,
+    DatasetVersionSpec,
+    DecisionSpec,
+    EnvironmentSpec,
+    EvalResultSpec,
+    EvalSuiteSpec,
+    EventPage,
+    ExperimentSpec,
+    MetricBatch,
+    ModelVersionSpec,
+    ProjectSpec,
+    ReportSpec,
+    RunRegistration,
+    RunTransition,
+    WriteResult,
+)
+from bashgym.ledger.tx import ChainHead, Tx, utc_iso
+
+T = TypeVar("T")
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Ledger:
+    """The authoritative record. All writes go through one connection: SQLite allows one writer at a
+    time, and queueing here is cheaper than retrying "database is locked" from every caller."""
+
+    def __init__(
+        self, path: Path, writer: ConnectionThread, readers: ReaderPool, head: ChainHead, clock: Clock
+    ) -> None:
+        self.path = path
+        self._writer = writer
+        self._readers = readers
+        self._head = head
+        self._clock = clock
+        self._appended = asyncio.Condition()
+
+    @classmethod
+    async def open(cls, path: Path, *, synchronous: str = "FULL", readers: int = 2, clock: Clock = _utc_now) -> Ledger:
+        """Open (creating if needed), check integrity, apply pending migrations and load the chain head."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = await asyncio.to_thread(_open_writer, path, synchronous)
+        writer = ConnectionThread(conn, "ledger-writer")
+        try:
+            head = await writer.run(_prepare)
+        except BaseException:
+            await writer.close()
+            raise
+        pool = ReaderPool(
+            [
+                ConnectionThread(
+                    await asyncio.to_thread(open_connection, path, synchronous=synchronous, readonly=True),
+                    f"ledger-reader-{i}",
+                )
+                for i in range(readers)
+            ]
+        )
+        return cls(path, writer, pool, head, clock)
+
+    async def close(self) -> None:
+        await self._readers.close()
+        await self._writer.run(lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)"))
+        await self._writer.close()
+
+    async def __aenter__(self) -> Ledger:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    # -- the two ways in ------------------------------------------------------------------------
+
+    async def write(self, actor: Actor, fn: Callable[[Tx], T]) -> T:
+        """Run fn in one IMMEDIATE transaction on the writer; its events commit with it."""
+
+        def run(conn: sqlite3.Connection) -> T:
+            # Runs on the writer thread, where writes execute one after another, so the chain head
+            # is read and advanced here and never raced.
+            tx = Tx(conn, self._head, actor, self._clock)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(tx)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._head = tx.head
+            return result
+
+        before = self._head.cursor
+        # Shielded: once queued, the outcome is written even if the caller goes away.
+        result = await asyncio.shield(self._writer.run(run))
+        if self._head.cursor != before:
+            async with self._appended:
+                self._appended.notify_all()
+        return result
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._readers.run(fn)
+
+    async def wait_for_events(self, after_cursor: int, timeout_s: float) -> None:
+        """Return once an event past after_cursor exists, or after timeout_s."""
+        if self._head.cursor > after_cursor:
+            return
+        try:
+            async with asyncio.timeout(timeout_s), self._appended:
+                await self._appended.wait_for(lambda: self._head.cursor > after_cursor)
+        except TimeoutError:
+            return
+
+    @property
+    def last_cursor(self) -> int:
+        return self._head.cursor
+
+    # -- lineage ---------------------------------------------------------------------------------
+
+    async def create_project(self, actor: Actor, ws: str, spec: ProjectSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: lineage.create_project(tx, ws, spec))
+
+    async def create_experiment(self, actor: Actor, ws: str, project: str, spec: ExperimentSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: lineage.create_experiment(tx, ws, project, spec))
+
+    async def register_model_version(self, actor: Actor, ws: str, project: str, spec: ModelVersionSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: lineage.register_model_version(tx, ws, project, spec))
+
+    async def register_dataset_version(
+        self, actor: Actor, ws: str, project: str, spec: DatasetVersionSpec
+    ) -> WriteResult:
+        return await self._put(actor, lambda tx: lineage.register_dataset_version(tx, ws, project, spec))
+
+    async def register_environment(self, actor: Actor, ws: str, project: str, spec: EnvironmentSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: lineage.register_environment(tx, ws, project, spec))
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    async def register_run(self, actor: Actor, ws: str, spec: RunRegistration) -> WriteResult:
+        def fn(tx: Tx) -> WriteResult:
+            record, replayed, missing = runs.register_run(tx, ws, spec)
+            record["missing_context_fields"] = missing
+            return WriteResult(record=record, replayed=replayed, cursor=tx.last_cursor)
+
+        return await self.write(actor, fn)
+
+    async def transition_run(
+        self, actor: Actor, ws: str, project: str, run_id: str, spec: RunTransition
+    ) -> WriteResult:
+        return await self._put(actor, lambda tx: runs.transition_run(tx, ws, project, run_id, spec))
+
+    async def ingest_metrics(self, actor: Actor, ws: str, project: str, batch: MetricBatch) -> WriteResult:
+        def fn(tx: Tx) -> WriteResult:
+            result = runs.ingest_metrics(tx, ws, project, batch)
+            return WriteResult(record=result, replayed=result["inserted"] == 0, cursor=tx.last_cursor)
+
+        return await self.write(actor, fn)
+
+    # -- evidence --------------------------------------------------------------------------------
+
+    async def register_artifact(self, actor: Actor, ws: str, project: str, spec: ArtifactSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.register_artifact(tx, ws, project, spec))
+
+    async def register_eval_suite(self, actor: Actor, ws: str, project: str, spec: EvalSuiteSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.register_eval_suite(tx, ws, project, spec))
+
+    async def record_eval_result(self, actor: Actor, ws: str, project: str, spec: EvalResultSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.record_eval_result(tx, ws, project, spec))
+
+    async def record_comparison(self, actor: Actor, ws: str, project: str, spec: ComparisonSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.record_comparison(tx, ws, project, spec))
+
+    async def record_decision(self, actor: Actor, ws: str, project: str, spec: DecisionSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.record_decision(tx, ws, project, spec))
+
+    async def move_alias(self, actor: Actor, ws: str, project: str, spec: AliasMove) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.move_alias(tx, ws, project, spec))
+
+    async def add_budget_entry(self, actor: Actor, ws: str, project: str, spec: BudgetEntrySpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.add_budget_entry(tx, ws, project, spec))
+
+    async def record_report(self, actor: Actor, ws: str, project: str, spec: ReportSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.record_report(tx, ws, project, spec))
+
+    async def add_annotation(self, actor: Actor, ws: str, project: str, spec: AnnotationSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: evidence.add_annotation(tx, ws, project, spec))
+
+    async def _put(self, actor: Actor, fn: Callable[[Tx], tuple[dict[str, Any], bool]]) -> WriteResult:
+        def run(tx: Tx) -> WriteResult:
+            record, replayed = fn(tx)
+            return WriteResult(record=record, replayed=replayed, cursor=tx.last_cursor)
+
+        return await self.write(actor, run)
+
+    # -- consumers -------------------------------------------------------------------------------
+
+    async def get_consumer_cursor(self, name: str) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.get_consumer_cursor(conn, name))
+
+    async def ack_consumer_cursor(self, name: str, cursor: int) -> dict[str, Any]:
+        """Advance a consumer's durable cursor; it never moves backwards or past the last event."""
+        now = utc_iso(self._clock())
+
+        def run(conn: sqlite3.Connection) -> dict[str, Any]:
+            last = queries.last_cursor(conn)
+            if cursor > last:
+                raise InvalidInput(
+                    f"Cursor {cursor} is past the last event ({last}).",
+                    hint="Acknowledge only cursors you have received.",
+                )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO consumer_cursors (name, cursor, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) "
+                    "DO UPDATE SET cursor = MAX(cursor, excluded.cursor), updated_at = excluded.updated_at",
+                    (name, cursor, now),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return queries.get_consumer_cursor(conn, name)
+
+        return await asyncio.shield(self._writer.run(run))
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def list_projects(self, ws: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: queries.list_projects(conn, ws))
+
+    async def get_project(self, ws: str, project: str) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.get_project(conn, ws, project))
+
+    async def list_experiments(self, ws: str, project: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: queries.list_experiments(conn, ws, project))
+
+    async def project_context(self, ws: str, project: str, *, stale_after_s: float = 3600) -> dict[str, Any]:
+        stale_before = utc_iso(self._clock() - timedelta(seconds=stale_after_s))
+        return await self.read(lambda conn: queries.project_context(conn, ws, project, stale_before=stale_before))
+
+    async def list_runs(self, ws: str, project: str, **filters: Any) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: queries.list_runs(conn, ws, project, **filters))
+
+    async def get_run(self, ws: str, project: str, run_id: str) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.get_run(conn, ws, project, run_id))
+
+    async def trend(self, ws: str, project: str, metric: str, run_id: str | None = None) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.trend(conn, ws, project, metric, run_id))
+
+    async def list_evaluations(self, ws: str, project: str, *, suite: str | None = None) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.list_evaluations(conn, ws, project, suite=suite))
+
+    async def compare_runs(
+        self, ws: str, project: str, run_ids: list[str], suite_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.compare_runs(conn, ws, project, run_ids, suite_id))
+
+    async def events_page(
+        self, ws: str, project: str | None, *, after_cursor: int, limit: int = 100, types: list[str] | None = None
+    ) -> EventPage:
+        return await self.read(
+            lambda conn: queries.events_page(conn, ws, project, after_cursor=after_cursor, limit=limit, types=types)
+        )
+
+    async def quick_status(self) -> str:
+        """"ok" when the ledger answers a trivial read; cheap enough for every /v1/health probe."""
+        try:
+            await self.read(lambda conn: conn.execute("SELECT 1 FROM schema_migrations LIMIT 1").fetchone())
+        except sqlite3.DatabaseError:
+            return "unavailable"
+        return "ok"
+
+    async def health(self) -> dict[str, Any]:
+        return await self.read(lambda conn: integrity.health(conn, self.path))
+
+    async def verify(self) -> dict[str, Any]:
+        return await self.read(integrity.verify_chain)
+
+    async def backup(self, target: Path) -> dict[str, Any]:
+        return await self.read(lambda conn: integrity.backup_to(conn, target))
+
+    # -- access ----------------------------------------------------------------------------------
+
+    async def insert_token(self, actor: Actor, **fields: Any) -> dict[str, Any]:
+        return await self.write(actor, lambda tx: access.insert_token(tx, **fields))
+
+    async def find_token(self, token_hash: str) -> dict[str, Any] | None:
+        return await self.read(lambda conn: access.find_token(conn, token_hash))
+
+    async def count_tokens(self) -> int:
+        return await self.read(access.count_tokens)
+
+    async def find_idempotent(self, principal: str, key: str) -> dict[str, Any] | None:
+        return await self.read(lambda conn: access.find_idempotent(conn, principal, key))
+
+    async def store_idempotent(self, **fields: Any) -> None:
+        now = utc_iso(self._clock())
+        await asyncio.shield(self._writer.run(lambda conn: access.store_idempotent(conn, created_at=now, **fields)))
+
+
+def _open_writer(path: Path, synchronous: str) -> sqlite3.Connection:
+    try:
+        return open_connection(path, synchronous=synchronous)
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(exc) from exc
+
+
+def _prepare(conn: sqlite3.Connection) -> ChainHead:
+    """Refuse a damaged file, apply migrations, and return the chain head."""
+    try:
+        verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(exc) from exc
+    if verdict != "ok":
+        raise _corrupt(verdict)
+    migrate(conn)
+    return integrity.chain_head(conn)
+
+
+def _corrupt(detail: object) -> LedgerUnavailable:
+    return LedgerUnavailable(
+        f"The ledger file is damaged ({detail}); the daemon will not start on it.",
+        hint="Inspect it with bashgym ledger health, then restore a backup with bashgym ledger restore --from FILE "
+        "(bashgym ledger backup --to FILE makes one).",
+    )

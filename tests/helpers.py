@@ -1,0 +1,104 @@
+"""Small factories the tests share: a running daemon on a free port, the CLI in-process, ledger fixtures."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BASHGYM = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()"]
+
+
+@dataclass
+class RunningDaemon:
+    home: Path
+    url: str
+    proc: subprocess.Popen[str]
+
+    @property
+    def token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token or self.token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "BASHGYM_HOME": str(self.home), "BASHGYM_API": self.url}
+
+    @property
+    def log(self) -> str:
+        return (self.home / "daemon.log").read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=timeout_s)
+        self.close()
+        return code
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def start_daemon(home: Path, *extra: str, env: dict[str, str] | None = None) -> RunningDaemon:
+    """Start `bashgym daemon --port 0` and wait for the address it prints."""
+    environment = {**os.environ, "BASHGYM_HOME": str(home), **(env or {})}
+    home.mkdir(parents=True, exist_ok=True)
+    # stderr (the daemon's log) goes to a file: an unread pipe would fill and block the daemon.
+    with (home / "daemon.log").open("a") as log:
+        proc = subprocess.Popen(
+            [*BASHGYM, "daemon", "--port", "0", *extra], env=environment, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "listening on" in line:
+            url = line.split("listening on ", 1)[1].split()[0]
+            return RunningDaemon(home=home, url=url, proc=proc)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    raise AssertionError(f"daemon did not start: {(home / 'daemon.log').read_text()}")
+
+
+@contextlib.contextmanager
+def running_daemon(home: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[RunningDaemon]:
+    daemon = start_daemon(home, *extra, env=env)
+    try:
+        yield daemon
+    finally:
+        daemon.close()
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def cli(env: dict[str, str], *args: str, timeout_s: float = 120) -> CliResult:
+    """Run the real `bashgym` console entry point in a child process."""
+    proc = subprocess.run([*BASHGYM, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)

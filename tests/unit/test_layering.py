@@ -1,0 +1,70 @@
+"""Guard tests: imports point one way, and the daemon and bot never load torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ("ledger", "daemon", "bot", "trainers")
+
+
+def _imports(folder: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / folder).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def _bashgym_edges(folder: str) -> set[tuple[str, str]]:
+    return {(path, name) for path, names in _imports(folder).items() for name in names if name.startswith("bashgym.")}
+
+
+def test_ledger_imports_nothing_from_daemon_bot_or_trainers() -> None:
+    bad = {(p, n) for p, n in _bashgym_edges("ledger") if not n.startswith("bashgym.ledger")}
+    assert not bad
+
+
+def test_trainers_import_nothing_from_daemon_or_ledger() -> None:
+    bad = {(p, n) for p, n in _bashgym_edges("trainers") if not n.startswith("bashgym.trainers")}
+    assert not bad
+
+
+def test_bot_imports_only_the_daemon_client_and_api_models() -> None:
+    allowed = ("bashgym.bot", "bashgym.daemon.client", "bashgym.daemon.api_models", "bashgym.daemon.wire_errors")
+    bad = {(p, n) for p, n in _bashgym_edges("bot") if not n.startswith(allowed)}
+    assert not bad
+
+
+def test_daemon_imports_only_ledger_and_trainer_specs() -> None:
+    allowed = ("bashgym.daemon", "bashgym.ledger", "bashgym.trainers.specs")
+    bad = {(p, n) for p, n in _bashgym_edges("daemon") if not n.startswith(allowed)}
+    assert not bad
+
+
+def test_no_module_but_settings_reads_the_environment() -> None:
+    readers = []
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            if "os.environ" in text or "os.getenv" in text:
+                readers.append(str(path.relative_to(ROOT)))
+    # The CLI hands os.environ to load_settings once, in main(); nothing else reads it.
+    assert readers == ["daemon/cli.py"]
+
+
+def test_importing_daemon_and_bot_does_not_load_torch() -> None:
+    code = (
+        "import sys, bashgym.daemon.server, bashgym.daemon.cli, bashgym.daemon.api, bashgym.bot; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
