@@ -287,7 +287,7 @@ class Ledger:
         )
 
     async def quick_status(self) -> str:
-        """"ok" when the ledger answers a trivial read; cheap enough for every /v1/health probe."""
+        """Answer "ok" when the ledger serves a trivial read; cheap enough for every /v1/health probe."""
         try:
             await self.read(lambda conn: conn.execute("SELECT 1 FROM schema_migrations LIMIT 1").fetchone())
         except sqlite3.DatabaseError:

@@ -1,0 +1,112 @@
+"""Tamper evidence, migration pinning, corrupt files, backups and restores."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
+from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
+from bashgym.ledger.models import Actor, ProjectSpec, RunRegistration
+from bashgym.ledger.restore import restore_ledger
+
+pytestmark = pytest.mark.anyio
+
+
+def edit_with_sqlite_shell(path: Path, sql: str) -> None:
+    """Edit the file as an attacker would, with the sqlite3 shell when the machine has it."""
+    shell = shutil.which("sqlite3")
+    if shell:
+        subprocess.run([shell, str(path), sql], check=True, capture_output=True)
+    else:
+        with sqlite3.connect(path) as conn:
+            conn.execute(sql)
+
+
+async def _populated(tmp_path: Path, actor: Actor) -> Path:
+    path = tmp_path / "ledger.sqlite3"
+    async with await Ledger.open(path) as ledger:
+        for i in range(5):
+            await ledger.create_project(actor, "default", ProjectSpec(project_id=f"p{i}", name=f"P{i}"))
+        await ledger.register_run(actor, "default", RunRegistration(method="sft"))
+        assert (await ledger.verify())["ok"] is True
+    return path
+
+
+async def test_an_edited_event_row_breaks_verify_at_that_cursor(tmp_path: Path, actor: Actor) -> None:
+    path = await _populated(tmp_path, actor)
+    edit_with_sqlite_shell(path, "UPDATE events SET actor = 'mallory' WHERE cursor = 3")
+    async with await Ledger.open(path) as ledger:
+        verdict = await ledger.verify()
+    assert verdict["ok"] is False
+    assert verdict["first_broken_cursor"] == 3
+    assert "edited" in verdict["reason"]
+
+
+async def test_a_deleted_event_row_breaks_verify(tmp_path: Path, actor: Actor) -> None:
+    path = await _populated(tmp_path, actor)
+    edit_with_sqlite_shell(path, "DELETE FROM events WHERE cursor = 2")
+    async with await Ledger.open(path) as ledger:
+        verdict = await ledger.verify()
+    assert verdict == {"ok": False, "checked": 1, "first_broken_cursor": 3, "reason": verdict["reason"]}
+    assert "removed" in verdict["reason"]
+
+
+async def test_a_changed_migration_checksum_refuses_to_open(tmp_path: Path, actor: Actor) -> None:
+    path = await _populated(tmp_path, actor)
+    edit_with_sqlite_shell(path, "UPDATE schema_migrations SET checksum = 'deadbeef' WHERE number = 1")
+    with pytest.raises(MigrationMismatch) as refused:
+        await Ledger.open(path)
+    assert "Migration 1" in refused.value.message
+    assert "bashgym ledger restore" in refused.value.hint
+
+
+def test_changed_migration_text_is_detected_against_an_applied_ledger(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "l.sqlite3", isolation_level=None)
+    migrate(conn)
+    edited = (Migration(1, MIGRATIONS[0].name, MIGRATIONS[0].sql + "\n-- edited"),)
+    with pytest.raises(MigrationMismatch):
+        migrate(conn, edited)
+    conn.close()
+
+
+async def test_a_corrupted_file_refuses_to_open_pointing_at_health_and_backup(tmp_path: Path, actor: Actor) -> None:
+    path = await _populated(tmp_path, actor)
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\x00" * (4096 - 100)
+    data[4096 * 2 : 4096 * 3] = b"garbage!" * 512
+    path.write_bytes(bytes(data))
+    with pytest.raises(LedgerUnavailable) as refused:
+        await Ledger.open(path)
+    assert "bashgym ledger health" in refused.value.hint
+    assert "backup" in refused.value.hint
+
+
+async def test_backup_then_restore_brings_every_event_back(tmp_path: Path, actor: Actor) -> None:
+    path = await _populated(tmp_path, actor)
+    backup = tmp_path / "backup.sqlite3"
+    async with await Ledger.open(path) as ledger:
+        copied = await ledger.backup(backup)
+        with pytest.raises(InvalidInput):
+            await ledger.backup(backup)  # never overwrites
+    assert copied["integrity_check"] == "ok"
+    path.write_bytes(b"not a database at all" * 100)
+    restored = restore_ledger(backup, path)
+    assert restored["restored_events"] == copied["events"]
+    async with await Ledger.open(path) as ledger:
+        assert (await ledger.verify())["ok"] is True
+        assert len(await ledger.list_projects("default")) == 6  # five plus unassigned
+
+
+async def test_restore_refuses_a_tampered_backup(tmp_path: Path, actor: Actor) -> None:
+    path = await _populated(tmp_path, actor)
+    backup = tmp_path / "backup.sqlite3"
+    async with await Ledger.open(path) as ledger:
+        await ledger.backup(backup)
+    edit_with_sqlite_shell(backup, "UPDATE events SET payload_json = '{}' WHERE cursor = 1")
+    with pytest.raises(InvalidInput, match="broken event chain at cursor 1"):
+        restore_ledger(backup, tmp_path / "target.sqlite3")
