@@ -306,7 +306,8 @@ def _query_routes() -> APIRouter:
 
     @router.get("/projects/{project}/trend")
     async def trend(call: ReadCall, project: str, metric: str, run: str | None = None) -> Response:
-        return json_response(await call.services.ledger.trend(call.workspace, project, metric, run))
+        text = await call.services.ledger.trend_json(call.workspace, project, metric, run)
+        return Response(text, media_type="application/json")
 
     @router.get("/projects/{project}/evaluations")
     async def evaluations(call: ReadCall, project: str, suite: str | None = None) -> Response:
@@ -327,7 +328,7 @@ def _query_routes() -> APIRouter:
         wait_s: float = 0,
         type: Annotated[list[str] | None, Query()] = None,
     ) -> Response:
-        return json_response(await _events(call, project, after_cursor, limit, wait_s, type))
+        return await _events(call, project, after_cursor, limit, wait_s, type)
 
     @router.get("/events", response_model=EventPage)
     async def workspace_events(
@@ -337,24 +338,25 @@ def _query_routes() -> APIRouter:
         wait_s: float = 0,
         type: Annotated[list[str] | None, Query()] = None,
     ) -> Response:
-        return json_response(await _events(call, None, after_cursor, limit, wait_s, type))
+        return await _events(call, None, after_cursor, limit, wait_s, type)
 
     return router
 
 
 async def _events(
     call: Call, project: str | None, after_cursor: int, limit: int, wait_s: float, types: list[str] | None
-) -> EventPage:
+) -> Response:
     """A page of events; with wait_s, hold the request (up to 30 s) until one arrives."""
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise InvalidInput(f"wait_s is {wait_s}; it must be between 0 and {MAX_WAIT_S:.0f} seconds.")
     ledger = call.services.ledger
-    page = await ledger.events_page(call.workspace, project, after_cursor=after_cursor, limit=limit, types=types)
     deadline = time.monotonic() + wait_s
-    while not page.events and wait_s > 0:
+    while True:
+        head = ledger.last_cursor
+        page = await ledger.events_page_json(
+            call.workspace, project, after_cursor=after_cursor, limit=limit, types=types
+        )
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        await ledger.wait_for_events(max(page.next_cursor, ledger.last_cursor), remaining)
-        page = await ledger.events_page(call.workspace, project, after_cursor=after_cursor, limit=limit, types=types)
-    return page
+        if page.count or remaining <= 0:
+            return Response(page.text, media_type="application/json")
+        await ledger.wait_for_events(max(head, after_cursor), remaining)

@@ -72,7 +72,9 @@ def _bind(settings: Settings) -> tuple[socket.socket, str, dict[str, object]]:
         os.chmod(settings.uds, 0o600)
         return sock, f"unix:{settings.uds}", {"uds": str(settings.uds)}
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only then, and without
+    # it every response waits ~40 ms on Nagle plus delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     port = sock.getsockname()[1]

@@ -82,5 +82,6 @@ def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRAT
 
 def _statements(sql: str) -> list[str]:
     # executescript() would COMMIT on its own; splitting keeps the migration and its record in
-    # one transaction. Schema text holds no semicolons inside literals.
-    return [part.strip() for part in sql.split(";") if part.strip()]
+    # one transaction. Comment lines go first; schema text holds no semicolons inside literals.
+    code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return [part.strip() for part in code.split(";") if part.strip()]

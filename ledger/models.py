@@ -131,14 +131,8 @@ class RunTransition(Spec):
 class MetricPoint(Spec):
     metric: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
     step: Annotated[int, Field(ge=0)]
-    value: float
-
-    @field_validator("value")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("metric values must be finite (no NaN or infinity)")
-        return value
+    # Checked in pydantic-core: a Python validator here costs ~4 us per point on 10,000-point batches.
+    value: Annotated[float, Field(allow_inf_nan=False)]
 
 
 MAX_METRIC_BATCH = 10_000

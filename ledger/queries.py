@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from bashgym.ledger.errors import InvalidInput, RuleRejected
-from bashgym.ledger.models import Event, EventPage
+from bashgym.ledger.models import Event
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
 
@@ -218,38 +219,68 @@ def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dic
         row["metric"]: {"count": row["n"], "min": row["lo"], "max": row["hi"], "last_step": row["last_step"]}
         for row in conn.execute(
             f"SELECT metric, COUNT(*) AS n, MIN(value) AS lo, MAX(value) AS hi, MAX(step) AS last_step "
-            f"FROM metric_points WHERE {scope} GROUP BY metric",
+            f"FROM metric_values WHERE {scope} GROUP BY metric",
             key,
         )
     }
     for metric, summary in run["metric_summary"].items():
         last = conn.execute(
-            f"SELECT value FROM metric_points WHERE {scope} AND metric = ? ORDER BY attempt_id DESC, step DESC LIMIT 1",
+            f"SELECT value FROM metric_values WHERE {scope} AND metric = ? ORDER BY attempt_id DESC, step DESC LIMIT 1",
             (*key, metric),
         ).fetchone()
         summary["latest"] = last[0] if last else None
     return run
 
 
-def trend(conn: sqlite3.Connection, ws: str, project: str, metric: str, run_id: str | None) -> dict[str, Any]:
-    """A metric's points (one run) or each run's latest value (whole project), with a summary."""
+def trend_json(conn: sqlite3.Connection, ws: str, project: str, metric: str, run_id: str | None) -> str:
+    """A metric's points (one run) or each run's latest value (whole project), with a summary, as JSON text.
+
+    One run's points are aggregated and rendered to JSON inside SQLite: a Python loop over 100,000
+    points costs ~0.5 s here, the SQL a fraction of that.
+    """
     require_project(conn, ws, project)
-    if run_id is not None:
-        get_run_row(conn, ws, project, run_id)
-        rows = conn.execute(
-            "SELECT step, value FROM metric_points WHERE workspace_id = ? AND project_id = ? "
-            "AND run_id = ? AND metric = ? ORDER BY attempt_id, step",
-            (ws, project, run_id, metric),
-        ).fetchall()
-        xs = [float(row[0]) for row in rows]
-        ys = [row[1] for row in rows]
-        return {
-            "metric": metric,
-            "run_id": run_id,
-            "steps": [row[0] for row in rows],
-            "values": ys,
-            "summary": summarize(xs, ys),
-        }
+    if run_id is None:
+        return json.dumps(_trend_across_runs(conn, ws, project, metric), allow_nan=False)
+    get_run_row(conn, ws, project, run_id)
+    key = (ws, project, run_id, metric)
+    where = "workspace_id = ? AND project_id = ? AND run_id = ? AND metric = ?"
+    row = conn.execute(
+        "SELECT COUNT(*), MIN(value), MAX(value), SUM(step), SUM(value), SUM(step * step), SUM(step * value), "
+        "json_group_array(step), json_group_array(value) FROM "
+        f"(SELECT step, value FROM metric_values WHERE {where} ORDER BY attempt_id, step)",
+        key,
+    ).fetchone()
+    first = conn.execute(f"SELECT value FROM metric_values WHERE {where} ORDER BY attempt_id, step LIMIT 1", key)
+    latest = conn.execute(
+        f"SELECT value FROM metric_values WHERE {where} ORDER BY attempt_id DESC, step DESC LIMIT 1", key
+    )
+    summary = _summary_from_sums(tuple(row[:7]), first.fetchone(), latest.fetchone())
+    head = json.dumps({"metric": metric, "run_id": run_id, "summary": summary}, allow_nan=False)
+    return f'{head[:-1]},"steps":{row[7]},"values":{row[8]}}}'
+
+
+def _summary_from_sums(
+    sums: tuple[Any, ...], first: tuple[float] | None, latest: tuple[float] | None
+) -> dict[str, float | int | None]:
+    n, lo, hi, sx, sy, sxx, sxy = sums
+    if not n or first is None or latest is None:
+        return summarize([], [])
+    denominator = n * sxx - sx * sx
+    slope = None
+    if n > 1:
+        slope = (n * sxy - sx * sy) / denominator if denominator else 0.0
+    return {
+        "count": n,
+        "first": first[0],
+        "latest": latest[0],
+        "min": lo,
+        "max": hi,
+        "delta": latest[0] - first[0],
+        "slope": slope,
+    }
+
+
+def _trend_across_runs(conn: sqlite3.Connection, ws: str, project: str, metric: str) -> dict[str, Any]:
     runs = conn.execute(
         "SELECT run_id FROM runs WHERE workspace_id = ? AND project_id = ? ORDER BY created_at LIMIT 1000",
         (ws, project),
@@ -257,7 +288,7 @@ def trend(conn: sqlite3.Connection, ws: str, project: str, metric: str, run_id: 
     run_ids, values = [], []
     for (rid,) in runs:
         last = conn.execute(
-            "SELECT value FROM metric_points WHERE workspace_id = ? AND project_id = ? AND "
+            "SELECT value FROM metric_values WHERE workspace_id = ? AND project_id = ? AND "
             "run_id = ? AND metric = ? ORDER BY attempt_id DESC, step DESC LIMIT 1",
             (ws, project, rid, metric),
         ).fetchone()
@@ -407,7 +438,26 @@ def _event_rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> li
     return events
 
 
-def events_page(
+# SQLite renders each event to JSON itself: building 100 pydantic events per page costs ~2 ms here.
+_EVENT_JSON = (
+    "json_object('cursor', cursor, 'event_id', event_id, 'event_type', event_type, 'workspace_id', workspace_id, "
+    "'project_id', project_id, 'experiment_id', experiment_id, 'run_id', run_id, 'attempt_id', attempt_id, "
+    "'actor', actor, 'credential_kind', credential_kind, 'capability', capability, 'correlation_id', "
+    "correlation_id, 'payload', json(payload_json), 'created_at', created_at, 'prev_hash', prev_hash, "
+    "'hash', hash)"
+)
+
+
+@dataclass(frozen=True)
+class RawPage:
+    """An event page already rendered to JSON, with what callers need to decide on it."""
+
+    text: str
+    count: int
+    next_cursor: int
+
+
+def events_page_json(
     conn: sqlite3.Connection,
     ws: str,
     project: str | None,
@@ -415,7 +465,7 @@ def events_page(
     after_cursor: int,
     limit: int,
     types: list[str] | None = None,
-) -> EventPage:
+) -> RawPage:
     """Events after a cursor, oldest first, for one project (or the workspace when project is None)."""
     if after_cursor < 0:
         raise InvalidInput("after_cursor must be 0 or more.")
@@ -428,16 +478,16 @@ def events_page(
     if types:
         clauses.append(f"event_type IN ({', '.join('?' * len(types))})")
         args.extend(types)
-    rows = _event_rows(
-        conn, f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY cursor LIMIT ?", (*args, limit + 1)
-    )
+    rows = conn.execute(
+        f"SELECT cursor, {_EVENT_JSON} FROM events WHERE {' AND '.join(clauses)} ORDER BY cursor LIMIT ?",
+        (*args, limit + 1),
+    ).fetchall()
     page = rows[:limit]
-    return EventPage(
-        after_cursor=after_cursor,
-        next_cursor=page[-1].cursor if page else after_cursor,
-        has_more=len(rows) > limit,
-        events=page,
-    )
+    next_cursor = page[-1][0] if page else after_cursor
+    has_more = "true" if len(rows) > limit else "false"
+    events = ",".join(row[1] for row in page)
+    text = f'{{"after_cursor":{after_cursor},"next_cursor":{next_cursor},"has_more":{has_more},"events":[{events}]}}'
+    return RawPage(text=text, count=len(page), next_cursor=next_cursor)
 
 
 def last_cursor(conn: sqlite3.Connection) -> int:

@@ -218,15 +218,11 @@ def ingest_metrics(tx: Tx, ws: str, project: str, batch: MetricBatch) -> dict[st
                 f"The batch holds two values for {point.metric} at step {point.step}.",
                 hint="Send one value per metric and step.",
             )
-    rows = [
-        (ws, project, batch.run_id, metric, batch.attempt_id, step, value, tx.now)
-        for (metric, step), value in seen.items()
-    ]
+    series = {metric: _series_id(tx, ws, project, batch, metric) for metric in {m for m, _ in seen}}
+    rows = [(series[metric], step, value) for (metric, step), value in seen.items()]
     before = tx.conn.total_changes
     tx.conn.executemany(
-        "INSERT INTO metric_points (workspace_id, project_id, run_id, metric, attempt_id, step, value, recorded_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        rows,
+        "INSERT INTO metric_points (series_id, step, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", rows
     )
     inserted = tx.conn.total_changes - before
     if inserted < len(rows):
@@ -252,15 +248,25 @@ def ingest_metrics(tx: Tx, ws: str, project: str, batch: MetricBatch) -> dict[st
     return result
 
 
+def _series_id(tx: Tx, ws: str, project: str, batch: MetricBatch, metric: str) -> int:
+    key = (ws, project, batch.run_id, metric, batch.attempt_id)
+    where = "workspace_id = ? AND project_id = ? AND run_id = ? AND metric = ? AND attempt_id = ?"
+    row = tx.conn.execute(f"SELECT series_id FROM metric_series WHERE {where}", key).fetchone()
+    if row is not None:
+        return int(row[0])
+    cursor = tx.conn.execute(
+        "INSERT INTO metric_series (workspace_id, project_id, run_id, metric, attempt_id) VALUES (?, ?, ?, ?, ?)", key
+    )
+    return int(cursor.lastrowid or 0)
+
+
 def _check_replayed_points(
     tx: Tx, ws: str, project: str, batch: MetricBatch, seen: dict[tuple[str, int], float]
 ) -> None:
-    query = (
-        "SELECT value FROM metric_points WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
-        "AND metric = ? AND attempt_id = ? AND step = ?"
-    )
+    series = {metric: _series_id(tx, ws, project, batch, metric) for metric in {m for m, _ in seen}}
+    query = "SELECT value FROM metric_points WHERE series_id = ? AND step = ?"
     for (metric, step), value in seen.items():
-        stored = tx.conn.execute(query, (ws, project, batch.run_id, metric, batch.attempt_id, step)).fetchone()
+        stored = tx.conn.execute(query, (series[metric], step)).fetchone()
         if stored is not None and stored[0] != value:
             raise Conflict(
                 f"{metric} at step {step} of attempt {batch.attempt_id} is already {stored[0]}; this batch says "

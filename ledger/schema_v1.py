@@ -79,12 +79,23 @@ CREATE TABLE attempts (
     FOREIGN KEY (workspace_id, project_id, run_id) REFERENCES runs (workspace_id, project_id, run_id)
 ) WITHOUT ROWID;
 
-CREATE TABLE metric_points (
+-- A series is one metric of one attempt; points key on (series_id, step), which keeps each row
+-- a few bytes and makes a 1,000-point batch one short B-tree append.
+CREATE TABLE metric_series (
+    series_id INTEGER PRIMARY KEY,
     workspace_id TEXT NOT NULL, project_id TEXT NOT NULL, run_id TEXT NOT NULL,
-    metric TEXT NOT NULL, attempt_id TEXT NOT NULL, step INTEGER NOT NULL, value REAL NOT NULL,
-    recorded_at TEXT NOT NULL,
-    PRIMARY KEY (workspace_id, project_id, run_id, metric, attempt_id, step)
+    metric TEXT NOT NULL, attempt_id TEXT NOT NULL,
+    UNIQUE (workspace_id, project_id, run_id, metric, attempt_id)
+);
+
+CREATE TABLE metric_points (
+    series_id INTEGER NOT NULL REFERENCES metric_series (series_id), step INTEGER NOT NULL, value REAL NOT NULL,
+    PRIMARY KEY (series_id, step)
 ) WITHOUT ROWID;
+
+CREATE VIEW metric_values AS
+    SELECT s.workspace_id, s.project_id, s.run_id, s.metric, s.attempt_id, p.step, p.value
+    FROM metric_series s JOIN metric_points p ON p.series_id = s.series_id;
 
 CREATE TABLE artifacts (
     workspace_id TEXT NOT NULL, project_id TEXT NOT NULL, artifact_id TEXT NOT NULL,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -58,6 +59,9 @@ class Ledger:
         self._head = head
         self._clock = clock
         self._appended = asyncio.Condition()
+        # Token rows by hash. Every token write goes through this object and clears the cache, so a
+        # cached row is never stale and a revocation still applies on the very next request.
+        self._tokens: dict[str, dict[str, Any] | None] = {}
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", readers: int = 2, clock: Clock = _utc_now) -> Ledger:
@@ -269,7 +273,10 @@ class Ledger:
         return await self.read(lambda conn: queries.get_run(conn, ws, project, run_id))
 
     async def trend(self, ws: str, project: str, metric: str, run_id: str | None = None) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.trend(conn, ws, project, metric, run_id))
+        return dict(json.loads(await self.trend_json(ws, project, metric, run_id)))
+
+    async def trend_json(self, ws: str, project: str, metric: str, run_id: str | None = None) -> str:
+        return await self.read(lambda conn: queries.trend_json(conn, ws, project, metric, run_id))
 
     async def list_evaluations(self, ws: str, project: str, *, suite: str | None = None) -> dict[str, Any]:
         return await self.read(lambda conn: queries.list_evaluations(conn, ws, project, suite=suite))
@@ -282,8 +289,16 @@ class Ledger:
     async def events_page(
         self, ws: str, project: str | None, *, after_cursor: int, limit: int = 100, types: list[str] | None = None
     ) -> EventPage:
+        raw = await self.events_page_json(ws, project, after_cursor=after_cursor, limit=limit, types=types)
+        return EventPage.model_validate_json(raw.text)
+
+    async def events_page_json(
+        self, ws: str, project: str | None, *, after_cursor: int, limit: int = 100, types: list[str] | None = None
+    ) -> queries.RawPage:
         return await self.read(
-            lambda conn: queries.events_page(conn, ws, project, after_cursor=after_cursor, limit=limit, types=types)
+            lambda conn: queries.events_page_json(
+                conn, ws, project, after_cursor=after_cursor, limit=limit, types=types
+            )
         )
 
     async def quick_status(self) -> str:
@@ -306,10 +321,17 @@ class Ledger:
     # -- access ----------------------------------------------------------------------------------
 
     async def insert_token(self, actor: Actor, **fields: Any) -> dict[str, Any]:
-        return await self.write(actor, lambda tx: access.insert_token(tx, **fields))
+        try:
+            return await self.write(actor, lambda tx: access.insert_token(tx, **fields))
+        finally:
+            self._tokens.clear()
 
     async def find_token(self, token_hash: str) -> dict[str, Any] | None:
-        return await self.read(lambda conn: access.find_token(conn, token_hash))
+        if token_hash not in self._tokens:
+            if len(self._tokens) > 10_000:
+                self._tokens.clear()  # bounded: unknown-token probes must not grow memory
+            self._tokens[token_hash] = await self.read(lambda conn: access.find_token(conn, token_hash))
+        return self._tokens[token_hash]
 
     async def count_tokens(self) -> int:
         return await self.read(access.count_tokens)
