@@ -6,10 +6,10 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from bashgym.daemon.api_authority import authority_routes
 from bashgym.daemon.api_models import (
     AliasMove,
     AnnotationSpec,
@@ -34,57 +34,32 @@ from bashgym.daemon.api_models import (
     ReportSpec,
     RunRegistration,
     RunTransition,
-    WhoAmI,
     WriteResult,
 )
 from bashgym.daemon.app import Services, json_response, uptime_s
-from bashgym.daemon.authority import Principal, resolve_bearer
 from bashgym.daemon.blobs import count_rows
+from bashgym.daemon.routing import Call, ReadCall, WriteCall, requires, written
 from bashgym.ledger.errors import InvalidInput, NotFound
-from bashgym.ledger.models import Actor
 from bashgym.ledger.validation import check_identifier
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from starlette.responses import Response
 
 MAX_WAIT_S = 30.0
 
 
-@dataclass(frozen=True)
-class Call:
-    """One authorised request: who, in which workspace, under which capability and correlation id."""
-
-    services: Services
-    principal: Principal
-    workspace: str
-    actor: Actor
-
-
-def requires(capability: str) -> Any:
-    """Dependency that authenticates and checks `capability` before the handler runs."""
-
-    async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
-        services: Services = request.app.state.services
-        principal = await resolve_bearer(services.ledger, request.headers.get("authorization"), services.ledger.now())
-        ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
-        project = request.path_params.get("project")
-        principal.require(capability, workspace_id=ws, project_id=project)
-        correlation = request.scope.get("state", {}).get("correlation_id", "")
-        return Call(services, principal, ws, principal.actor(capability, correlation))
-
-    authorise.capability = capability  # type: ignore[attr-defined]
-    return Depends(authorise)
-
-
-ReadCall = Annotated[Call, requires("ledger.read")]
-WriteCall = Annotated[Call, requires("ledger.write")]
-
-
 def register_routes(app: FastAPI) -> None:
-    app.include_router(_system_routes())
-    app.include_router(_lineage_routes())
-    app.include_router(_run_routes())
-    app.include_router(_evidence_routes())
-    app.include_router(_query_routes())
+    routers = (
+        _system_routes(),
+        authority_routes(),
+        _lineage_routes(),
+        _run_routes(),
+        _evidence_routes(),
+        _query_routes(),
+    )
+    # Each router's routes already carry its prefix; adding them to the app's own router keeps them
+    # plain APIRoutes (include_router wraps them in lazily resolved branches).
+    for router in routers:
+        app.router.routes.extend(router.routes)
 
 
 def _system_routes() -> APIRouter:
@@ -101,20 +76,6 @@ def _system_routes() -> APIRouter:
                 uptime_s=uptime_s(services),
                 ledger=ledger_status,
                 pid=os.getpid(),
-            )
-        )
-
-    @router.get("/auth/whoami", response_model=WhoAmI, tags=["auth"])
-    async def whoami(call: ReadCall) -> Response:
-        p = call.principal
-        return json_response(
-            WhoAmI(
-                actor_id=p.actor_id,
-                token_id=p.token_id,
-                credential_kind=p.credential_kind,
-                capabilities=sorted(p.capabilities),
-                workspace_id=p.workspace_id,
-                project_id=p.project_id,
             )
         )
 
@@ -155,16 +116,12 @@ def _system_routes() -> APIRouter:
     return router
 
 
-def _written(result: WriteResult) -> Response:
-    return json_response(result, 200 if result.replayed else 201)
-
-
 def _lineage_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["lineage"])
 
     @router.post("/projects", response_model=WriteResult, status_code=201)
     async def create_project(call: WriteCall, body: ProjectSpec) -> Response:
-        return _written(await call.services.ledger.create_project(call.actor, call.workspace, body))
+        return written(await call.services.ledger.create_project(call.actor, call.workspace, body))
 
     @router.get("/projects")
     async def list_projects(call: ReadCall) -> Response:
@@ -176,7 +133,7 @@ def _lineage_routes() -> APIRouter:
 
     @router.post("/projects/{project}/experiments", response_model=WriteResult, status_code=201)
     async def create_experiment(call: WriteCall, project: str, body: ExperimentSpec) -> Response:
-        return _written(await call.services.ledger.create_experiment(call.actor, call.workspace, project, body))
+        return written(await call.services.ledger.create_experiment(call.actor, call.workspace, project, body))
 
     @router.get("/projects/{project}/experiments")
     async def list_experiments(call: ReadCall, project: str) -> Response:
@@ -184,11 +141,11 @@ def _lineage_routes() -> APIRouter:
 
     @router.post("/projects/{project}/model-versions", response_model=WriteResult, status_code=201)
     async def register_model_version(call: WriteCall, project: str, body: ModelVersionSpec) -> Response:
-        return _written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, body))
+        return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, body))
 
     @router.post("/projects/{project}/dataset-versions", response_model=WriteResult, status_code=201)
     async def register_dataset_version(call: WriteCall, project: str, body: DatasetVersionSpec) -> Response:
-        return _written(await call.services.ledger.register_dataset_version(call.actor, call.workspace, project, body))
+        return written(await call.services.ledger.register_dataset_version(call.actor, call.workspace, project, body))
 
     @router.post("/projects/{project}/dataset-versions/from-blob", response_model=WriteResult, status_code=201)
     async def register_dataset_from_blob(call: WriteCall, project: str, body: DatasetFromBlob) -> Response:
@@ -208,11 +165,11 @@ def _lineage_routes() -> APIRouter:
             split_manifest={"file": name, **body.split_manifest},
             row_counts={"total": rows},
         )
-        return _written(await call.services.ledger.register_dataset_version(call.actor, call.workspace, project, spec))
+        return written(await call.services.ledger.register_dataset_version(call.actor, call.workspace, project, spec))
 
     @router.post("/projects/{project}/environments", response_model=WriteResult, status_code=201)
     async def register_environment(call: WriteCall, project: str, body: EnvironmentSpec) -> Response:
-        return _written(await call.services.ledger.register_environment(call.actor, call.workspace, project, body))
+        return written(await call.services.ledger.register_environment(call.actor, call.workspace, project, body))
 
     return router
 
@@ -222,7 +179,7 @@ def _run_routes() -> APIRouter:
 
     @router.post("/runs", response_model=WriteResult, status_code=201)
     async def register_run(call: WriteCall, body: RunRegistration) -> Response:
-        return _written(await call.services.ledger.register_run(call.actor, call.workspace, body))
+        return written(await call.services.ledger.register_run(call.actor, call.workspace, body))
 
     @router.get("/projects/{project}/runs")
     async def list_runs(
@@ -246,7 +203,7 @@ def _run_routes() -> APIRouter:
 
     @router.post("/projects/{project}/runs/{run_id}/transitions", response_model=WriteResult)
     async def transition_run(call: WriteCall, project: str, run_id: str, body: RunTransition) -> Response:
-        return _written(await call.services.ledger.transition_run(call.actor, call.workspace, project, run_id, body))
+        return written(await call.services.ledger.transition_run(call.actor, call.workspace, project, run_id, body))
 
     @router.post(
         "/projects/{project}/metrics",
@@ -262,7 +219,7 @@ def _run_routes() -> APIRouter:
     async def ingest_metrics(call: WriteCall, project: str, request: Request) -> Response:
         # Parsed straight from bytes: FastAPI's dict-then-model path costs ~3x on 10,000-point batches.
         batch = MetricBatch.model_validate_json(await request.body())
-        return _written(await call.services.ledger.ingest_metrics(call.actor, call.workspace, project, batch))
+        return written(await call.services.ledger.ingest_metrics(call.actor, call.workspace, project, batch))
 
     return router
 
@@ -272,7 +229,7 @@ def _evidence_routes() -> APIRouter:
 
     def add(path: str, spec: type[Any], method: Callable[..., Any]) -> None:
         async def handler(call: Call, project: str, body: Any) -> Response:
-            return _written(await method(call.services.ledger, call.actor, call.workspace, project, body))
+            return written(await method(call.services.ledger, call.actor, call.workspace, project, body))
 
         # Real annotation objects (this module's annotations are strings) so FastAPI sees the body model.
         handler.__annotations__ = {"call": WriteCall, "project": str, "body": spec, "return": Response}

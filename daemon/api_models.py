@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from bashgym.ledger.models import (
     AliasMove,
@@ -51,6 +51,7 @@ __all__ = [
     "Event",
     "EventPage",
     "ExperimentSpec",
+    "GrantSpec",
     "Health",
     "MetricBatch",
     "MetricPoint",
@@ -121,3 +122,37 @@ class ConsumerCursor(BaseModel):
     name: str
     cursor: int
     updated_at: str | None
+
+
+class TokenIssue(BaseModel):
+    """Ask for a new API token; the token itself is shown once, in the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    actor_id: Identifier
+    profile: str = ""
+    capabilities: list[str] = Field(default_factory=list, max_length=50)
+    workspace_id: Identifier | None = None
+    project_id: Identifier | None = None
+    expires_in_s: int | None = Field(None, ge=60, le=10 * 365 * 86400)
+
+
+class TokenIssued(BaseModel):
+    token: str
+    token_id: str
+    actor_id: str
+    profile: str
+    capabilities: list[str]
+    workspace_id: str | None
+    project_id: str | None
+    expires_at: str | None
+
+
+class GrantSpec(BaseModel):
+    """Grant a Discord user or role a profile or capabilities, workspace-wide or in one project."""
+
+    model_config = ConfigDict(extra="forbid")
+    subject_kind: Literal["user", "role"]
+    subject_id: str = Field(pattern=r"^[0-9]{1,25}$")
+    profile: str = ""
+    capabilities: list[str] = Field(default_factory=list, max_length=50)
+    project_id: Identifier | None = None

@@ -8,13 +8,15 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from bashgym.daemon.authority import RateLimiter
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.settings import Settings
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, RateLimited
+from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.validation import IDENTIFIER_RE
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,6 +40,7 @@ class Services:
     blobs: BlobStore
     version: str
     started_monotonic: float
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(600, 120))
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -59,7 +62,7 @@ def error_response(
     details: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response:
-    error: dict[str, Any] = {"code": code, "message": message, "hint": hint}
+    error: dict[str, Any] = {"code": code, "message": redact_text(message), "hint": redact_text(hint)}
     if reference:
         error["reference"] = reference
     if details:

@@ -1,61 +1,38 @@
-"""Capabilities, profiles and the resolution of a bearer token into a principal."""
+"""Capabilities, profiles, and the resolution of each request into a principal (tokens and Discord)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import secrets
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import Forbidden, Unauthenticated
+from bashgym.ledger.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
 from bashgym.ledger.models import Actor
+from bashgym.ledger.validation import IDENTIFIER_RE
 
 CAPABILITIES: tuple[str, ...] = (
-    "ledger.read",
-    "ledger.write",
-    "training.launch",
-    "training.control",
-    "training.stop",
-    "eval.run",
-    "eval.protected",
-    "runcard.write",
-    "promotion.decide",
-    "promotion.override",
-    "artifact.publish_private",
-    "artifact.publish_public",
-    "budget.amend",
-    "campaign.create",
-    "campaign.control",
-    "campaign.conclude",
-    "device.manage",
-    "authority.manage",
-    "delegate.discord",
-)
+    "ledger.read", "ledger.write", "training.launch", "training.control", "training.stop", "eval.run",
+    "eval.protected", "runcard.write", "promotion.decide", "promotion.override", "artifact.publish_private",
+    "artifact.publish_public", "budget.amend", "campaign.create", "campaign.control", "campaign.conclude",
+    "device.manage", "authority.manage", "delegate.discord",
+)  # fmt: skip
 
 _VIEWER = frozenset({"ledger.read"})
 _RESEARCHER = _VIEWER | {
-    "ledger.write",
-    "training.launch",
-    "training.control",
-    "eval.run",
-    "runcard.write",
-    "campaign.create",
-    "campaign.control",
-    "artifact.publish_private",
-}
+    "ledger.write", "training.launch", "training.control", "eval.run", "runcard.write", "campaign.create",
+    "campaign.control", "artifact.publish_private",
+}  # fmt: skip
 _LEAD = _RESEARCHER | {
-    "training.stop",
-    "promotion.decide",
-    "budget.amend",
-    "eval.protected",
-    "campaign.conclude",
-    "device.manage",
-}
+    "training.stop", "promotion.decide", "budget.amend", "eval.protected", "campaign.conclude", "device.manage",
+}  # fmt: skip
 # promotion.override and artifact.publish_public are granted only explicitly; delegate.discord only to the bot.
-_EXPLICIT_ONLY = frozenset({"promotion.override", "artifact.publish_public", "delegate.discord"})
-_ADMIN = frozenset(CAPABILITIES) - _EXPLICIT_ONLY
+EXPLICIT_ONLY = frozenset({"promotion.override", "artifact.publish_public", "delegate.discord"})
+_ADMIN = frozenset(CAPABILITIES) - EXPLICIT_ONLY
 
 PROFILES: dict[str, frozenset[str]] = {
     "viewer": _VIEWER,
@@ -65,6 +42,9 @@ PROFILES: dict[str, frozenset[str]] = {
 }
 
 TOKEN_PREFIX = "bgy_"
+DISCORD_USER_HEADER = "x-discord-user-id"
+DISCORD_ROLES_HEADER = "x-discord-role-ids"
+DISCORD_GUILD_HEADER = "x-discord-guild-id"
 
 
 def new_token() -> str:
@@ -75,6 +55,18 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def check_grantable(profile: str, capabilities: list[str]) -> frozenset[str]:
+    """The capabilities a profile plus explicit names amount to; unknown names are refused."""
+    if profile and profile not in PROFILES:
+        raise InvalidInput(f"Unknown profile {profile!r}.", hint=f"Profiles: {', '.join(PROFILES)}.")
+    unknown = sorted(set(capabilities) - set(CAPABILITIES))
+    if unknown:
+        raise InvalidInput(f"Unknown capability {unknown[0]!r}.", hint=f"Capabilities: {', '.join(CAPABILITIES)}.")
+    if not profile and not capabilities:
+        raise InvalidInput("Name a profile or at least one capability.", hint="For example --profile researcher.")
+    return PROFILES.get(profile, frozenset()) | frozenset(capabilities)
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who is calling and what they may do, resolved afresh on every request."""
@@ -82,38 +74,95 @@ class Principal:
     actor_id: str
     token_id: str
     capabilities: frozenset[str]
+    project_capabilities: Mapping[str, frozenset[str]] = field(default_factory=dict)
     credential_kind: str = "token"
     workspace_id: str | None = None
     project_id: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
     def actor(self, capability: str, correlation_id: str) -> Actor:
         kind = "discord" if self.credential_kind == "discord" else "token"
         return Actor(actor_id=self.actor_id, credential_kind=kind, capability=capability, correlation_id=correlation_id)
 
+    def holds(self, capability: str, project_id: str | None) -> bool:
+        if capability in self.capabilities:
+            return True
+        return project_id is not None and capability in self.project_capabilities.get(project_id, frozenset())
+
+    def all_capabilities(self) -> list[str]:
+        every = set(self.capabilities).union(*self.project_capabilities.values())
+        return sorted(every)
+
     def require(self, capability: str, *, workspace_id: str | None = None, project_id: str | None = None) -> None:
         """Raise Forbidden naming the capability and scope unless this principal holds it there."""
         scope = f"project {project_id!r}" if project_id else f"workspace {workspace_id or '*'!r}"
-        if capability not in self.capabilities:
-            raise Forbidden(
-                f"{self.actor_id} lacks the capability {capability} for {scope}.",
-                hint="Ask an admin to grant it (bashgym auth issue, or a profile that includes it).",
-                details={"capability": capability, "scope": scope},
-            )
+        details: dict[str, object] = {"capability": capability, "scope": scope}
         if self.workspace_id and workspace_id and self.workspace_id != workspace_id:
             raise Forbidden(
-                f"{self.actor_id}'s token is limited to workspace {self.workspace_id!r}, not {scope}.",
-                details={"capability": capability, "scope": scope},
+                f"{self.actor_id} is limited to workspace {self.workspace_id!r}, not {scope}.", details=details
             )
-        if self.project_id and project_id and self.project_id != project_id:
+        if self.project_id and self.project_id != project_id:
+            raise Forbidden(f"{self.actor_id} is limited to project {self.project_id!r}, not {scope}.", details=details)
+        if not self.holds(capability, project_id):
             raise Forbidden(
-                f"{self.actor_id}'s token is limited to project {self.project_id!r}, not {scope}.",
-                details={"capability": capability, "scope": scope},
+                f"{self.actor_id} lacks the capability {capability} for {scope}.",
+                hint="Ask an admin to grant it (bashgym auth issue, or bashgym authority grant).",
+                details=details,
             )
 
 
-async def resolve_bearer(ledger: Ledger, authorization: str | None, now: datetime) -> Principal:
-    """Turn an Authorization header into a Principal, or raise Unauthenticated saying why."""
+async def resolve_request(
+    ledger: Ledger, headers: Mapping[str, str], *, now: datetime, workspace_id: str, allowed_guilds: frozenset[str]
+) -> Principal:
+    """Turn the Authorization header (and, for the bot, the Discord identity headers) into a Principal."""
+    token_principal = await _token_principal(ledger, headers.get("authorization"), now)
+    discord_user = headers.get(DISCORD_USER_HEADER)
+    delegation = [h for h in (DISCORD_USER_HEADER, DISCORD_ROLES_HEADER, DISCORD_GUILD_HEADER) if h in headers]
+    if not delegation:
+        return token_principal
+    if "delegate.discord" not in token_principal.capabilities:
+        raise Forbidden(
+            f"{token_principal.actor_id} may not act on behalf of Discord users.",
+            hint="Only the bot's token, which holds delegate.discord, sends Discord identity headers.",
+            details={"capability": "delegate.discord", "scope": "workspace"},
+        )
+    guild = headers.get(DISCORD_GUILD_HEADER, "")
+    if guild not in allowed_guilds:
+        raise Forbidden(
+            f"Discord guild {guild or '(none)'} is not allowed to use this BashGym.",
+            hint="Add it to BASHGYM_DISCORD_GUILD_IDS on the daemon.",
+        )
+    if not discord_user or not discord_user.isdigit():
+        raise Unauthenticated("The Discord user id header is missing or not a snowflake.")
+    roles = [r for r in headers.get(DISCORD_ROLES_HEADER, "").split(",") if r.strip()]
+    if not all(r.strip().isdigit() for r in roles):
+        raise Unauthenticated("The Discord role ids header must be comma-separated snowflakes.")
+    grants = await ledger.active_grants(workspace_id, discord_user, [r.strip() for r in roles])
+    return _discord_principal(discord_user, token_principal.token_id, workspace_id, grants)
+
+
+def _discord_principal(user_id: str, via_token: str, workspace_id: str, grants: list[dict[str, object]]) -> Principal:
+    workspace_caps: set[str] = set()
+    project_caps: dict[str, set[str]] = {}
+    for grant in grants:
+        caps = PROFILES.get(str(grant["profile"]), frozenset()) | set(grant["capabilities"])  # type: ignore[call-overload]
+        project = grant["project_id"]
+        if project is None:
+            workspace_caps |= caps
+        else:
+            project_caps.setdefault(str(project), set()).update(caps)
+    # The bot's own capability never passes on to the people it acts for.
+    workspace_caps.discard("delegate.discord")
+    return Principal(
+        actor_id=f"discord:{user_id}",
+        token_id=via_token,
+        capabilities=frozenset(workspace_caps),
+        project_capabilities={p: frozenset(c - {"delegate.discord"}) for p, c in project_caps.items()},
+        credential_kind="discord",
+        workspace_id=workspace_id,
+    )
+
+
+async def _token_principal(ledger: Ledger, authorization: str | None, now: datetime) -> Principal:
     if not authorization:
         raise Unauthenticated(
             "This route needs a bearer token.",
@@ -124,24 +173,56 @@ async def resolve_bearer(ledger: Ledger, authorization: str | None, now: datetim
         raise Unauthenticated("The Authorization header must be 'Bearer <token>'.")
     row = await ledger.find_token(hash_token(token.strip()))
     if row is None:
-        raise Unauthenticated("The bearer token is not known.", hint="Check the token, or issue a new one.")
+        raise Unauthenticated("The bearer token is not known.", hint="Check the token, or ask an admin for one.")
     if row["revoked_at"]:
         raise Unauthenticated(
-            f"Token {row['token_id']} was revoked at {row['revoked_at']}.", hint="Ask an admin for a new token."
+            f"Token {row['token_id']} was revoked at {row['revoked_at']}.",
+            hint="Ask an admin for a new token (bashgym auth issue).",
         )
     if row["expires_at"] and row["expires_at"] <= now.isoformat():
         raise Unauthenticated(
-            f"Token {row['token_id']} expired at {row['expires_at']}.", hint="Ask an admin for a new token."
+            f"Token {row['token_id']} expired at {row['expires_at']}.",
+            hint="Ask an admin for a new token (bashgym auth issue).",
+        )
+    capabilities = PROFILES.get(str(row["profile"]), frozenset()) | frozenset(json.loads(row["capabilities_json"]))
+    project = row["project_id"]
+    if project:
+        # A project-scoped token holds its capabilities in that project only.
+        return Principal(
+            actor_id=row["actor_id"],
+            token_id=row["token_id"],
+            capabilities=frozenset(),
+            project_capabilities={project: capabilities},
+            workspace_id=row["workspace_id"],
+            project_id=project,
         )
     return Principal(
-        actor_id=row["actor_id"],
-        token_id=row["token_id"],
-        capabilities=_capabilities(row),
-        workspace_id=row["workspace_id"],
-        project_id=row["project_id"],
+        actor_id=row["actor_id"], token_id=row["token_id"], capabilities=capabilities, workspace_id=row["workspace_id"]
     )
 
 
-def _capabilities(row: dict[str, object]) -> frozenset[str]:
-    explicit = frozenset(json.loads(str(row["capabilities_json"])))
-    return PROFILES.get(str(row["profile"]), frozenset()) | explicit
+class RateLimiter:
+    """A token bucket per principal for mutating requests."""
+
+    def __init__(self, per_minute: int, burst: int) -> None:
+        self.rate_per_s = per_minute / 60.0
+        self.burst = float(burst)
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def check(self, principal: str, now_s: float | None = None) -> None:
+        now = time.monotonic() if now_s is None else now_s
+        tokens, last = self._buckets.get(principal, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate_per_s)
+        if tokens < 1.0:
+            retry_after = max(1, int((1.0 - tokens) / self.rate_per_s + 0.999))
+            self._buckets[principal] = (tokens, now)
+            raise RateLimited(
+                f"{principal} is over its rate limit for changes.",
+                retry_after_s=retry_after,
+                hint=f"Retry after {retry_after} s, or send metric points in larger batches.",
+            )
+        self._buckets[principal] = (tokens - 1.0, now)
+
+
+def is_identifier(value: str) -> bool:
+    return bool(IDENTIFIER_RE.match(value))

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bashgym.daemon.cli_output import emit, error
-from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings
+from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings, secret_values
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_USAGE, ApiError, exit_code_for_status
 from bashgym.ledger.errors import BashGymError, InvalidInput
+from bashgym.ledger.redaction import register_secret_values
 
 if TYPE_CHECKING:
     from bashgym.daemon.client import DaemonClient
@@ -100,7 +101,7 @@ def _common() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bashgym.daemon import cli_commands, cli_ledger  # noqa: F401  (they register the commands)
+    from bashgym.daemon import cli_auth, cli_commands, cli_ledger  # noqa: F401  (they register the commands)
     from bashgym.daemon.version import bashgym_version
 
     common = _common()
@@ -137,6 +138,7 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         return EXIT_USAGE
     try:
         settings = load_settings(environ)
+        register_secret_values(secret_values(settings, environ))
         return asyncio.run(_dispatch(Ctx(args=args, settings=settings, environ=environ)))
     except ApiError as exc:
         _report(args, exc.code, exc.message, exc.hint, exc.reference)

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import uvicorn
 from bashgym.daemon.app import Services, create_app
-from bashgym.daemon.authority import hash_token, new_token
+from bashgym.daemon.authority import RateLimiter, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
+from bashgym.ledger.redaction import redact_text
 
 log = logging.getLogger("bashgym.daemon")
 SYSTEM = Actor(actor_id="system:daemon", credential_kind="system", capability="authority.manage")
@@ -99,6 +100,7 @@ async def main(settings: Settings) -> int:
                 blobs=BlobStore(settings.artifacts_dir),
                 version=bashgym_version(),
                 started_monotonic=started,
+                limiter=RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst),
             )
             await _serve(services)
     finally:
@@ -113,6 +115,7 @@ async def _serve(services: Services) -> None:
     config = uvicorn.Config(
         create_app(services),
         log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's loggers propagate to ours, which redact
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=int(settings.grace_s),
@@ -151,7 +154,16 @@ def _announce(settings: Settings, url: str, endpoint: dict[str, object]) -> None
     print(f"BashGym daemon listening on {url} (pid {os.getpid()}, home {settings.home})", flush=True)
 
 
+class RedactingFormatter(logging.Formatter):
+    """Every log line, traceback included, passes through the one redaction function."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.ledger.errors import InvalidInput
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORT = 8321
@@ -40,6 +40,28 @@ class Settings(BaseSettings):
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Daemon log level.")
+    discord_guild_ids: list[str] = Field(
+        default_factory=list, description="Discord guilds (ids, comma-separated) allowed to use this BashGym."
+    )
+    rate_limit_per_minute: int = Field(600, ge=1, description="Mutating requests a principal may make per minute.")
+    rate_limit_burst: int = Field(120, ge=1, description="Mutating requests a principal may make at once.")
+    secret_env_vars: list[str] = Field(
+        default_factory=lambda: [
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "NGC_API_KEY",
+            "NVIDIA_API_KEY",
+            "BASHGYM_TOKEN",
+        ],
+        description="Environment variables whose values are secrets, redacted wherever they would appear.",
+    )
+
+    @field_validator("discord_guild_ids", "secret_env_vars", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @property
     def ledger_path(self) -> Path:
@@ -61,6 +83,12 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.home / "artifacts"
+
+
+def secret_values(settings: Settings, environ: dict[str, str]) -> list[str]:
+    """The values of the environment variables named as secrets, to hand to the redactor."""
+    names = [*settings.secret_env_vars, settings.discord_token_env]
+    return [environ[name] for name in names if environ.get(name)]
 
 
 def load_settings(environ: dict[str, str], **overrides: Any) -> Settings:

@@ -1,12 +1,16 @@
-"""Stored API tokens (hashes only) and idempotency records of API responses."""
+"""Stored API tokens (hashes only), Discord grants, idempotency records and the audit trail."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
+from bashgym.ledger.errors import NotFound
 from bashgym.ledger.tx import Tx
 from bashgym.ledger.validation import canonical_json
+
+WORKSPACE_SCOPE = ""  # project_id of events that belong to a workspace, not to one project
 
 
 def insert_token(
@@ -40,12 +44,50 @@ def insert_token(
     tx.append_event(
         "auth.token_issued",
         workspace_id=workspace_id or "*",
-        project_id=project_id or "",
-        payload={"entity": "api_token", "entity_id": token_id, "actor_id": actor_id, "profile": profile},
+        project_id=project_id or WORKSPACE_SCOPE,
+        payload={
+            "entity": "api_token",
+            "entity_id": token_id,
+            "actor_id": actor_id,
+            "profile": profile,
+            "capabilities": sorted(capabilities),
+        },
     )
-    row = tx.fetch_one("api_tokens", {"token_id": token_id})
-    assert row is not None
-    return row
+    return token_record(_token_row(tx.conn, token_id))
+
+
+def revoke_token(tx: Tx, token_id: str) -> tuple[dict[str, Any], bool]:
+    row = _token_row(tx.conn, token_id)
+    if row["revoked_at"]:
+        return token_record(row), True
+    tx.conn.execute(
+        "UPDATE api_tokens SET revoked_at = ?, revoked_by = ? WHERE token_id = ?", (tx.now, tx.actor.actor_id, token_id)
+    )
+    tx.append_event(
+        "auth.token_revoked",
+        workspace_id=row["workspace_id"] or "*",
+        project_id=row["project_id"] or WORKSPACE_SCOPE,
+        payload={"entity": "api_token", "entity_id": token_id, "actor_id": row["actor_id"]},
+    )
+    return token_record(_token_row(tx.conn, token_id)), False
+
+
+def _token_row(conn: sqlite3.Connection, token_id: str) -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM api_tokens WHERE token_id = ?", (token_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"No token {token_id!r}.", hint="See existing ones with bashgym auth list.")
+    return dict(row)
+
+
+def token_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A token as it may be shown: never its hash."""
+    record = {k: v for k, v in row.items() if k != "token_hash"}
+    record["capabilities"] = json.loads(record.pop("capabilities_json"))
+    return record
+
+
+def list_tokens(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    return [token_record(dict(r)) for r in conn.execute("SELECT * FROM api_tokens ORDER BY created_at")]
 
 
 def find_token(conn: sqlite3.Connection, token_hash: str) -> dict[str, Any] | None:
@@ -55,6 +97,111 @@ def find_token(conn: sqlite3.Connection, token_hash: str) -> dict[str, Any] | No
 
 def count_tokens(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM api_tokens").fetchone()[0])
+
+
+def insert_grant(
+    tx: Tx,
+    *,
+    grant_id: str,
+    workspace_id: str,
+    project_id: str | None,
+    subject_kind: str,
+    subject_id: str,
+    profile: str,
+    capabilities: list[str],
+) -> dict[str, Any]:
+    tx.conn.execute(
+        "INSERT INTO discord_grants (grant_id, workspace_id, project_id, subject_kind, subject_id, profile, "
+        "capabilities_json, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            grant_id,
+            workspace_id,
+            project_id,
+            subject_kind,
+            subject_id,
+            profile,
+            canonical_json(sorted(capabilities)),
+            tx.actor.actor_id,
+            tx.now,
+        ),
+    )
+    tx.append_event(
+        "authority.granted",
+        workspace_id=workspace_id,
+        project_id=project_id or WORKSPACE_SCOPE,
+        payload={
+            "entity": "discord_grant",
+            "entity_id": grant_id,
+            "subject_kind": subject_kind,
+            "subject_id": subject_id,
+            "profile": profile,
+            "capabilities": sorted(capabilities),
+        },
+    )
+    return grant_record(_grant_row(tx.conn, grant_id))
+
+
+def revoke_grant(tx: Tx, grant_id: str) -> tuple[dict[str, Any], bool]:
+    row = _grant_row(tx.conn, grant_id)
+    if row["revoked_at"]:
+        return grant_record(row), True
+    tx.conn.execute(
+        "UPDATE discord_grants SET revoked_at = ?, revoked_by = ? WHERE grant_id = ?",
+        (tx.now, tx.actor.actor_id, grant_id),
+    )
+    tx.append_event(
+        "authority.revoked",
+        workspace_id=row["workspace_id"],
+        project_id=row["project_id"] or WORKSPACE_SCOPE,
+        payload={"entity": "discord_grant", "entity_id": grant_id},
+    )
+    return grant_record(_grant_row(tx.conn, grant_id)), False
+
+
+def _grant_row(conn: sqlite3.Connection, grant_id: str) -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM discord_grants WHERE grant_id = ?", (grant_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"No grant {grant_id!r}.", hint="See existing ones with bashgym authority list.")
+    return dict(row)
+
+
+def grant_record(row: dict[str, Any]) -> dict[str, Any]:
+    record = dict(row)
+    record["capabilities"] = json.loads(record.pop("capabilities_json"))
+    return record
+
+
+def list_grants(conn: sqlite3.Connection, workspace_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM discord_grants WHERE workspace_id = ? ORDER BY created_at", (workspace_id,))
+    return [grant_record(dict(r)) for r in rows]
+
+
+def active_grants(
+    conn: sqlite3.Connection, workspace_id: str, user_id: str, role_ids: list[str]
+) -> list[dict[str, Any]]:
+    """The live grants that apply to this Discord user, directly or through one of their roles."""
+    subjects = [("user", user_id), *(("role", role) for role in role_ids)]
+    clause = " OR ".join("(subject_kind = ? AND subject_id = ?)" for _ in subjects)
+    args = [value for subject in subjects for value in subject]
+    rows = conn.execute(
+        f"SELECT * FROM discord_grants WHERE workspace_id = ? AND revoked_at IS NULL AND ({clause})",
+        (workspace_id, *args),
+    )
+    return [grant_record(dict(r)) for r in rows]
+
+
+def audit_events(conn: sqlite3.Connection, *, since: str, actor: str | None, limit: int) -> list[dict[str, Any]]:
+    """Mutations (every event is one) since a time, newest last, optionally of one actor."""
+    clauses, args = ["created_at >= ?"], [since]
+    if actor is not None:
+        clauses.append("actor = ?")
+        args.append(actor)
+    rows = conn.execute(
+        "SELECT cursor, event_type, workspace_id, project_id, run_id, actor, credential_kind, capability, "
+        f"correlation_id, created_at FROM events WHERE {' AND '.join(clauses)} ORDER BY cursor DESC LIMIT ?",
+        (*args, limit),
+    ).fetchall()
+    return [dict(r) for r in reversed(rows)]
 
 
 def find_idempotent(conn: sqlite3.Connection, principal: str, key: str) -> dict[str, Any] | None:

@@ -75,6 +75,9 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "alias.moved": AliasMoved,
     "annotation.added": Annotation,
     "auth.token_issued": EntityRegistered,
+    "auth.token_revoked": EntityRegistered,
+    "authority.granted": EntityRegistered,
+    "authority.revoked": EntityRegistered,
 }
 
 

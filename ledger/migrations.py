@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger import schema_v1
+from bashgym.ledger import schema_v1, schema_v2
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
 
@@ -22,7 +22,10 @@ class Migration:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial_ledger", schema_v1.SQL),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial_ledger", schema_v1.SQL),
+    Migration(2, "authority_grants", schema_v2.SQL),
+)
 
 _RECORD_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (

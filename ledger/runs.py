@@ -7,6 +7,7 @@ from typing import Any
 from bashgym.ledger.errors import Conflict, NotFound
 from bashgym.ledger.lineage import ensure_unassigned, parse_context, register_context_lineage
 from bashgym.ledger.models import UNASSIGNED, MetricBatch, RunRegistration, RunTransition
+from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.states import check_transition, event_type_for
 from bashgym.ledger.tx import Tx, new_id
@@ -165,6 +166,7 @@ def transition_run(tx: Tx, ws: str, project: str, run_id: str, spec: RunTransiti
         return to_record(run), True
     check_transition(run["status"], spec.status, what=f"Run {run_id}")
     check_transition(attempt["status"], spec.status, what=f"Attempt {attempt['attempt_id']}")
+    reason, error_summary = redact_text(spec.reason), redact_text(spec.error_summary)
     is_terminal = spec.status in {"completed", "failed", "cancelled"}
     started = tx.now if spec.status == "running" else None
     ended = tx.now if is_terminal else None
@@ -177,11 +179,11 @@ def transition_run(tx: Tx, ws: str, project: str, run_id: str, spec: RunTransiti
         "UPDATE attempts SET status = ?, status_reason = ?, error_summary = ?, updated_at = ?, "
         "started_at = COALESCE(started_at, ?), ended_at = ? WHERE workspace_id = ? AND project_id = ? "
         "AND attempt_id = ?",
-        (spec.status, spec.reason, spec.error_summary, tx.now, started, ended, ws, project, attempt["attempt_id"]),
+        (spec.status, reason, error_summary, tx.now, started, ended, ws, project, attempt["attempt_id"]),
     )
-    payload: dict[str, Any] = {"status": spec.status, "previous_status": run["status"], "reason": spec.reason}
-    if spec.error_summary:
-        payload["error_summary"] = spec.error_summary
+    payload: dict[str, Any] = {"status": spec.status, "previous_status": run["status"], "reason": reason}
+    if error_summary:
+        payload["error_summary"] = error_summary
     tx.append_event(
         event_type_for(run["status"], spec.status),
         workspace_id=ws,

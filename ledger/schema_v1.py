@@ -63,7 +63,11 @@ CREATE TABLE runs (
     FOREIGN KEY (workspace_id, project_id, experiment_id)
         REFERENCES experiments (workspace_id, project_id, experiment_id)
 ) WITHOUT ROWID;
-CREATE INDEX runs_by_status ON runs (workspace_id, project_id, status, method, created_at);
+CREATE INDEX runs_by_status ON runs (workspace_id, project_id, status, created_at);
+CREATE INDEX runs_by_status_method ON runs (workspace_id, project_id, status, method, created_at);
+CREATE INDEX runs_by_activity ON runs (workspace_id, project_id, status, updated_at);
+CREATE INDEX runs_incomplete ON runs (workspace_id, project_id, created_at)
+    WHERE context_status != 'verified' OR model_version_id IS NULL OR dataset_version_id IS NULL;
 CREATE INDEX runs_by_method ON runs (workspace_id, project_id, method, created_at);
 CREATE INDEX runs_by_experiment ON runs (workspace_id, project_id, experiment_id, created_at);
 CREATE INDEX runs_by_created ON runs (workspace_id, project_id, created_at);

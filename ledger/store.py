@@ -59,9 +59,10 @@ class Ledger:
         self._head = head
         self._clock = clock
         self._appended = asyncio.Condition()
-        # Token rows by hash. Every token write goes through this object and clears the cache, so a
-        # cached row is never stale and a revocation still applies on the very next request.
+        # Token rows by hash and Discord grants by subject. Every authority write goes through this
+        # object and clears both, so nothing cached is stale: a revocation applies on the next request.
         self._tokens: dict[str, dict[str, Any] | None] = {}
+        self._grants: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", readers: int = 2, clock: Clock = _utc_now) -> Ledger:
@@ -87,6 +88,7 @@ class Ledger:
 
     async def close(self) -> None:
         await self._readers.close()
+        await self._writer.run(lambda conn: conn.execute("PRAGMA optimize"))
         await self._writer.run(lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)"))
         await self._writer.close()
 
@@ -324,7 +326,16 @@ class Ledger:
         try:
             return await self.write(actor, lambda tx: access.insert_token(tx, **fields))
         finally:
-            self._tokens.clear()
+            self._forget_authority()
+
+    async def revoke_token(self, actor: Actor, token_id: str) -> WriteResult:
+        try:
+            return await self._put(actor, lambda tx: access.revoke_token(tx, token_id))
+        finally:
+            self._forget_authority()
+
+    async def list_tokens(self) -> list[dict[str, Any]]:
+        return await self.read(access.list_tokens)
 
     async def find_token(self, token_hash: str) -> dict[str, Any] | None:
         if token_hash not in self._tokens:
@@ -332,6 +343,38 @@ class Ledger:
                 self._tokens.clear()  # bounded: unknown-token probes must not grow memory
             self._tokens[token_hash] = await self.read(lambda conn: access.find_token(conn, token_hash))
         return self._tokens[token_hash]
+
+    async def insert_grant(self, actor: Actor, **fields: Any) -> dict[str, Any]:
+        try:
+            return await self.write(actor, lambda tx: access.insert_grant(tx, **fields))
+        finally:
+            self._forget_authority()
+
+    async def revoke_grant(self, actor: Actor, grant_id: str) -> WriteResult:
+        try:
+            return await self._put(actor, lambda tx: access.revoke_grant(tx, grant_id))
+        finally:
+            self._forget_authority()
+
+    async def list_grants(self, workspace_id: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: access.list_grants(conn, workspace_id))
+
+    async def active_grants(self, workspace_id: str, user_id: str, role_ids: list[str]) -> list[dict[str, Any]]:
+        key = (workspace_id, user_id, *sorted(role_ids))
+        if key not in self._grants:
+            if len(self._grants) > 10_000:
+                self._grants.clear()
+            self._grants[key] = await self.read(
+                lambda conn: access.active_grants(conn, workspace_id, user_id, role_ids)
+            )
+        return self._grants[key]
+
+    def _forget_authority(self) -> None:
+        self._tokens.clear()
+        self._grants.clear()
+
+    async def audit_events(self, *, since: str, actor: str | None, limit: int) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: access.audit_events(conn, since=since, actor=actor, limit=limit))
 
     async def count_tokens(self) -> int:
         return await self.read(access.count_tokens)

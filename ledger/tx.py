@@ -14,6 +14,7 @@ from typing import Any
 from bashgym.ledger.errors import IdentityConflict
 from bashgym.ledger.events import event_hash, validate_payload
 from bashgym.ledger.models import Actor
+from bashgym.ledger.redaction import redact, redact_text
 from bashgym.ledger.validation import canonical_json, check_payload, differing_fields, identity_digest
 
 
@@ -69,7 +70,7 @@ class Tx:
             "credential_kind": self.actor.credential_kind,
             "capability": self.actor.capability,
             "correlation_id": self.actor.correlation_id,
-            "payload_json": check_payload(payload, field=f"{event_type} payload"),
+            "payload_json": check_payload(redact(payload), field=f"{event_type} payload"),
             "created_at": self.now,
             "prev_hash": self.head.hash,
         }
@@ -96,6 +97,9 @@ class Tx:
         Returns the stored row as a dict and whether it was a replay. `table` and column names come
         from code, never from callers.
         """
+        # Values that look like credentials never reach the file; keys that do are refused earlier.
+        identity = redact(identity)
+        columns = {name: redact_text(v) if isinstance(v, str) else v for name, v in columns.items()}
         existing = self.fetch_one(table, key)
         digest = identity_digest(identity)
         if existing is not None:

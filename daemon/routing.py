@@ -1,0 +1,58 @@
+"""How a route declares its capability: the `requires` dependency, and the Call it hands the handler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from bashgym.daemon.app import MUTATING, Services, json_response
+from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.ledger.models import Actor, WriteResult
+from bashgym.ledger.validation import check_identifier
+from fastapi import Depends, Query, Request
+from starlette.responses import Response
+
+
+@dataclass(frozen=True)
+class Call:
+    """One authorised request: who, in which workspace, under which capability and correlation id."""
+
+    services: Services
+    principal: Principal
+    workspace: str
+    actor: Actor
+
+
+AUTHENTICATED = "authenticated"  # the declared "capability" of routes any valid principal may call
+
+
+def requires(capability: str) -> Any:
+    """Dependency that authenticates, rate-limits changes and checks `capability` before the handler runs."""
+
+    async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services: Services = request.app.state.services
+        ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
+        principal = await resolve_request(
+            services.ledger,
+            request.headers,
+            now=services.ledger.now(),
+            workspace_id=ws,
+            allowed_guilds=frozenset(services.settings.discord_guild_ids),
+        )
+        if request.method in MUTATING:
+            services.limiter.check(principal.actor_id)
+        if capability != AUTHENTICATED:
+            principal.require(capability, workspace_id=ws, project_id=request.path_params.get("project"))
+        correlation = request.scope.get("state", {}).get("correlation_id", "")
+        return Call(services, principal, ws, principal.actor(capability, correlation))
+
+    authorise.capability = capability  # type: ignore[attr-defined]
+    return Depends(authorise)
+
+
+ReadCall = Annotated[Call, requires("ledger.read")]
+WriteCall = Annotated[Call, requires("ledger.write")]
+
+
+def written(result: WriteResult) -> Response:
+    return json_response(result, 200 if result.replayed else 201)

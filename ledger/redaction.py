@@ -1,0 +1,63 @@
+"""The one redaction function: logs, ledger payloads, API answers, reports, receipts and bot posts use it.
+
+Secrets never leave the process that holds them: secret-shaped keys lose their values, and strings
+lose anything that looks like a credential or equals a secret value this process was told about.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+REDACTED = "[redacted]"
+
+_PATTERNS = [
+    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),  # Hugging Face
+    re.compile(r"\bbgy_[A-Za-z0-9_-]{20,}"),  # BashGym API tokens
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),  # GitHub
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),  # OpenAI-style keys
+    re.compile(r"\bnvapi-[A-Za-z0-9_-]{20,}\b"),  # NVIDIA
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key ids
+    re.compile(r"\b[MN][A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,}\b"),  # Discord bot tokens
+]
+
+_known_lock = threading.Lock()
+_known_values: tuple[str, ...] = ()
+
+
+def register_secret_values(values: list[str]) -> None:
+    """Tell the redactor about secret values this process holds (tokens read from the environment)."""
+    global _known_values
+    with _known_lock:
+        merged = {*_known_values, *(v for v in values if v and len(v) >= 6)}
+        # Longest first, so a secret that contains another is replaced whole.
+        _known_values = tuple(sorted(merged, key=len, reverse=True))
+
+
+def redact_text(text: str) -> str:
+    for value in _known_values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    for pattern in _PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
+def contains_secret(text: str) -> bool:
+    return redact_text(text) != text
+
+
+def redact(value: Any) -> Any:
+    """Return a copy of value with secret-shaped keys and credential-looking strings redacted."""
+    from bashgym.ledger.validation import is_secret_key
+
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: (REDACTED if is_secret_key(str(k)) else redact(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(item) for item in value]
+    return value

@@ -1,0 +1,325 @@
+"""Every route declares a capability, and every mutating route enforces it: 401, 403 naming it, success."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bashgym.daemon.app import MUTATING, Services, create_app
+from bashgym.daemon.authority import CAPABILITIES, hash_token, new_token
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.routing import AUTHENTICATED
+from bashgym.daemon.settings import load_settings
+from bashgym.ledger import Ledger
+from bashgym.ledger.models import Actor
+from fastapi.routing import APIRoute
+
+from tests.factories import digest, suite, tracking_context
+
+pytestmark = pytest.mark.anyio
+UNAUTHENTICATED_ROUTES = {"/v1/health", "/v1/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"}
+_counter = itertools.count()
+
+
+def declared_capability(route: APIRoute) -> str | None:
+    for dependency in route.dependant.dependencies:
+        capability = getattr(dependency.call, "capability", None)
+        if capability:
+            return str(capability)
+    return None
+
+
+@dataclass
+class Harness:
+    client: httpx.AsyncClient
+    ledger: Ledger
+    admin: str
+    tmp: Path
+    app: Any
+
+    async def token(self, capabilities: list[str]) -> str:
+        token = new_token()
+        await self.ledger.insert_token(
+            Actor(actor_id="test"),
+            token_id=f"tok-{next(_counter)}",
+            token_hash=hash_token(token),
+            actor_id=f"user-{next(_counter)}",
+            profile="",
+            capabilities=capabilities,
+            workspace_id=None,
+            project_id=None,
+            expires_at=None,
+        )
+        return token
+
+    async def admin_call(self, method: str, path: str, **kwargs: Any) -> Any:
+        answer = await self.client.request(method, path, headers={"Authorization": f"Bearer {self.admin}"}, **kwargs)
+        assert answer.status_code < 300, answer.text
+        return answer.json()
+
+
+@pytest.fixture
+async def harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]:
+    settings = load_settings({}, home=str(tmp_path), rate_limit_per_minute=100_000, rate_limit_burst=100_000)
+    app = create_app(Services(settings, ledger, BlobStore(tmp_path / "artifacts"), "test", 0.0))
+    admin = new_token()
+    await ledger.insert_token(
+        Actor(actor_id="system"),
+        token_id="tok-admin",
+        token_hash=hash_token(admin),
+        actor_id="admin",
+        profile="admin",
+        capabilities=[],
+        workspace_id=None,
+        project_id=None,
+        expires_at=None,
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
+        yield Harness(client, ledger, admin, tmp_path, app)
+
+
+# One request per mutating route: a factory that prepares state with the admin token and returns
+# (path, request kwargs). Adding a mutating route without a case here fails the coverage test.
+Case = Callable[[Harness], Any]
+
+
+async def _project(h: Harness) -> str:
+    name = f"p{next(_counter)}"
+    await h.admin_call("POST", "/v1/projects", json={"project_id": name, "name": name})
+    return name
+
+
+async def _run(h: Harness) -> tuple[str, str]:
+    project = f"p{next(_counter)}"
+    run = await h.admin_call(
+        "POST", "/v1/runs", json={"method": "sft", "tracking_context": tracking_context(project_id=project)}
+    )
+    return project, run["record"]["run_id"]
+
+
+async def _results(h: Harness) -> tuple[str, str, str]:
+    project, run = await _run(h)
+    await h.admin_call("POST", f"/v1/projects/{project}/eval-suites", json=suite("s"))
+    ids = []
+    for value in (0.1, 0.2):
+        r = await h.admin_call(
+            "POST",
+            f"/v1/projects/{project}/eval-results",
+            json={"suite_id": "s", "run_id": run, "metrics": {"pass_at_1": value}},
+        )
+        ids.append(r["record"]["result_id"])
+    return project, ids[0], ids[1]
+
+
+async def _blob(h: Harness) -> str:
+    return str((await h.admin_call("PUT", "/v1/blobs", content=b'{"text": "row"}\n'))["sha256"])
+
+
+async def case_projects(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/projects", {"json": {"project_id": f"new{next(_counter)}", "name": "N"}}
+
+
+async def case_experiments(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/experiments", {"json": {"experiment_id": "e", "name": "E"}}
+
+
+async def case_model_versions(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/model-versions", {
+        "json": {"model_version_id": "m", "model_id": "m", "source_uri": "hf://a/b", "source_revision": "x"}
+    }
+
+
+async def case_dataset_versions(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/dataset-versions", {
+        "json": {"dataset_version_id": "d", "dataset_id": "d", "source_uri": "s3://d", "content_digest": digest("d")}
+    }
+
+
+async def case_dataset_from_blob(h: Harness) -> tuple[str, dict[str, Any]]:
+    sha = await _blob(h)
+    return f"/v1/projects/{await _project(h)}/dataset-versions/from-blob", {
+        "json": {"dataset_id": "d", "dataset_version_id": "v", "sha256": sha, "filename": "d.jsonl"}
+    }
+
+
+async def case_environments(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/environments", {
+        "json": {"environment_id": "env", "compute_target": "local", "runtime_digest": digest("r")}
+    }
+
+
+async def case_runs(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/runs", {"json": {"method": "sft"}}
+
+
+async def case_transitions(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    return f"/v1/projects/{project}/runs/{run}/transitions", {"json": {"status": "running"}}
+
+
+async def case_metrics(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    return f"/v1/projects/{project}/metrics", {
+        "json": {"run_id": run, "attempt_id": f"{run}.a1", "points": [{"metric": "m", "step": 0, "value": 1.0}]}
+    }
+
+
+async def case_artifacts(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    return f"/v1/projects/{project}/artifacts", {
+        "json": {"run_id": run, "kind": "adapter", "uri": "u", "sha256": digest("a"), "size_bytes": 1}
+    }
+
+
+async def case_eval_suites(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/eval-suites", {"json": suite("x")}
+
+
+async def case_eval_results(h: Harness) -> tuple[str, dict[str, Any]]:
+    project = await _project(h)
+    await h.admin_call("POST", f"/v1/projects/{project}/eval-suites", json=suite("s"))
+    return f"/v1/projects/{project}/eval-results", {"json": {"suite_id": "s", "metrics": {"pass_at_1": 0.5}}}
+
+
+async def case_comparisons(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, base, cand = await _results(h)
+    return f"/v1/projects/{project}/comparisons", {
+        "json": {"baseline_result_id": base, "candidate_result_id": cand, "primary_metric": "pass_at_1"}
+    }
+
+
+async def case_decisions(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/decisions", {
+        "json": {"decision_type": "note", "outcome": "hold", "rationale": "waiting"}
+    }
+
+
+async def case_aliases(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, _ = await _run(h)
+    return f"/v1/projects/{project}/aliases", {"json": {"alias": "champion", "model_version_id": "tiny-v1"}}
+
+
+async def case_budget_entries(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/budget-entries", {
+        "json": {"entry_id": "b", "kind": "limit", "gpu_hours": 5}
+    }
+
+
+async def case_reports(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/reports", {"json": {"report_id": "r", "kind": "k", "title": "T"}}
+
+
+async def case_annotations(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/annotations", {"json": {"text": "note"}}
+
+
+async def case_backup(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/ledger/backup", {"params": {"to": str(h.tmp / f"backup-{next(_counter)}.sqlite3")}}
+
+
+async def case_blobs(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/blobs", {"content": b"some bytes"}
+
+
+async def case_cursor(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/consumers/notifier/cursor", {"json": {"cursor": 1}}
+
+
+async def case_issue_token(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/auth/tokens", {"json": {"actor_id": "bob", "profile": "viewer"}}
+
+
+async def case_revoke_token(h: Harness) -> tuple[str, dict[str, Any]]:
+    issued = await h.admin_call("POST", "/v1/auth/tokens", json={"actor_id": "carol", "profile": "viewer"})
+    return f"/v1/auth/tokens/{issued['token_id']}/revoke", {}
+
+
+async def case_grant(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/authority/grants", {"json": {"subject_kind": "user", "subject_id": "42", "profile": "viewer"}}
+
+
+async def case_revoke_grant(h: Harness) -> tuple[str, dict[str, Any]]:
+    grant = await h.admin_call(
+        "POST", "/v1/authority/grants", json={"subject_kind": "role", "subject_id": "7", "profile": "viewer"}
+    )
+    return f"/v1/authority/grants/{grant['grant_id']}/revoke", {}
+
+
+CASES: dict[tuple[str, str], Case] = {
+    ("POST", "/v1/projects"): case_projects,
+    ("POST", "/v1/projects/{project}/experiments"): case_experiments,
+    ("POST", "/v1/projects/{project}/model-versions"): case_model_versions,
+    ("POST", "/v1/projects/{project}/dataset-versions"): case_dataset_versions,
+    ("POST", "/v1/projects/{project}/dataset-versions/from-blob"): case_dataset_from_blob,
+    ("POST", "/v1/projects/{project}/environments"): case_environments,
+    ("POST", "/v1/runs"): case_runs,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/transitions"): case_transitions,
+    ("POST", "/v1/projects/{project}/metrics"): case_metrics,
+    ("POST", "/v1/projects/{project}/artifacts"): case_artifacts,
+    ("POST", "/v1/projects/{project}/eval-suites"): case_eval_suites,
+    ("POST", "/v1/projects/{project}/eval-results"): case_eval_results,
+    ("POST", "/v1/projects/{project}/comparisons"): case_comparisons,
+    ("POST", "/v1/projects/{project}/decisions"): case_decisions,
+    ("POST", "/v1/projects/{project}/aliases"): case_aliases,
+    ("POST", "/v1/projects/{project}/budget-entries"): case_budget_entries,
+    ("POST", "/v1/projects/{project}/reports"): case_reports,
+    ("POST", "/v1/projects/{project}/annotations"): case_annotations,
+    ("POST", "/v1/ledger/backup"): case_backup,
+    ("PUT", "/v1/blobs"): case_blobs,
+    ("PUT", "/v1/consumers/{name}/cursor"): case_cursor,
+    ("POST", "/v1/auth/tokens"): case_issue_token,
+    ("POST", "/v1/auth/tokens/{token_id}/revoke"): case_revoke_token,
+    ("POST", "/v1/authority/grants"): case_grant,
+    ("POST", "/v1/authority/grants/{grant_id}/revoke"): case_revoke_grant,
+}
+
+
+def _routes(harness: Harness) -> list[APIRoute]:
+    return [r for r in harness.app.routes if isinstance(r, APIRoute)]
+
+
+async def test_every_route_declares_a_capability(harness: Harness) -> None:
+    undeclared = [
+        r.path for r in _routes(harness) if r.path not in UNAUTHENTICATED_ROUTES and declared_capability(r) is None
+    ]
+    assert undeclared == []
+    known = set(CAPABILITIES) | {AUTHENTICATED}
+    assert {declared_capability(r) for r in _routes(harness)} - {None} <= known
+
+
+async def test_every_mutating_route_has_a_case_in_this_table(harness: Harness) -> None:
+    mutating = {(m, r.path) for r in _routes(harness) for m in r.methods if m in MUTATING}
+    assert mutating == set(CASES)
+
+
+@pytest.mark.parametrize("method, template", list(CASES), ids=[f"{m} {p}" for m, p in CASES])
+async def test_a_mutating_route_answers_401_then_403_naming_the_capability_then_succeeds(
+    harness: Harness, method: str, template: str
+) -> None:
+    route = next(r for r in _routes(harness) if r.path == template and method in r.methods)
+    capability = declared_capability(route)
+    assert capability is not None
+    path, kwargs = await CASES[(method, template)](harness)
+    cursor = harness.ledger.last_cursor
+
+    anonymous = await harness.client.request(method, path, **kwargs)
+    assert anonymous.status_code == 401, anonymous.text
+    assert anonymous.json()["error"]["code"] == "authentication_required"
+
+    everything_else = await harness.token([c for c in CAPABILITIES if c != capability])
+    denied = await harness.client.request(
+        method, path, headers={"Authorization": f"Bearer {everything_else}"}, **kwargs
+    )
+    assert denied.status_code == 403, denied.text
+    assert capability in denied.json()["error"]["message"]
+    assert harness.ledger.last_cursor == cursor + 1  # only the token issue above was recorded
+
+    just_that = await harness.token([capability])
+    allowed = await harness.client.request(method, path, headers={"Authorization": f"Bearer {just_that}"}, **kwargs)
+    assert allowed.status_code < 300, allowed.text
