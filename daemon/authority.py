@@ -121,7 +121,7 @@ async def resolve_request(
         return token_principal
     if "delegate.discord" not in token_principal.capabilities:
         raise Forbidden(
-            f"{token_principal.actor_id} may not act on behalf of Discord users.",
+            f"{token_principal.actor_id} lacks delegate.discord, so it may not act for Discord users.",
             hint="Only the bot's token, which holds delegate.discord, sends Discord identity headers.",
             details={"capability": "delegate.discord", "scope": "workspace"},
         )

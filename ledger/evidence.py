@@ -16,6 +16,7 @@ from bashgym.ledger.models import (
     EvalSuiteSpec,
     ReportSpec,
 )
+from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
 from bashgym.ledger.tx import Tx
@@ -326,4 +327,5 @@ def add_annotation(tx: Tx, ws: str, project: str, spec: AnnotationSpec) -> tuple
         run_id=spec.run_id,
         payload={"text": spec.text},
     )
-    return {"cursor": cursor, "text": spec.text, "run_id": spec.run_id, "experiment_id": spec.experiment_id}, False
+    text = redact_text(spec.text)
+    return {"cursor": cursor, "text": text, "run_id": spec.run_id, "experiment_id": spec.experiment_id}, False
