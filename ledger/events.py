@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bashgym.ledger.errors import InvalidInput
-from bashgym.ledger.validation import canonical_json, sha256_text
+from bashgym.ledger.validation import sha256_text
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 GENESIS_HASH = "0" * 64
@@ -111,5 +112,9 @@ HASHED_FIELDS = (
 
 
 def event_hash(fields: dict[str, Any]) -> str:
-    """sha256 over the canonical event, prev_hash included, so any edited row breaks the chain."""
-    return sha256_text(canonical_json({name: fields[name] for name in HASHED_FIELDS}))
+    """sha256 over the canonical event, prev_hash included, so any edited row breaks the chain.
+
+    The canonical form is the JSON array of HASHED_FIELDS' values in that fixed order.
+    """
+    values = [fields[name] for name in HASHED_FIELDS]
+    return sha256_text(json.dumps(values, separators=(",", ":"), ensure_ascii=False, allow_nan=False))

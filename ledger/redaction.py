@@ -12,17 +12,21 @@ from typing import Any
 
 REDACTED = "[redacted]"
 
-_PATTERNS = [
-    re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----", re.S),
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),  # Hugging Face
-    re.compile(r"\bbgy_[A-Za-z0-9_-]{20,}"),  # BashGym API tokens
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),  # GitHub
-    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),  # OpenAI-style keys
-    re.compile(r"\bnvapi-[A-Za-z0-9_-]{20,}\b"),  # NVIDIA
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key ids
-    re.compile(r"\b[MN][A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,}\b"),  # Discord bot tokens
-]
+_PATTERNS = (
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
+    r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}",
+    r"\bhf_[A-Za-z0-9]{20,}\b",  # Hugging Face
+    r"\bbgy_[A-Za-z0-9_-]{20,}",  # BashGym API tokens
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",  # GitHub
+    r"\bsk-[A-Za-z0-9_-]{20,}\b",  # OpenAI-style keys
+    r"\bnvapi-[A-Za-z0-9_-]{20,}\b",  # NVIDIA
+    r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key ids
+    r"\b[MN][A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,}\b",  # Discord bot tokens
+)
+# One alternation: scanning a string once costs a ninth of nine separate scans, and every string
+# written to the ledger passes here.
+_CREDENTIAL = re.compile("|".join(f"(?:{pattern})" for pattern in _PATTERNS))
+_SHORTEST = 8
 
 _known_lock = threading.Lock()
 _known_values: tuple[str, ...] = ()
@@ -38,12 +42,12 @@ def register_secret_values(values: list[str]) -> None:
 
 
 def redact_text(text: str) -> str:
+    if len(text) < _SHORTEST:
+        return text
     for value in _known_values:
         if value in text:
             text = text.replace(value, REDACTED)
-    for pattern in _PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    return text
+    return _CREDENTIAL.sub(REDACTED, text)
 
 
 def contains_secret(text: str) -> bool:

@@ -6,12 +6,12 @@ from typing import Any
 
 from bashgym.ledger.errors import Conflict, NotFound
 from bashgym.ledger.lineage import ensure_unassigned, parse_context, register_context_lineage
-from bashgym.ledger.models import UNASSIGNED, MetricBatch, RunRegistration, RunTransition
+from bashgym.ledger.models import UNASSIGNED, MetricBatch, RunRegistration, RunTransition, TrackingContext
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.states import check_transition, event_type_for
 from bashgym.ledger.tx import Tx, new_id
-from bashgym.ledger.validation import canonical_json, check_payload
+from bashgym.ledger.validation import canonical_json, check_payload, identity_digest
 
 
 def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any], bool, list[str]]:
@@ -27,7 +27,7 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
         project, experiment = UNASSIGNED, UNASSIGNED
         versions: dict[str, str | None] = {"model_version_id": None, "dataset_version_id": None, "environment_id": None}
     else:
-        register_context_lineage(tx, ctx, spec.compute_target)
+        _register_lineage_once(tx, ctx, spec)
         project, experiment = ctx.project_id, ctx.experiment_id
         versions = {
             "model_version_id": ctx.model_version_id,
@@ -93,6 +93,18 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
             **refs,
         )
     return to_record(row), replayed, missing
+
+
+def _register_lineage_once(tx: Tx, ctx: TrackingContext, spec: RunRegistration) -> None:
+    """Register the context's lineage, unless this exact context was already registered and committed.
+
+    Every launch of an experiment resends the same context; the lineage rows it names are immutable.
+    """
+    marker = ("tracking_context", identity_digest({"context": spec.tracking_context, "target": spec.compute_target}))
+    if marker in tx.known_rows or marker in tx.learned:
+        return
+    register_context_lineage(tx, ctx, spec.compute_target)
+    tx.learned[marker] = {}
 
 
 def _existing_run_id(tx: Tx, ws: str, spec: RunRegistration) -> str | None:

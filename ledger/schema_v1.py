@@ -184,8 +184,10 @@ CREATE TABLE reports (
     PRIMARY KEY (workspace_id, project_id, report_id)
 ) WITHOUT ROWID;
 
+-- The single writer assigns cursors (last + 1) and rows are never deleted, so a plain rowid key
+-- is monotonic without AUTOINCREMENT's extra write per insert.
 CREATE TABLE events (
-    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+    cursor INTEGER PRIMARY KEY,
     event_id TEXT NOT NULL UNIQUE, event_type TEXT NOT NULL,
     workspace_id TEXT NOT NULL, project_id TEXT NOT NULL,
     experiment_id TEXT, run_id TEXT, attempt_id TEXT,

@@ -63,6 +63,7 @@ class Ledger:
         # object and clears both, so nothing cached is stale: a revocation applies on the next request.
         self._tokens: dict[str, dict[str, Any] | None] = {}
         self._grants: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        self._known_rows: dict[tuple[str, ...], dict[str, Any]] = {}
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", readers: int = 2, clock: Clock = _utc_now) -> Ledger:
@@ -109,7 +110,7 @@ class Ledger:
         def run(conn: sqlite3.Connection) -> T:
             # Runs on the writer thread, where writes execute one after another, so the chain head
             # is read and advanced here and never raced.
-            tx = Tx(conn, self._head, actor, self._clock)
+            tx = Tx(conn, self._head, actor, self._clock, self._known_rows)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(tx)
@@ -118,6 +119,9 @@ class Ledger:
                 conn.execute("ROLLBACK")
                 raise
             self._head = tx.head
+            if len(self._known_rows) > 100_000:
+                self._known_rows.clear()  # bounded; it is only a cache of committed rows
+            self._known_rows.update(tx.learned)
             return result
 
         before = self._head.cursor

@@ -17,6 +17,11 @@ from bashgym.ledger.models import Actor
 from bashgym.ledger.redaction import redact, redact_text
 from bashgym.ledger.validation import canonical_json, check_payload, differing_fields, identity_digest
 
+# Tables whose rows never change after insert, so a committed row may be cached by key.
+IMMUTABLE_TABLES = frozenset(
+    {"projects", "experiments", "model_versions", "dataset_versions", "environments", "eval_suites"}
+)
+
 
 @dataclass
 class ChainHead:
@@ -38,8 +43,19 @@ def utc_iso(moment: datetime) -> str:
 class Tx:
     """One open write transaction; every mutation inside appends its event here."""
 
-    def __init__(self, conn: sqlite3.Connection, head: ChainHead, actor: Actor, clock: Callable[[], datetime]):
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        head: ChainHead,
+        actor: Actor,
+        clock: Callable[[], datetime],
+        known_rows: dict[tuple[str, ...], dict[str, Any]] | None = None,
+    ):
         self.conn = conn
+        # Committed rows of immutable tables, by key: resending the same lineage with every launch
+        # then costs a dict lookup instead of a SELECT. New rows join after the commit (see `learned`).
+        self.known_rows = known_rows if known_rows is not None else {}
+        self.learned: dict[tuple[str, ...], dict[str, Any]] = {}
         self.actor = actor
         self.head = ChainHead(head.cursor, head.hash)
         self.now = utc_iso(clock())
@@ -99,11 +115,16 @@ class Tx:
         """
         # Values that look like credentials never reach the file; keys that do are refused earlier.
         identity = redact(identity)
+        digest = identity_digest(identity)
+        cache_key = (table, *map(str, key.values()))
+        known = self.learned.get(cache_key) or self.known_rows.get(cache_key)
+        if known is not None and known["identity_digest"] == digest:
+            return dict(known), True
         columns = {name: redact_text(v) if isinstance(v, str) else v for name, v in columns.items()}
         existing = self.fetch_one(table, key)
-        digest = identity_digest(identity)
         if existing is not None:
             if existing["identity_digest"] == digest:
+                self._learn(table, cache_key, existing)
                 return existing, True
             fields = differing_fields(json.loads(existing["identity_json"]), identity)
             raise IdentityConflict(
@@ -116,7 +137,12 @@ class Tx:
         self.conn.execute(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
         stored = self.fetch_one(table, key)
         assert stored is not None
+        self._learn(table, cache_key, stored)
         return stored, False
+
+    def _learn(self, table: str, cache_key: tuple[str, ...], row: dict[str, Any]) -> None:
+        if table in IMMUTABLE_TABLES:
+            self.learned[cache_key] = dict(row)
 
     def fetch_one(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
         where = " AND ".join(f"{name} = ?" for name in key)

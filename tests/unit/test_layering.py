@@ -45,7 +45,7 @@ def test_bot_imports_only_the_daemon_client_and_api_models() -> None:
 
 
 def test_daemon_imports_only_ledger_and_trainer_specs() -> None:
-    allowed = ("bashgym.daemon", "bashgym.ledger", "bashgym.trainers.specs")
+    allowed = ("bashgym.daemon", "bashgym.ledger", "bashgym.trainers.specs", "bashgym.trainers.contracts")
     bad = {(p, n) for p, n in _bashgym_edges("daemon") if not n.startswith(allowed)}
     assert not bad
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from bashgym.daemon.authority import RateLimiter, check_grantable
 from bashgym.ledger.errors import InvalidInput, RateLimited
 from bashgym.ledger.redaction import REDACTED, redact, redact_text, register_secret_values

@@ -1,0 +1,148 @@
+"""The training request accepts the operator documents' recipes unchanged and refuses what it cannot run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bashgym.trainers.specs import TrainingRequest, merge_config_file, parse_compute_target
+from pydantic import ValidationError
+
+STORAGE = {
+    "checkpoint_limit": 1,
+    "artifact_retention": "adapter_only",
+    "auto_push_hf": False,
+    "hf_private": True,
+    "hf_upload_artifact": "auto",
+}
+SFT_FIELDS = {
+    "num_epochs": 1,
+    "batch_size": 1,
+    "gradient_accumulation_steps": 8,
+    "learning_rate": 2e-5,
+    "max_seq_length": 4096,
+    "use_lora": True,
+    "lora_rank": 16,
+    "lora_alpha": 32,
+    "load_in_4bit": False,
+    "sft_backend": "auto",
+}
+RECIPES: dict[str, dict[str, Any]] = {
+    "sft": {**SFT_FIELDS},
+    "dpo": {
+        "num_epochs": 1,
+        "batch_size": 1,
+        "gradient_accumulation_steps": 8,
+        "learning_rate": 1e-5,
+        "max_seq_length": 2048,
+        "dpo_beta": 0.1,
+        "dpo_backend": "auto",
+        "use_lora": True,
+        "load_in_4bit": False,
+    },
+    "grpo": {
+        "training_profile": "terminal_rl_tmax_like",
+        "grpo_backend": "auto",
+        "grpo_loss_type": "dapo",
+        "grpo_reward_mode": "verification",
+        "grpo_group_size": 32,
+        "grpo_num_generations": 32,
+        "grpo_temperature": 0.7,
+        "filter_zero_std_groups": True,
+        "active_sampling": True,
+        "token_level_loss": True,
+        "lm_head_fp32": True,
+    },
+    "rlvr": {
+        "training_profile": "default",
+        "grpo_backend": "auto",
+        "grpo_loss_type": "dapo",
+        "grpo_reward_mode": "verification",
+        "grpo_group_size": 32,
+        "grpo_num_generations": 32,
+        "grpo_temperature": 0.7,
+        "filter_zero_std_groups": True,
+    },
+    "distillation": {
+        "teacher_model": "org/teacher-8b",
+        "teacher_temperature": 0.7,
+        "distillation_alpha": 0.5,
+        **SFT_FIELDS,
+    },
+    "session_distillation": {
+        "session_distillation_alpha": 0.7,
+        "session_distillation_temperature": 1.0,
+        "session_distillation_min_confidence": 0.6,
+        "session_distillation_mask_policy": "target_span_only",
+        "session_distillation_context_mode": "hint_injected",
+        "session_distillation_reader": "heuristic",
+        **SFT_FIELDS,
+    },
+}
+
+
+def recipe(strategy: str, **target: Any) -> dict[str, Any]:
+    return {
+        "strategy": strategy,
+        "dataset_path": "data/train.jsonl",
+        "base_model": "org/model-1b",
+        **STORAGE,
+        **RECIPES[strategy],
+        **(target or {"compute_target": "local"}),
+    }
+
+
+@pytest.mark.parametrize("strategy", list(RECIPES))
+def test_each_recipe_validates_with_only_ids_and_paths_substituted(strategy: str) -> None:
+    request = TrainingRequest.from_recipe(recipe(strategy))
+    assert request.strategy == strategy
+
+
+@pytest.mark.parametrize("strategy", list(RECIPES))
+def test_each_recipe_accepts_the_remote_ssh_form(strategy: str) -> None:
+    request = TrainingRequest.from_recipe(recipe(strategy, use_remote_ssh=True, device_id="gpu-box"))
+    assert (request.lane, request.ssh_device) == ("ssh", "gpu-box")
+
+
+def test_a_misspelt_field_is_refused_with_the_closest_name() -> None:
+    payload = recipe("sft")
+    payload["epochs"] = payload.pop("num_epochs")
+    with pytest.raises(ValidationError, match=r"`epochs` is not a field; did you mean `num_epochs`\?"):
+        TrainingRequest.from_recipe(payload)
+
+
+@pytest.mark.parametrize("strategy", ["dppo", "reward_model", "cascade", "echo", "rwml"])
+def test_separate_workflows_are_refused_with_a_sentence(strategy: str) -> None:
+    with pytest.raises(ValidationError, match="separate"):
+        TrainingRequest.model_validate({**recipe("sft"), "strategy": strategy})
+
+
+@pytest.mark.parametrize(
+    "target", ["cloud", "hf-jobs", "managed:openai", "skypilot", "skypilot:aws", "dstack", "kubernetes:x"]
+)
+def test_targets_that_are_not_lanes_are_refused(target: str) -> None:
+    with pytest.raises(ValidationError, match=r"refused|not a lane"):
+        TrainingRequest.model_validate({**recipe("sft"), "compute_target": target})
+
+
+def test_ssh_fields_must_agree() -> None:
+    with pytest.raises(ValidationError, match="must agree"):
+        TrainingRequest.model_validate({**recipe("sft"), "compute_target": "ssh:a", "device_id": "b"})
+    with pytest.raises(ValidationError, match="use_remote_ssh is false"):
+        TrainingRequest.model_validate({**recipe("sft"), "compute_target": "ssh:a", "use_remote_ssh": False})
+    with pytest.raises(ValidationError, match="a device belongs only"):
+        TrainingRequest.model_validate({**recipe("sft"), "device_id": "a"})
+    assert parse_compute_target("cloud:nemo-customizer") == ("nemo", None)
+
+
+def test_hub_push_needs_a_repository_name() -> None:
+    with pytest.raises(ValidationError, match="never invents"):
+        TrainingRequest.model_validate({**recipe("sft"), "auto_push_hf": True})
+
+
+def test_a_config_file_may_not_set_what_the_command_line_owns() -> None:
+    with pytest.raises(ValueError, match="base_model"):
+        merge_config_file({"base_model": "x", "learning_rate": 1e-4})
+    with pytest.raises(ValueError, match="did you mean `learning_rate`"):
+        merge_config_file({"learning_rte": 1e-4})
+    assert merge_config_file({"dpo_beta": 0.2}) == {"dpo_beta": 0.2}

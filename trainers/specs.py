@@ -1,0 +1,235 @@
+"""The training request: the one model every launch surface validates, importable without torch.
+
+Field names are those of the operator documents (see ../shared/RECIPES.md); an unknown field is
+refused with the closest valid name, so a typo never trains with defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Strategy = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+STRATEGIES: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
+
+# Methods BashGym knows of but does not start directly, and where they run instead.
+SEPARATE_WORKFLOWS: dict[str, str] = {
+    "dppo": "DPPO replay and its backends run as a separate method-specific workflow, not a direct launch.",
+    "reward_model": "Reward-model training is a separate workflow, not a direct launch.",
+    "reward-model": "Reward-model training is a separate workflow, not a direct launch.",
+    "rm": "Reward-model training is a separate workflow, not a direct launch.",
+    "cascade": "Cascade (MOPD) training is a separate workflow, not a direct launch.",
+    "mopd": "Cascade (MOPD) training is a separate workflow, not a direct launch.",
+    "echo": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+    "rwml": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+    "echo_rwml": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+}
+
+REFUSED_TARGETS: dict[str, str] = {
+    "cloud": "Bare `cloud` names no lane; use `cloud:nemo-customizer`, `ssh:<device_id>` or `local`.",
+    "hf-jobs": "Hugging Face Jobs run through their own surface and keep their job identity; use `local`, "
+    "`ssh:<device_id>` or `cloud:nemo-customizer` here.",
+    "managed": "Managed provider fine-tunes run through their own surface; use `local`, `ssh:<device_id>` or "
+    "`cloud:nemo-customizer` here.",
+    "skypilot": "SkyPilot plans run through their own surface; use `local`, `ssh:<device_id>` or "
+    "`cloud:nemo-customizer` here.",
+    "dstack": "dstack plans run through their own surface; use `local`, `ssh:<device_id>` or "
+    "`cloud:nemo-customizer` here.",
+}
+
+_DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class InvalidRequest(ValueError):
+    """A request that cannot be trained as sent; the message says what to send instead."""
+
+
+def closest_field(name: str, fields: list[str]) -> str | None:
+    matches = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    if matches:
+        return matches[0]
+    # "epochs" is far from "num_epochs" by ratio but is its suffix; accept such containment.
+    contained = [f for f in fields if f.endswith(name) or name.endswith(f)]
+    return min(contained, key=len) if contained else None
+
+
+def parse_compute_target(target: str) -> tuple[str, str | None]:
+    """Split a compute target into (lane, device id); raise InvalidRequest for anything not a real lane."""
+    if target == "local":
+        return "local", None
+    if target == "cloud:nemo-customizer":
+        return "nemo", None
+    if target.startswith("ssh:"):
+        device = target[len("ssh:") :]
+        if not _DEVICE_ID.match(device):
+            raise InvalidRequest(
+                f"`{target}` does not name a device; use ssh:<device_id> with a registered id (bashgym device list)."
+            )
+        return "ssh", device
+    head = target.split(":", 1)[0].lower()
+    for prefix, reason in REFUSED_TARGETS.items():
+        if head == prefix or head.startswith(prefix):
+            raise InvalidRequest(f"compute_target `{target}` is refused. {reason}")
+    raise InvalidRequest(
+        f"compute_target `{target}` is not a lane; use `local`, `ssh:<device_id>` or `cloud:nemo-customizer`."
+    )
+
+
+class TrainingRequest(BaseModel):
+    """One training launch, exactly as the operator documents spell it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    strategy: Strategy
+    base_model: Annotated[str, Field(min_length=1, max_length=500)]
+    dataset_path: Annotated[str, Field(min_length=1, max_length=4000)]
+    eval_dataset_path: str | None = None
+    num_epochs: Annotated[float, Field(gt=0, le=1000)] = 1.0
+    max_steps: Annotated[int, Field(ge=-1)] = -1
+    batch_size: Annotated[int, Field(ge=1, le=4096)] = 1
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=4096)] = 8
+    learning_rate: Annotated[float, Field(gt=0, le=1.0)] = 2e-5
+    warmup_ratio: Probability = 0.0
+    max_seq_length: Annotated[int, Field(ge=8, le=1_048_576)] = 4096
+    save_steps: Annotated[int, Field(ge=1)] = 500
+    logging_steps: Annotated[int, Field(ge=1)] = 1
+    seed: int = 42
+    use_lora: bool = True
+    lora_rank: Annotated[int, Field(ge=1, le=1024)] = 16
+    lora_alpha: Annotated[int, Field(ge=1, le=4096)] = 32
+    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    load_in_4bit: bool = False
+    sft_backend: Literal["auto", "plain"] = "auto"
+    # DPO
+    dpo_beta: Annotated[float, Field(gt=0, le=100)] = 0.1
+    dpo_backend: Literal["auto", "plain"] = "auto"
+    # GRPO / RLVR
+    training_profile: Literal["default", "terminal_rl_tmax_like"] = "default"
+    grpo_backend: Literal["auto", "plain"] = "auto"
+    grpo_loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
+    grpo_reward_mode: Literal["verification", "execution"] = "verification"
+    grpo_group_size: Annotated[int, Field(ge=2, le=1024)] = 32
+    grpo_num_generations: Annotated[int, Field(ge=2, le=1024)] = 32
+    grpo_temperature: Annotated[float, Field(gt=0, le=5)] = 0.7
+    grpo_max_completion_length: Annotated[int, Field(ge=1, le=65536)] = 256
+    filter_zero_std_groups: bool = True
+    active_sampling: bool = False
+    token_level_loss: bool = True
+    lm_head_fp32: bool = False
+    # Teacher distillation
+    teacher_model: str | None = None
+    teacher_temperature: Annotated[float, Field(gt=0, le=10)] = 0.7
+    distillation_alpha: Probability = 0.5
+    # Session distillation
+    session_distillation_alpha: Probability = 0.7
+    session_distillation_temperature: Annotated[float, Field(gt=0, le=10)] = 1.0
+    session_distillation_min_confidence: Probability = 0.6
+    session_distillation_mask_policy: Literal["target_span_only"] = "target_span_only"
+    session_distillation_context_mode: Literal["hint_injected"] = "hint_injected"
+    session_distillation_reader: Literal["heuristic"] = "heuristic"
+    # Storage and publication
+    checkpoint_limit: Annotated[int, Field(ge=1, le=20)] = 1
+    artifact_retention: Literal["adapter_only", "adapter_checkpoint", "deployable", "full_run"] = "adapter_only"
+    auto_push_hf: bool = False
+    hf_repo_name: (
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")] | None
+    ) = None
+    hf_private: bool = True
+    hf_upload_artifact: Literal["auto", "adapter", "merged"] = "auto"
+    # Where and for whom
+    compute_target: str = "local"
+    device_id: str | None = None
+    use_remote_ssh: bool = False
+    tracking_context: dict[str, Any] | None = None
+    correlation_id: Annotated[str, Field(max_length=200)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _explain_unknown_and_refused(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = list(cls.model_fields)
+        for key in data:
+            if key not in cls.model_fields:
+                suggestion = closest_field(str(key), fields)
+                hint = f"; did you mean `{suggestion}`?" if suggestion else "."
+                raise InvalidRequest(f"`{key}` is not a field{hint}")
+        strategy = str(data.get("strategy", "")).lower()
+        if strategy in SEPARATE_WORKFLOWS:
+            raise InvalidRequest(f"strategy `{strategy}` is not started directly. {SEPARATE_WORKFLOWS[strategy]}")
+        if strategy and strategy not in STRATEGIES:
+            raise InvalidRequest(f"strategy `{strategy}` is unknown; use one of {', '.join(STRATEGIES)}.")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingRequest:
+        lane, device = parse_compute_target(self.compute_target)
+        if lane == "ssh":
+            if self.device_id is not None and self.device_id != device:
+                raise InvalidRequest(
+                    f"compute_target names device `{device}` but device_id is `{self.device_id}`; they must agree."
+                )
+            if "use_remote_ssh" in self.model_fields_set and not self.use_remote_ssh:
+                raise InvalidRequest(
+                    f"compute_target `{self.compute_target}` runs over SSH, but use_remote_ssh is "
+                    "false; drop use_remote_ssh or set it true."
+                )
+        elif self.use_remote_ssh:
+            raise InvalidRequest(
+                f"use_remote_ssh is true but compute_target is `{self.compute_target}`; use "
+                "compute_target `ssh:<device_id>`."
+            )
+        elif self.device_id is not None:
+            raise InvalidRequest(
+                f"device_id `{self.device_id}` is set with compute_target `{self.compute_target}`; "
+                "a device belongs only with `ssh:<device_id>`."
+            )
+        if self.auto_push_hf and not self.hf_repo_name:
+            raise InvalidRequest("auto_push_hf needs hf_repo_name; BashGym never invents a repository name.")
+        if self.strategy == "rlvr" and self.grpo_reward_mode != "verification":
+            raise InvalidRequest(
+                "rlvr rewards come from a deterministic verifier; set grpo_reward_mode "
+                "`verification` or use strategy `grpo`."
+            )
+        return self
+
+    @classmethod
+    def from_recipe(cls, payload: dict[str, Any]) -> TrainingRequest:
+        """Accept the operator documents' shape: `use_remote_ssh` + `device_id` means `ssh:<device_id>`."""
+        data = dict(payload)
+        if data.get("use_remote_ssh") and "compute_target" not in data:
+            if not data.get("device_id"):
+                raise InvalidRequest("use_remote_ssh is true but device_id is missing; name the device.")
+            data["compute_target"] = f"ssh:{data['device_id']}"
+        return cls.model_validate(data)
+
+    @property
+    def lane(self) -> str:
+        return parse_compute_target(self.compute_target)[0]
+
+    @property
+    def ssh_device(self) -> str | None:
+        return parse_compute_target(self.compute_target)[1]
+
+
+CLI_ONLY_FIELDS = frozenset(
+    {"strategy", "base_model", "dataset_path", "compute_target", "correlation_id", "tracking_context"}
+)
+
+
+def merge_config_file(config: dict[str, Any]) -> dict[str, Any]:
+    """Check a --config file: known request fields only, and never the ones the command line owns."""
+    owned = sorted(CLI_ONLY_FIELDS & set(config))
+    if owned:
+        raise InvalidRequest(f"--config may not set {', '.join(owned)}; pass them as command-line flags.")
+    fields = list(TrainingRequest.model_fields)
+    for key in config:
+        if key not in TrainingRequest.model_fields:
+            suggestion = closest_field(str(key), fields)
+            hint = f"; did you mean `{suggestion}`?" if suggestion else "."
+            raise InvalidRequest(f"`{key}` in --config is not a field{hint}")
+    return dict(config)
