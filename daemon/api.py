@@ -36,6 +36,7 @@ from bashgym.daemon.api_models import (
     RunTransition,
     WriteResult,
 )
+from bashgym.daemon.api_training import training_routes
 from bashgym.daemon.app import Services, json_response, uptime_s
 from bashgym.daemon.blobs import count_rows
 from bashgym.daemon.routing import Call, ReadCall, WriteCall, requires, written
@@ -55,6 +56,7 @@ def register_routes(app: FastAPI) -> None:
         _run_routes(),
         _evidence_routes(),
         _query_routes(),
+        training_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them
     # plain APIRoutes (include_router wraps them in lazily resolved branches).

@@ -193,7 +193,8 @@ def _describe(request: Request, err: dict[str, Any]) -> str:
         return f"`{where}` is not a field{suggestion}."
     if err.get("type") == "missing":
         return f"`{where}` is required."
-    return f"`{where}`: {err.get('msg', 'invalid')}."
+    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"`{where}`: {message}"
 
 
 def _suggest(request: Request, name: str) -> str:

@@ -251,7 +251,12 @@ async def case_revoke_grant(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/authority/grants/{grant['grant_id']}/revoke", {}
 
 
+async def case_training_plan(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/training/plan", {"json": {"strategy": "sft", "base_model": "m", "dataset_path": "d.jsonl"}}
+
+
 CASES: dict[tuple[str, str], Case] = {
+    ("POST", "/v1/training/plan"): case_training_plan,
     ("POST", "/v1/projects"): case_projects,
     ("POST", "/v1/projects/{project}/experiments"): case_experiments,
     ("POST", "/v1/projects/{project}/model-versions"): case_model_versions,

@@ -1,0 +1,115 @@
+"""`bashgym training plan`: the daemon validates a request completely, and decides publication authority."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.factories import tracking_context
+from tests.helpers import RunningDaemon, cli
+
+
+def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, tmp_path: Path) -> None:
+    config = tmp_path / "dpo-config.json"
+    config.write_text(json.dumps({"dpo_beta": 0.2, "learning_rate": 1e-5}))
+    context = tmp_path / "tracking.json"
+    context.write_text(json.dumps(tracking_context()))
+    result = cli(
+        daemon.env(),
+        "training",
+        "plan",
+        "--strategy",
+        "dpo",
+        "--model",
+        "org/model",
+        "--dataset-path",
+        "pairs.jsonl",
+        "--config",
+        str(config),
+        "--tracking-context",
+        str(context),
+        "--checkpoint-limit",
+        "1",
+        "--artifact-retention",
+        "adapter_only",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    plan = result.json()
+    assert plan["request"]["dpo_beta"] == 0.2 and plan["request"]["num_epochs"] == 1.0
+    assert (plan["lane"], plan["context_status"], plan["project_id"]) == ("local", "verified", "nightly")
+
+
+def test_a_misspelt_config_field_is_refused_with_the_suggestion(daemon: RunningDaemon, tmp_path: Path) -> None:
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"epochs": 2}))
+    result = cli(
+        daemon.env(),
+        "training",
+        "plan",
+        "--strategy",
+        "sft",
+        "--model",
+        "m",
+        "--dataset-path",
+        "d.jsonl",
+        "--config",
+        str(config),
+    )
+    assert result.code == 7
+    assert "did you mean `num_epochs`" in result.stderr
+
+
+def test_a_refused_target_says_what_to_use(daemon: RunningDaemon) -> None:
+    result = cli(
+        daemon.env(),
+        "training",
+        "plan",
+        "--strategy",
+        "sft",
+        "--model",
+        "m",
+        "--dataset-path",
+        "d.jsonl",
+        "--compute-target",
+        "hf-jobs",
+    )
+    assert result.code == 7
+    assert "cloud:nemo-customizer" in result.stderr
+
+
+def test_public_upload_needs_explicit_authority(daemon: RunningDaemon) -> None:
+    researcher = cli(daemon.env(), "auth", "issue", "--actor", "res", "--profile", "researcher", "--json").json()
+    env = {**daemon.env(), "BASHGYM_TOKEN": researcher["token"]}
+    args = [
+        "training",
+        "plan",
+        "--strategy",
+        "sft",
+        "--model",
+        "m",
+        "--dataset-path",
+        "d.jsonl",
+        "--auto-push-hf",
+        "--hf-repo-name",
+        "team/model",
+    ]
+    assert cli(env, *args, "--json").json()["publication"] == "private"
+    public = cli(env, *args, "--no-hf-private")
+    assert public.code == 4
+    assert "artifact.publish_public" in public.stderr
+    releaser = cli(
+        daemon.env(),
+        "auth",
+        "issue",
+        "--actor",
+        "rel",
+        "--profile",
+        "researcher",
+        "--capability",
+        "artifact.publish_public",
+        "--json",
+    ).json()
+    allowed = cli({**daemon.env(), "BASHGYM_TOKEN": releaser["token"]}, *args, "--no-hf-private", "--json")
+    assert allowed.code == 0, allowed.stderr
+    assert allowed.json()["publication"] == "public"

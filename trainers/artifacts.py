@@ -1,0 +1,57 @@
+"""What a finished run keeps: retention by policy, merged weights when deployable, sha256 of every file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+from bashgym.trainers.rundir import RunDirectory, sha256_file
+from bashgym.trainers.specs import TrainingRequest
+
+KEEPS_CHECKPOINTS = {"adapter_checkpoint", "full_run"}
+KEEPS_MERGED = {"deployable", "full_run"}
+
+
+def wants_merged(request: TrainingRequest) -> bool:
+    return request.use_lora and request.artifact_retention in KEEPS_MERGED
+
+
+def apply_retention(run: RunDirectory, request: TrainingRequest) -> list[str]:
+    """Delete what the policy does not keep; return the names removed.
+
+    adapter_only keeps final/ only; adapter_checkpoint keeps checkpoints too; deployable adds
+    merged/; full_run keeps everything.
+    """
+    removed: list[str] = []
+    if request.artifact_retention not in KEEPS_CHECKPOINTS:
+        for checkpoint in run.checkpoints():
+            shutil.rmtree(checkpoint)
+            removed.append(checkpoint.name)
+    if request.artifact_retention not in KEEPS_MERGED and run.merged_dir.exists():
+        shutil.rmtree(run.merged_dir)
+        removed.append(run.merged_dir.name)
+    return removed
+
+
+def write_profile(run: RunDirectory, request: TrainingRequest, facts: dict[str, Any]) -> dict[str, Any]:
+    """model_profile.json: what was trained and a sha256 for every kept model file."""
+    kept = [run.final_dir, run.merged_dir, *run.checkpoints()]
+    files = [
+        {"path": str(path.relative_to(run.root)), "sha256": sha256_file(path), "size_bytes": path.stat().st_size}
+        for directory in kept
+        if directory.exists()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    ]
+    profile = {
+        "strategy": request.strategy,
+        "base_model": request.base_model,
+        "use_lora": request.use_lora,
+        "artifact_retention": request.artifact_retention,
+        "checkpoint_limit": request.checkpoint_limit,
+        **facts,
+        "files": files,
+    }
+    run.profile_path.write_text(json.dumps(profile, indent=2))
+    return profile

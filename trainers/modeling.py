@@ -1,0 +1,73 @@
+"""Loading the base model, its tokenizer and the LoRA configuration a request asks for."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from bashgym.trainers.specs import TrainingRequest
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+
+def device_facts() -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "cuda": cuda,
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "torch": torch.__version__,
+    }
+
+
+def check_quantization(request: TrainingRequest) -> None:
+    if not request.load_in_4bit:
+        return
+    if not torch.cuda.is_available():
+        raise RuntimeError("load_in_4bit needs a CUDA GPU, and this machine has none; set load_in_4bit false.")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise RuntimeError("load_in_4bit needs the bitsandbytes package; install it or set load_in_4bit false.")
+
+
+def load_model_and_tokenizer(
+    request: TrainingRequest,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict[str, Any]]:
+    check_quantization(request)
+    facts = device_facts()
+    tokenizer = AutoTokenizer.from_pretrained(request.base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if facts["bf16"] else torch.float32}
+    if request.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(request.base_model, **kwargs)
+    facts["total_parameters"] = sum(p.numel() for p in model.parameters())
+    return model, tokenizer, facts
+
+
+def lora_config(request: TrainingRequest) -> Any:
+    if not request.use_lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=request.lora_rank,
+        lora_alpha=request.lora_alpha,
+        lora_dropout=request.lora_dropout,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """JSONL rows (the dataset contract was checked before this runs)."""
+    rows = []
+    with Path(path).open(encoding="utf-8-sig") as handle:
+        for line in handle:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows

@@ -1,0 +1,132 @@
+"""The run directory contract and the line protocol a trainer speaks to its supervisor.
+
+A run directory holds request.json, run_state.json, metrics.jsonl, model_profile.json,
+training.log, checkpoint-*, final/ and, by policy, merged/. stdout carries one JSON object per
+line (started, progress, checkpoint, paused, cancelled, completed, failed) and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+# Exit codes the supervisor reads: distinct for every way a trainer can end.
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1
+EXIT_PAUSED = 75
+EXIT_CANCELLED = 76
+
+CANONICAL_METRICS = {
+    "loss": "train.loss",
+    "learning_rate": "train.learning_rate",
+    "grad_norm": "train.grad_norm",
+    "eval_loss": "eval.loss",
+    "reward": "train.reward_mean",
+    "reward_std": "train.reward_std",
+    "frac_reward_zero_std": "train.frac_zero_std_groups",
+    "rewards/margins": "train.dpo_margin",
+    "rewards/accuracies": "train.dpo_accuracy",
+    "entropy": "train.entropy",
+    "mean_token_accuracy": "train.mean_token_accuracy",
+}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def canonical_metrics(logs: dict[str, Any]) -> dict[str, float]:
+    """Rename a trainer's log keys to BashGym's metric names; keep method metrics under train.*."""
+    out: dict[str, float] = {}
+    for key, value in logs.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if key in CANONICAL_METRICS:
+            out[CANONICAL_METRICS[key]] = float(value)
+        elif key.startswith(("session_distillation", "distillation")):
+            out[f"train.{key}"] = float(value)
+    return out
+
+
+class RunDirectory:
+    """Paths and writers of one run directory; the trainer's only way to report."""
+
+    def __init__(self, root: Path, protocol: IO[str] | None = None) -> None:
+        self.root = root
+        self._protocol = protocol or sys.stdout
+
+    @property
+    def request_path(self) -> Path:
+        return self.root / "request.json"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "run_state.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "training.log"
+
+    @property
+    def final_dir(self) -> Path:
+        return self.root / "final"
+
+    @property
+    def merged_dir(self) -> Path:
+        return self.root / "merged"
+
+    @property
+    def profile_path(self) -> Path:
+        return self.root / "model_profile.json"
+
+    def checkpoints(self) -> list[Path]:
+        found = [p for p in self.root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+        return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+    def last_checkpoint(self) -> Path | None:
+        checkpoints = self.checkpoints()
+        return checkpoints[-1] if checkpoints else None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """One protocol line on stdout; flushed at once, since a crash must not lose it."""
+        line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}, default=str)
+        self._protocol.write(line + "\n")
+        self._protocol.flush()
+
+    def write_state(self, status: str, **fields: Any) -> None:
+        """Replace run_state.json atomically (write, fsync, rename)."""
+        state = {"status": status, "pid": os.getpid(), "updated_at": round(time.time(), 3), **fields}
+        tmp = self.state_path.with_suffix(".tmp")
+        with tmp.open("w") as handle:
+            json.dump(state, handle, indent=2, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(self.state_path)
+
+    def read_state(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.state_path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def append_metrics(self, step: int, metrics: dict[str, float], epoch: float | None = None) -> None:
+        if not metrics:
+            return
+        record = {"step": step, "epoch": epoch, "time": round(time.time(), 3), "metrics": metrics}
+        with self.metrics_path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())

@@ -1,0 +1,130 @@
+"""One training run in its own process: read request.json, check the data, train, keep what policy keeps."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bashgym.trainers.contracts import format_report, validate_dataset
+from bashgym.trainers.control import ControlCallback, ControlFlags
+from bashgym.trainers.rundir import (
+    EXIT_CANCELLED,
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_PAUSED,
+    RunDirectory,
+    canonical_metrics,
+)
+from bashgym.trainers.specs import TrainingRequest
+
+
+class RefusedRequest(RuntimeError):
+    """The request cannot run on this machine as asked (4-bit without a GPU, a missing backend, ...)."""
+
+
+def run_training(run: RunDirectory, *, resume: bool, environ: dict[str, str]) -> int:
+    """Run the request in `run` and return the exit code the supervisor reads."""
+    flags = ControlFlags()
+    flags.install()
+    try:
+        request = TrainingRequest.model_validate_json(run.request_path.read_text())
+        _check_dataset(request)
+        return _train(run, request, flags, resume=resume, environ=environ)
+    except Exception as exc:  # every failure becomes `failed` with a summary the supervisor records
+        traceback.print_exc()
+        summary = f"{type(exc).__name__}: {exc}"[:2000]
+        run.write_state("failed", error=summary)
+        run.emit("failed", error=summary, error_type=type(exc).__name__)
+        return EXIT_FAILED
+
+
+def _check_dataset(request: TrainingRequest) -> None:
+    for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
+        report = validate_dataset(request.strategy, Path(path), teacher_model=request.teacher_model)
+        if not report.ok:
+            raise RefusedRequest(f"The dataset breaks the {request.strategy} contract.\n{format_report(report)}")
+
+
+def _train(
+    run: RunDirectory, request: TrainingRequest, flags: ControlFlags, *, resume: bool, environ: dict[str, str]
+) -> int:
+    from bashgym.trainers.modeling import load_model_and_tokenizer
+    from bashgym.trainers.strategies import build_trainer
+
+    checkpoint = run.last_checkpoint() if resume else None
+    run.write_state("preparing", step=0, resumed_from=checkpoint.name if checkpoint else None)
+    model, tokenizer, facts = load_model_and_tokenizer(request)
+    trainer = build_trainer(request, model, tokenizer, run)
+    trainer.add_callback(ControlCallback(flags))
+    _quiet_stdout_printer(trainer)
+    run.emit("started", strategy=request.strategy, resumed_from=checkpoint.name if checkpoint else None, **facts)
+    run.write_state("running", step=0, last_checkpoint=checkpoint.name if checkpoint else None)
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    step = trainer.state.global_step
+    if flags.pause:
+        last = run.last_checkpoint()
+        run.write_state("paused", step=step, last_checkpoint=last.name if last else None)
+        run.emit("paused", step=step, checkpoint=last.name if last else None)
+        return EXIT_PAUSED
+    if flags.stop:
+        from bashgym.trainers.artifacts import apply_retention
+
+        apply_retention(run, request)
+        run.write_state("cancelled", step=step)
+        run.emit("cancelled", step=step)
+        return EXIT_CANCELLED
+    return _finish(run, request, trainer, tokenizer, step, result.metrics, facts, environ)
+
+
+def _finish(
+    run: RunDirectory,
+    request: TrainingRequest,
+    trainer: Any,
+    tokenizer: Any,
+    step: int,
+    train_metrics: dict[str, Any],
+    facts: dict[str, Any],
+    environ: dict[str, str],
+) -> int:
+    from bashgym.trainers.artifacts import apply_retention, wants_merged, write_profile
+
+    trainer.save_model(str(run.final_dir))
+    tokenizer.save_pretrained(str(run.final_dir))
+    if wants_merged(request):
+        merged = trainer.model.merge_and_unload()
+        merged.save_pretrained(str(run.merged_dir))
+        tokenizer.save_pretrained(str(run.merged_dir))
+    hub = _upload(run, request, environ) if request.auto_push_hf else None
+    removed = apply_retention(run, request)
+    summary = {**canonical_metrics(train_metrics), **_last_logged(run)}
+    profile = write_profile(run, request, {**facts, "final_step": step, "metrics": summary})
+    run.write_state("completed", step=step, removed=removed, hub=hub)
+    run.emit("completed", step=step, metrics=summary, files=len(profile["files"]))
+    return EXIT_COMPLETED
+
+
+def _upload(run: RunDirectory, request: TrainingRequest, environ: dict[str, str]) -> dict[str, Any]:
+    from bashgym.trainers.hub import push_to_hub
+
+    uploaded = push_to_hub(run, request, environ)
+    run.emit("uploaded", **uploaded)
+    return uploaded
+
+
+def _last_logged(run: RunDirectory) -> dict[str, float]:
+    """The latest value of each metric in metrics.jsonl."""
+    latest: dict[str, float] = {}
+    if run.metrics_path.exists():
+        for line in run.metrics_path.read_text().splitlines():
+            latest.update(json.loads(line)["metrics"])
+    return latest
+
+
+def _quiet_stdout_printer(trainer: Any) -> None:
+    # With tqdm off, transformers adds a PrinterCallback that prints log dicts; stdout is the protocol.
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)

@@ -1,0 +1,31 @@
+"""Direct preference optimisation with TRL's DPOTrainer on same-prompt pairs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.strategies import eval_args
+from datasets import Dataset
+from trl import DPOConfig, DPOTrainer
+
+
+def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
+    config = DPOConfig(**args, **eval_args(request), beta=request.dpo_beta, max_length=request.max_seq_length)
+    eval_dataset = _pairs(request.eval_dataset_path) if request.eval_dataset_path else None
+    # With LoRA the frozen base (adapter disabled) is the reference, so no second model is loaded.
+    return DPOTrainer(
+        model=model,
+        ref_model=None,
+        args=config,
+        train_dataset=_pairs(request.dataset_path),
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(request),
+    )
+
+
+def _pairs(path: str) -> Dataset:
+    return Dataset.from_list([{k: row[k] for k in ("prompt", "chosen", "rejected")} for row in load_rows(path)])

@@ -1,0 +1,41 @@
+"""GRPO and RLVR with TRL's GRPOTrainer; rewards come from executing each row's verifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.verifiers import reward_function
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+
+def _row(row: dict[str, Any]) -> dict[str, Any]:
+    verifier = row.get("verifier")
+    if not isinstance(verifier, dict):
+        raise ValueError(
+            f"row with task_id {row.get('task_id')!r} has no inline verifier; task references resolve through the "
+            "terminal-task suite, so give the row a `verifier` object (kind exact_match or command)."
+        )
+    return {"prompt": row["prompt"], "verifier": verifier}
+
+
+def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
+    dataset = Dataset.from_list([_row(row) for row in load_rows(request.dataset_path)])
+    config = GRPOConfig(
+        **args,
+        num_generations=request.grpo_num_generations,
+        temperature=request.grpo_temperature,
+        max_completion_length=request.grpo_max_completion_length,
+        loss_type=request.grpo_loss_type,
+    )
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=[reward_function],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(request),
+    )

@@ -1,0 +1,30 @@
+"""Supervised fine-tuning with TRL's SFTTrainer on `messages` or `text` rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.strategies import eval_args
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+
+def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
+    config = SFTConfig(**args, **eval_args(request), max_length=request.max_seq_length, packing=False)
+    eval_dataset = _dataset(request.eval_dataset_path) if request.eval_dataset_path else None
+    return SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=_dataset(request.dataset_path),
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(request),
+    )
+
+
+def _dataset(path: str) -> Dataset:
+    # Keep only the columns SFT reads, so rows carrying extra metadata still collate.
+    return Dataset.from_list([{k: row[k] for k in ("messages", "text") if k in row} for row in load_rows(path)])
