@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.routing import Call, requires
+from bashgym.daemon.training import TrainingService
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.lineage import parse_context
+from bashgym.ledger.redaction import redact_text
 from bashgym.trainers.specs import TrainingRequest
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
@@ -66,6 +70,16 @@ def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
     }
 
 
+ControlCall = Annotated[Call, requires("training.control")]
+ReadCall = Annotated[Call, requires("ledger.read")]
+MAX_LOG_TAIL = 10_000
+
+
+def _service(call: Call) -> TrainingService:
+    assert call.services.training is not None, "the daemon always runs a training service"
+    return call.services.training
+
+
 def training_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["training"])
 
@@ -73,4 +87,40 @@ def training_routes() -> APIRouter:
     async def training_plan(call: LaunchCall, http: Request) -> Response:
         return json_response(plan(call, parse_training_request(await http.body())))
 
+    @router.post("/training/start", status_code=201)
+    async def training_start(call: LaunchCall, http: Request) -> Response:
+        request = parse_training_request(await http.body())
+        plan(call, request)  # the same checks as a plan, authority for publication included
+        started = await _service(call).start(call.actor, call.workspace, request)
+        return json_response(started, 200 if started["replayed"] else 201)
+
+    @router.post("/projects/{project}/runs/{run_id}/pause", status_code=202)
+    async def training_pause(call: ControlCall, project: str, run_id: str) -> Response:
+        return json_response(await _service(call).pause(call.principal, call.workspace, project, run_id), 202)
+
+    @router.post("/projects/{project}/runs/{run_id}/resume", status_code=202)
+    async def training_resume(call: ControlCall, project: str, run_id: str) -> Response:
+        result = await _service(call).resume(call.principal, call.actor, call.workspace, project, run_id)
+        return json_response(result, 202)
+
+    @router.post("/projects/{project}/runs/{run_id}/stop")
+    async def training_stop(call: ControlCall, project: str, run_id: str) -> Response:
+        return json_response(await _service(call).stop(call.principal, call.actor, call.workspace, project, run_id))
+
+    @router.get("/projects/{project}/runs/{run_id}/log")
+    async def training_log(call: ReadCall, project: str, run_id: str, tail: int = 200) -> Response:
+        if not 1 <= tail <= MAX_LOG_TAIL:
+            raise InvalidInput(f"tail is {tail}; it must be between 1 and {MAX_LOG_TAIL}.")
+        await call.services.ledger.get_run(call.workspace, project, run_id)  # isolation: 404 if not visible
+        path = call.services.settings.runs_dir / run_id / "training.log"
+        lines = await asyncio.to_thread(_tail_lines, path, tail)
+        return json_response({"run_id": run_id, "lines": [redact_text(line) for line in lines]})
+
     return router
+
+
+def _tail_lines(path: Path, count: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-count:]
+    except FileNotFoundError:
+        return []

@@ -14,6 +14,7 @@ from typing import Any
 from bashgym.daemon.authority import RateLimiter
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.settings import Settings
+from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, RateLimited
 from bashgym.ledger.redaction import redact_text
@@ -41,6 +42,7 @@ class Services:
     version: str
     started_monotonic: float
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(600, 120))
+    training: TrainingService | None = None
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from bashgym.daemon.cli import Ctx, command, done, read_json_file
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
@@ -106,3 +108,160 @@ async def training_plan(ctx: Ctx) -> int:
         raise InvalidInput(str(exc)) from exc
     result = await ctx.client.request("POST", "/v1/training/plan", body=body, params={"workspace": ctx.workspace})
     return done(ctx, result, title="Training plan (nothing launched)")
+
+
+def _start_args(parser: argparse.ArgumentParser) -> None:
+    _request_args(parser)
+    parser.add_argument("--wait", action="store_true", help="wait until the run ends, printing its progress")
+
+
+TERMINAL = {"completed", "failed", "cancelled", "paused"}
+
+
+@command("training", "start", help="launch a training run (training.launch); answers with its ids at once")(_start_args)
+async def training_start(ctx: Ctx) -> int:
+    try:
+        body = build_request(ctx.args)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    started = await ctx.client.request(
+        "POST",
+        "/v1/training/start",
+        body=body,
+        params={"workspace": ctx.workspace},
+        correlation_id=ctx.args.correlation_id,
+    )
+    if not ctx.args.wait:
+        return done(ctx, started, title="Run queued")
+    final = await _wait(ctx, started["project_id"], started["run_id"])
+    done(ctx, {**started, "status": final["status"], "run": final}, title=f"Run {final['status']}")
+    return EXIT_OK if final["status"] == "completed" else EXIT_RULE
+
+
+async def _wait(ctx: Ctx, project: str, run_id: str) -> dict[str, Any]:
+    cursor = 0
+    while True:
+        page = await ctx.client.request(
+            "GET",
+            f"/v1/projects/{project}/events",
+            params={"after_cursor": cursor, "wait_s": 10, "workspace": ctx.workspace},
+        )
+        cursor = page["next_cursor"]
+        for event in page["events"]:
+            if event["run_id"] == run_id and not ctx.as_json:
+                print(f"  {event['event_type']}: {_brief(event['payload'])}", file=sys.stderr)
+        run = await ctx.client.request(
+            "GET", f"/v1/projects/{project}/runs/{run_id}", params={"workspace": ctx.workspace}
+        )
+        if run["status"] in TERMINAL:
+            return dict(run)
+
+
+def _brief(payload: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in payload.items() if v not in (None, "", []))[:160]
+
+
+def _run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run id")
+    parser.add_argument("--project", required=True, help="project id (unassigned for runs without context)")
+
+
+@command("training", "status", help="one run: status, attempts, metrics summary, artifacts")(_run_args)
+async def training_status(ctx: Ctx) -> int:
+    run = await ctx.client.request(
+        "GET", f"/v1/projects/{ctx.args.project}/runs/{ctx.args.run}", params={"workspace": ctx.workspace}
+    )
+    return done(ctx, run, title=f"Run {ctx.args.run}")
+
+
+def _list_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--status", help="filter by status")
+
+
+@command("training", "list", help="a project's runs, newest first")(_list_args)
+async def training_list(ctx: Ctx) -> int:
+    rows = await ctx.client.request(
+        "GET", f"/v1/projects/{ctx.args.project}/runs", params={"status": ctx.args.status, "workspace": ctx.workspace}
+    )
+    return done(ctx, rows, columns=["run_id", "method", "status", "context_status", "created_at"], title="Runs")
+
+
+def _log_args(parser: argparse.ArgumentParser) -> None:
+    _run_args(parser)
+    parser.add_argument("--tail", type=int, default=50, help="the last N lines")
+    parser.add_argument("--follow", action="store_true", help="keep printing new lines until the run ends")
+
+
+@command("training", "log", help="the run's training.log (redacted)")(_log_args)
+async def training_log(ctx: Ctx) -> int:
+    a = ctx.args
+    path, params = f"/v1/projects/{a.project}/runs/{a.run}", {"workspace": ctx.workspace}
+    printed: list[str] = []
+    while True:
+        lines = (await ctx.client.request("GET", f"{path}/log", params={**params, "tail": a.tail}))["lines"]
+        new = lines[_overlap(printed, lines) :]
+        if ctx.as_json and not a.follow:
+            return done(ctx, {"run_id": a.run, "lines": lines})
+        for line in new:
+            print(line)
+        printed = lines
+        run = await ctx.client.request("GET", path, params=params)
+        if not a.follow or run["status"] in TERMINAL:
+            return EXIT_OK
+        await asyncio.sleep(2)
+
+
+def _overlap(previous: list[str], current: list[str]) -> int:
+    """How many leading lines of `current` were already printed as the tail of `previous`."""
+    for size in range(min(len(previous), len(current)), 0, -1):
+        if previous[-size:] == current[:size]:
+            return size
+    return 0
+
+
+def _metrics_args(parser: argparse.ArgumentParser) -> None:
+    _run_args(parser)
+    parser.add_argument("--metric", default="train.loss", help="metric name (default train.loss)")
+
+
+@command("training", "metrics", help="a metric of a run with its summary")(_metrics_args)
+async def training_metrics(ctx: Ctx) -> int:
+    a = ctx.args
+    trend = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/trend", params={"metric": a.metric, "run": a.run, "workspace": ctx.workspace}
+    )
+    if ctx.as_json:
+        return done(ctx, trend)
+    return done(ctx, {"metric": a.metric, **trend["summary"]}, title=f"{a.metric} of {a.run}")
+
+
+def _control(verb: str) -> Any:
+    async def handler(ctx: Ctx) -> int:
+        a = ctx.args
+        if verb == "stop" and not getattr(a, "yes", False) and sys.stdin.isatty():
+            answer = await asyncio.to_thread(input, f"Stop run {a.run}? It ends as cancelled. [y/N] ")
+            if answer.strip().lower() not in {"y", "yes"}:
+                print("Not stopped.")
+                return EXIT_OK
+        result = await ctx.client.request(
+            "POST", f"/v1/projects/{a.project}/runs/{a.run}/{verb}", params={"workspace": ctx.workspace}
+        )
+        return done(ctx, result, title=f"Run {a.run}: {verb}")
+
+    handler.__name__ = f"training_{verb}"
+    return handler
+
+
+def _stop_args(parser: argparse.ArgumentParser) -> None:
+    _run_args(parser)
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+command("training", "pause", help="pause a running run at its next step (checkpoint, GPU freed)")(_run_args)(
+    _control("pause")
+)
+command("training", "resume", help="resume a paused run from its checkpoint")(_run_args)(_control("resume"))
+command("training", "stop", help="stop a run (status cancelled); asks in a terminal unless --yes")(_stop_args)(
+    _control("stop")
+)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from bashgym.daemon.authority import RateLimiter, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.settings import Settings
+from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
@@ -90,9 +92,12 @@ async def main(settings: Settings) -> int:
     lock = HomeLock(settings.lock_path)
     lock.acquire()
     try:
-        async with await Ledger.open(
-            settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
-        ) as ledger:
+        async with (
+            await Ledger.open(
+                settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
+            ) as ledger,
+            TrainingService(settings, ledger) as training,
+        ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             services = Services(
                 settings=settings,
@@ -101,7 +106,10 @@ async def main(settings: Settings) -> int:
                 version=bashgym_version(),
                 started_monotonic=started,
                 limiter=RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst),
+                training=training,
             )
+            # Shutdown order: the API stops accepting (in _serve), then TrainingService stops its
+            # trainers and records their outcomes, then the ledger closes last.
             await _serve(services)
     finally:
         settings.endpoint_path.unlink(missing_ok=True)
@@ -121,6 +129,9 @@ async def _serve(services: Services) -> None:
         timeout_graceful_shutdown=int(settings.grace_s),
     )
     server = _Server(config)
+    # Everything built so far lives as long as the daemon; moving it out of the collector's view
+    # keeps full collections (and the latency spikes they cause) small.
+    gc.freeze()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(4 * 1024**3, ge=1024, description="Largest dataset or model file upload.")
     grace_s: float = Field(10.0, gt=0, description="Seconds a child gets between SIGTERM and SIGKILL.")
     stale_after_s: float = Field(3600.0, gt=0, description="An active run silent this long is reported stale.")
+    local_slots: int = Field(1, ge=1, le=64, description="Training runs the local lane runs at once.")
+    trainer_python: str = Field("", description="Python that runs trainers (default: the daemon's own).")
     discord_token_env: str = Field(
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
@@ -79,6 +81,10 @@ class Settings(BaseSettings):
     def endpoint_path(self) -> Path:
         """Where the running daemon writes its address, so the CLI finds it (port 0, a socket)."""
         return self.home / "daemon.json"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
 
     @property
     def artifacts_dir(self) -> Path:

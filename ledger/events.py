@@ -43,6 +43,19 @@ class AliasMoved(_Payload):
     previous_version_id: str | None = None
 
 
+class RunCheckpoint(_Payload):
+    step: int
+    path: str
+
+
+class RunAnomaly(_Payload):
+    """NaN or infinite loss, a loss spike, collapsed reward variance, or no progress for too long."""
+
+    kind: str
+    detail: str
+    step: int | None = None
+
+
 class Annotation(_Payload):
     text: str
 
@@ -72,6 +85,8 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "run.completed": RunStatusChanged,
     "run.failed": RunStatusChanged,
     "run.cancelled": RunStatusChanged,
+    "run.checkpoint": RunCheckpoint,
+    "run.anomaly": RunAnomaly,
     "metrics.ingested": MetricsIngested,
     "alias.moved": AliasMoved,
     "annotation.added": Annotation,

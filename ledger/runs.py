@@ -287,3 +287,18 @@ def _check_replayed_points(
                 f"{value}. Recorded metric points never change.",
                 hint="Resend the original value, or record the corrected series under a new attempt.",
             )
+
+
+def append_run_event(
+    tx: Tx, ws: str, project: str, run_id: str, attempt_id: str, event_type: str, payload: dict[str, Any]
+) -> int:
+    run = get_run_row(tx.conn, ws, project, run_id)
+    return tx.append_event(
+        event_type,
+        workspace_id=ws,
+        project_id=project,
+        experiment_id=run["experiment_id"],
+        run_id=run_id,
+        attempt_id=attempt_id,
+        payload=payload,
+    )

@@ -190,6 +190,21 @@ class Ledger:
 
         return await self.write(actor, fn)
 
+    async def append_run_event(
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        run_id: str,
+        attempt_id: str,
+        event_type: str,
+        payload: dict[str, Any],
+    ) -> int:
+        """Record something a run's supervisor observed (a checkpoint, an anomaly) as an event of that run."""
+        return await self.write(
+            actor, lambda tx: runs.append_run_event(tx, ws, project, run_id, attempt_id, event_type, payload)
+        )
+
     # -- evidence --------------------------------------------------------------------------------
 
     async def register_artifact(self, actor: Actor, ws: str, project: str, spec: ArtifactSpec) -> WriteResult:

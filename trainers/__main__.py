@@ -18,11 +18,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {run_dir}/request.json does not exist.", file=sys.stderr)
         return 2
     protocol = _protocol_to_stdout_logs_to_file(run_dir / "training.log")
+    # Signals first: torch takes seconds to import, and a stop sent meanwhile must still end `cancelled`.
+    from bashgym.trainers.signals import ControlFlags
+
+    flags = ControlFlags()
+    flags.install()
     from bashgym.trainers.rundir import RunDirectory
     from bashgym.trainers.runner import run_training
 
     # The process's one read of the environment; the Hub token is looked up there by name.
-    return run_training(RunDirectory(run_dir, protocol), resume=args.resume, environ=dict(os.environ))
+    return run_training(RunDirectory(run_dir, protocol), resume=args.resume, environ=dict(os.environ), flags=flags)
 
 
 def _protocol_to_stdout_logs_to_file(log_path: Path):  # type: ignore[no-untyped-def]

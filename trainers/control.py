@@ -1,29 +1,11 @@
-"""Pause and stop requests from the supervisor: signals become flags a callback acts on at a step boundary."""
+"""The callback that acts on pause and stop flags at a step boundary."""
 
 from __future__ import annotations
 
-import signal
-from dataclasses import dataclass
 from typing import Any
 
+from bashgym.trainers.signals import ControlFlags
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-
-
-@dataclass
-class ControlFlags:
-    pause: bool = False
-    stop: bool = False
-
-    def install(self) -> None:
-        """SIGUSR1 asks to pause (checkpoint, then exit); SIGTERM asks to stop (status cancelled)."""
-        signal.signal(signal.SIGUSR1, self._on_pause)
-        signal.signal(signal.SIGTERM, self._on_stop)
-
-    def _on_pause(self, signum: int, frame: Any) -> None:
-        self.pause = True
-
-    def _on_stop(self, signum: int, frame: Any) -> None:
-        self.stop = True
 
 
 class ControlCallback(TrainerCallback):

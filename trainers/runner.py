@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.trainers.contracts import format_report, validate_dataset
-from bashgym.trainers.control import ControlCallback, ControlFlags
+from bashgym.trainers.control import ControlCallback
 from bashgym.trainers.rundir import (
     EXIT_CANCELLED,
     EXIT_COMPLETED,
@@ -17,6 +17,7 @@ from bashgym.trainers.rundir import (
     RunDirectory,
     canonical_metrics,
 )
+from bashgym.trainers.signals import ControlFlags
 from bashgym.trainers.specs import TrainingRequest
 
 
@@ -24,10 +25,8 @@ class RefusedRequest(RuntimeError):
     """The request cannot run on this machine as asked (4-bit without a GPU, a missing backend, ...)."""
 
 
-def run_training(run: RunDirectory, *, resume: bool, environ: dict[str, str]) -> int:
+def run_training(run: RunDirectory, *, resume: bool, environ: dict[str, str], flags: ControlFlags) -> int:
     """Run the request in `run` and return the exit code the supervisor reads."""
-    flags = ControlFlags()
-    flags.install()
     try:
         request = TrainingRequest.model_validate_json(run.request_path.read_text())
         _check_dataset(request)
@@ -56,6 +55,10 @@ def _train(
     checkpoint = run.last_checkpoint() if resume else None
     run.write_state("preparing", step=0, resumed_from=checkpoint.name if checkpoint else None)
     model, tokenizer, facts = load_model_and_tokenizer(request)
+    if flags.stop:  # stopped while loading: nothing trained, nothing to keep
+        run.write_state("cancelled", step=0)
+        run.emit("cancelled", step=0)
+        return EXIT_CANCELLED
     trainer = build_trainer(request, model, tokenizer, run)
     trainer.add_callback(ControlCallback(flags))
     _quiet_stdout_printer(trainer)

@@ -190,6 +190,15 @@ class TrainingRequest(BaseModel):
             )
         if self.auto_push_hf and not self.hf_repo_name:
             raise InvalidRequest("auto_push_hf needs hf_repo_name; BashGym never invents a repository name.")
+        if "token_level_loss" in self.model_fields_set and self.token_level_loss != (
+            self.grpo_loss_type in {"dapo", "bnpo", "dr_grpo"}
+        ):
+            averaging = "per sequence" if self.token_level_loss else "over tokens"
+            raise InvalidRequest(
+                f"token_level_loss is {str(self.token_level_loss).lower()} but grpo_loss_type "
+                f"`{self.grpo_loss_type}` averages {averaging}; "
+                "use dapo/bnpo/dr_grpo for token-level loss, grpo for sequence-level."
+            )
         if self.strategy == "rlvr" and self.grpo_reward_mode != "verification":
             raise InvalidRequest(
                 "rlvr rewards come from a deterministic verifier; set grpo_reward_mode "

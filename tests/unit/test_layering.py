@@ -69,3 +69,15 @@ def test_importing_daemon_and_bot_does_not_load_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_every_python_package_folder_is_listed_for_installation() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        "bashgym." + ".".join(init.parent.relative_to(ROOT).parts)
+        for folder in FOLDERS
+        for init in (ROOT / folder).rglob("__init__.py")
+    }
+    assert found == listed

@@ -23,6 +23,15 @@ def _row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
+    if request.active_sampling:
+        raise ValueError(
+            "active_sampling (resampling groups until their rewards vary) needs a dynamic-sampling "
+            "backend this installation lacks; set active_sampling false."
+        )
+    if request.lm_head_fp32:
+        args = {**args, "cast_lm_head_to_fp32": True}
+    # Zero-variance groups get zero advantage in GRPO, so they carry no gradient: filter_zero_std_groups
+    # holds by construction, and their share is logged as train.frac_zero_std_groups.
     dataset = Dataset.from_list([_row(row) for row in load_rows(request.dataset_path)])
     config = GRPOConfig(
         **args,

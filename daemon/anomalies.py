@@ -1,0 +1,60 @@
+"""Pure checks that turn a run's metric stream into anomalies worth an event."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SPIKE_FACTOR = 2.0
+SPIKE_WARMUP = 5
+
+
+@dataclass
+class Anomaly:
+    kind: str
+    detail: str
+    step: int | None
+
+
+@dataclass
+class AnomalyWatch:
+    """Keeps the running mean of the loss; reports each kind of anomaly once per run."""
+
+    strategy: str
+    _losses: list[float] = field(default_factory=list)
+    _reported: set[str] = field(default_factory=set)
+
+    def observe(self, step: int, metrics: dict[str, float]) -> list[Anomaly]:
+        found = []
+        loss = metrics.get("train.loss")
+        if loss is not None:
+            found += self._loss(step, loss)
+        if self.strategy in {"grpo", "rlvr"} and metrics.get("train.reward_std") == 0.0:
+            found.append(
+                Anomaly(
+                    "zero_reward_variance",
+                    "Every group's rewards were equal; GRPO gets no "
+                    "gradient. Check the verifier and the sampling temperature.",
+                    step,
+                )
+            )
+        fresh = [a for a in found if a.kind not in self._reported]
+        self._reported.update(a.kind for a in fresh)
+        return fresh
+
+    def _loss(self, step: int, loss: float) -> list[Anomaly]:
+        if not math.isfinite(loss):
+            return [Anomaly("non_finite_loss", f"train.loss is {loss} at step {step}.", step)]
+        anomalies = []
+        if len(self._losses) >= SPIKE_WARMUP:
+            mean = sum(self._losses) / len(self._losses)
+            if mean > 0 and loss > SPIKE_FACTOR * mean:
+                anomalies.append(
+                    Anomaly(
+                        "loss_spike",
+                        f"train.loss {loss:.4g} at step {step} is over {SPIKE_FACTOR:g}x the running mean {mean:.4g}.",
+                        step,
+                    )
+                )
+        self._losses.append(loss)
+        return anomalies

@@ -1,0 +1,249 @@
+"""Owns one training process: start it, follow its protocol and metrics into the ledger, stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from bashgym.daemon.anomalies import AnomalyWatch
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import InvalidTransition
+from bashgym.ledger.models import MAX_METRIC_BATCH, Actor, ArtifactSpec, MetricBatch, MetricPoint, RunTransition
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+log = logging.getLogger("bashgym.supervisor")
+
+# Exit codes of `python -m bashgym.trainers` (trainers/rundir.py).
+EXIT_STATUS = {0: "completed", 75: "paused", 76: "cancelled"}
+
+
+class TrainerEvent(BaseModel):
+    """One protocol line of a trainer's stdout, validated before it reaches the ledger."""
+
+    model_config = ConfigDict(extra="allow")
+    event: Literal["started", "progress", "checkpoint", "uploaded", "paused", "cancelled", "completed", "failed"]
+    time: float
+    step: int | None = None
+    metrics: dict[str, float] | None = None
+    error: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    workspace: str
+    project: str
+    run_id: str
+    attempt_id: str
+    run_dir: Path
+    strategy: str
+
+
+class MetricsFollower:
+    """Reads metrics.jsonl from a byte offset; only complete lines, so a half-written one waits."""
+
+    def __init__(self, path: Path, attempt_id: str, run_id: str) -> None:
+        self.path = path
+        self.run_id = run_id
+        self.attempt_id = attempt_id
+        self.offset = 0
+
+    def read_batches(self) -> tuple[list[MetricBatch], list[tuple[int, dict[str, float]]]]:
+        """New points as ledger batches, and the raw (step, metrics) records for anomaly checks."""
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return [], []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        records = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        points = [
+            MetricPoint(metric=name, step=int(r["step"]), value=value)
+            for r in records
+            for name, value in r["metrics"].items()
+            if math.isfinite(value)
+        ]
+        batches = [
+            MetricBatch(run_id=self.run_id, attempt_id=self.attempt_id, points=points[i : i + MAX_METRIC_BATCH])
+            for i in range(0, len(points), MAX_METRIC_BATCH)
+        ]
+        return batches, [(int(r["step"]), r["metrics"]) for r in records]
+
+
+class Supervisor:
+    """One trainer child process from spawn to outcome."""
+
+    def __init__(self, handle: RunHandle, ledger: Ledger, actor: Actor, python: str, grace_s: float) -> None:
+        self.handle = handle
+        self.ledger = ledger
+        self.actor = actor
+        self.python = python
+        self.grace_s = grace_s
+        self.proc: asyncio.subprocess.Process | None = None
+        self.metrics = MetricsFollower(handle.run_dir / "metrics.jsonl", handle.attempt_id, handle.run_id)
+        self.watch = AnomalyWatch(handle.strategy)
+        self._is_running = False
+        self._is_stopping = False
+        self._last_error = ""
+
+    @property
+    def command(self) -> list[str]:
+        return [self.python, "-u", "-m", "bashgym.trainers", str(self.handle.run_dir)]
+
+    async def run(self, *, resume: bool) -> str:
+        """Spawn, follow to the end, record the outcome; return the final status."""
+        command = [*self.command, "--resume"] if resume else self.command
+        if not resume:
+            # A resumed run stays `paused` until its first progress line moves it to running.
+            await self._transition("preparing", reason="trainer starting")
+        log.info("Starting trainer for %s: %s", self.handle.run_id, " ".join(command))
+        self.proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            await self._follow()
+            code = await self.proc.wait()
+        except asyncio.CancelledError:
+            await asyncio.shield(self.stop())
+            raise
+        finally:
+            await asyncio.shield(self._ingest_metrics())
+        return await asyncio.shield(self._record_exit(code))
+
+    async def _follow(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            try:
+                event = TrainerEvent.model_validate_json(raw)
+            except ValidationError:
+                log.warning("Ignoring a malformed protocol line from %s: %r", self.handle.run_id, raw[:200])
+                continue
+            await self._on_event(event)
+
+    async def _on_event(self, event: TrainerEvent) -> None:
+        match event.event:
+            case "progress":
+                if not self._is_running:
+                    self._is_running = True
+                    await self._transition("running", reason="first progress reported")
+                await self._ingest_metrics()
+            case "checkpoint":
+                await self._ingest_metrics()
+                await self._append("run.checkpoint", {"step": event.step or 0, "path": event.path or ""})
+            case "failed":
+                self._last_error = event.error or ""
+
+    async def _ingest_metrics(self) -> None:
+        batches, records = await asyncio.to_thread(self.metrics.read_batches)
+        h = self.handle
+        for batch in batches:
+            await self.ledger.ingest_metrics(self.actor, h.workspace, h.project, batch)
+        for step, values in records:
+            for anomaly in self.watch.observe(step, values):
+                await self._append(
+                    "run.anomaly", {"kind": anomaly.kind, "detail": anomaly.detail, "step": anomaly.step}
+                )
+
+    async def _record_exit(self, code: int) -> str:
+        status = EXIT_STATUS.get(code, "failed")
+        if status == "failed" and self._is_stopping and code in {-signal.SIGTERM, -signal.SIGKILL}:
+            status = "cancelled"  # stopped by us before the trainer could answer the signal itself
+        if status == "completed":
+            await self._register_artifacts()
+        error = "" if status != "failed" else self._error_summary(code)
+        await self._transition(status, reason=f"trainer exited with code {code}", error_summary=error)
+        return status
+
+    def _error_summary(self, code: int) -> str:
+        if self._last_error:
+            return self._last_error[:2000]
+        tail = _tail(self.handle.run_dir / "training.log", 20)
+        return f"Trainer exited with code {code}. Last log lines:\n{tail}"[:2000]
+
+    async def _register_artifacts(self) -> None:
+        profile_path = self.handle.run_dir / "model_profile.json"
+        profile = json.loads(await asyncio.to_thread(profile_path.read_text))
+        h = self.handle
+        for entry in profile["files"]:
+            kind = _artifact_kind(entry["path"], use_lora=bool(profile["use_lora"]))
+            spec = ArtifactSpec(
+                run_id=h.run_id,
+                attempt_id=h.attempt_id,
+                kind=kind,
+                uri=f"bashgym://runs/{h.run_id}/{entry['path']}",
+                sha256=entry["sha256"],
+                size_bytes=entry["size_bytes"],
+            )
+            await self.ledger.register_artifact(self.actor, h.workspace, h.project, spec)
+
+    async def _transition(self, status: str, *, reason: str, error_summary: str = "") -> None:
+        h = self.handle
+        spec = RunTransition(
+            status=status,
+            attempt_id=h.attempt_id,
+            reason=reason,
+            error_summary=error_summary,
+        )
+        try:
+            await self.ledger.transition_run(self.actor, h.workspace, h.project, h.run_id, spec)
+        except InvalidTransition as exc:
+            log.warning("Run %s: %s", h.run_id, exc.message)
+
+    async def _append(self, event_type: str, payload: dict[str, Any]) -> None:
+        h = self.handle
+        await self.ledger.append_run_event(
+            self.actor, h.workspace, h.project, h.run_id, h.attempt_id, event_type, payload
+        )
+
+    def pause(self) -> None:
+        self._signal(signal.SIGUSR1)
+
+    async def stop(self) -> None:
+        """SIGTERM the trainer's process group; SIGKILL it after grace_s if it ignores that."""
+        self._is_stopping = True
+        self._signal(signal.SIGTERM)
+        if self.proc is None:
+            return
+        try:
+            async with asyncio.timeout(self.grace_s):
+                await self.proc.wait()
+        except TimeoutError:
+            self._signal(signal.SIGKILL)  # one stuck trainer must not hang the daemon's shutdown
+            await self.proc.wait()
+
+    def _signal(self, signum: int) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signum)
+        except ProcessLookupError:  # it exited between the check and the signal
+            return
+
+
+def _artifact_kind(path: str, *, use_lora: bool) -> str:
+    top = path.split("/")[0]
+    if top == "merged":
+        return "merged"
+    if top.startswith("checkpoint-"):
+        return "checkpoint"
+    return "adapter" if use_lora else "weights"
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no training.log)"

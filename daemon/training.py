@@ -1,0 +1,186 @@
+"""The training service: accepts launches, queues them on the local lane, and controls running trainers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bashgym.daemon.authority import Principal
+from bashgym.daemon.settings import Settings
+from bashgym.daemon.supervisor import RunHandle, Supervisor
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import Conflict, Forbidden, RuleRejected
+from bashgym.ledger.models import Actor, RunRegistration, RunTransition
+from bashgym.ledger.validation import canonical_json, sha256_text
+from bashgym.trainers.contracts import format_report, validate_dataset
+from bashgym.trainers.specs import TrainingRequest
+
+
+class TrainingService:
+    """Owns every supervisor task; leaving its `async with` stops the trainers it started."""
+
+    def __init__(self, settings: Settings, ledger: Ledger) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self._slots = asyncio.Semaphore(settings.local_slots)
+        self._active: dict[str, Supervisor] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._group = asyncio.TaskGroup()
+        self._is_accepting = True
+
+    async def __aenter__(self) -> TrainingService:
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._is_accepting = False
+        for supervisor in list(self._active.values()):
+            await supervisor.stop()
+        for task in self._tasks.values():
+            task.cancel()
+        await self._group.__aexit__(*exc)
+
+    async def start(self, actor: Actor, workspace: str, request: TrainingRequest) -> dict[str, Any]:
+        """Check, register (verified or unassigned) and queue one run; answer at once."""
+        if not self._is_accepting:
+            raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
+        if request.lane != "local":
+            raise RuleRejected(
+                f"compute_target `{request.compute_target}` needs the {request.lane} lane, which this "
+                "daemon does not run yet; use compute_target `local`."
+            )
+        await self._check_dataset(request)
+        registration = RunRegistration(
+            method=request.strategy,
+            tracking_context=request.tracking_context,
+            compute_target=request.compute_target,
+            config=request.model_dump(mode="json", exclude={"tracking_context"}),
+            recipe_digest=sha256_text(canonical_json(request.model_dump(mode="json", exclude={"correlation_id"}))),
+            correlation_id=request.correlation_id or actor.correlation_id,
+        )
+        written = await self.ledger.register_run(actor, workspace, registration)
+        run = written.record
+        handle = RunHandle(
+            workspace,
+            run["project_id"],
+            run["run_id"],
+            f"{run['run_id']}.a1",
+            self.settings.runs_dir / run["run_id"],
+            request.strategy,
+        )
+        if not written.replayed:
+            await asyncio.to_thread(_write_request, handle.run_dir, request)
+            self._launch(handle, actor, resume=False)
+        return {
+            "run_id": handle.run_id,
+            "attempt_id": handle.attempt_id,
+            "status": run["status"],
+            "lane": request.lane,
+            "correlation_id": run["correlation_id"],
+            "project_id": handle.project,
+            "experiment_id": run["experiment_id"],
+            "context_status": run["context_status"],
+            "missing_context_fields": run["missing_context_fields"],
+            "replayed": written.replayed,
+        }
+
+    async def _check_dataset(self, request: TrainingRequest) -> None:
+        for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
+            try:
+                report = await asyncio.to_thread(
+                    validate_dataset, request.strategy, Path(path), teacher_model=request.teacher_model
+                )
+            except FileNotFoundError as exc:
+                raise RuleRejected(str(exc), hint="dataset_path must name a file the daemon can read.") from exc
+            if not report.ok:
+                raise RuleRejected(
+                    f"The dataset breaks the {request.strategy} contract; nothing was launched.\n"
+                    f"{format_report(report)}",
+                    hint="Fix it; bashgym training validate checks it.",
+                    details={"summary": report.summary},
+                )
+
+    def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
+        system = Actor(
+            actor_id="system:supervisor",
+            credential_kind="system",
+            capability="training.launch",
+            correlation_id=actor.correlation_id,
+        )
+        python = self.settings.trainer_python or sys.executable
+        supervisor = Supervisor(handle, self.ledger, system, python, self.settings.grace_s)
+        self._tasks[handle.run_id] = self._group.create_task(self._run(supervisor, resume=resume))
+
+    async def _run(self, supervisor: Supervisor, *, resume: bool) -> None:
+        run_id = supervisor.handle.run_id
+        try:
+            async with self._slots:
+                self._active[run_id] = supervisor
+                await supervisor.run(resume=resume)
+        finally:
+            self._active.pop(run_id, None)
+            self._tasks.pop(run_id, None)
+
+    async def pause(self, principal: Principal, workspace: str, project: str, run_id: str) -> dict[str, Any]:
+        run = await self._controllable(principal, workspace, project, run_id, "training.control")
+        supervisor = self._active.get(run_id)
+        if run["status"] != "running" or supervisor is None:
+            raise Conflict(f"Run {run_id} is {run['status']}; only a running run can pause.")
+        supervisor.pause()
+        return {"run_id": run_id, "status": "pausing"}
+
+    async def resume(
+        self, principal: Principal, actor: Actor, workspace: str, project: str, run_id: str
+    ) -> dict[str, Any]:
+        run = await self._controllable(principal, workspace, project, run_id, "training.control")
+        if run["status"] != "paused" or run_id in self._tasks:
+            raise Conflict(f"Run {run_id} is {run['status']}; only a paused run can resume.")
+        handle = RunHandle(
+            workspace,
+            project,
+            run_id,
+            run["attempts"][-1]["attempt_id"],
+            self.settings.runs_dir / run_id,
+            run["method"],
+        )
+        self._launch(handle, actor, resume=True)
+        return {"run_id": run_id, "status": "resuming"}
+
+    async def stop(
+        self, principal: Principal, actor: Actor, workspace: str, project: str, run_id: str
+    ) -> dict[str, Any]:
+        run = await self._controllable(principal, workspace, project, run_id, "training.stop")
+        supervisor = self._active.get(run_id)
+        if supervisor is not None:
+            await supervisor.stop()
+        elif run["status"] in {"queued", "paused", "preparing"}:
+            task = self._tasks.pop(run_id, None)
+            if task is not None:
+                task.cancel()
+            await self.ledger.transition_run(
+                actor, workspace, project, run_id, RunTransition(status="cancelled", reason="stopped before it ran")
+            )
+        else:
+            raise Conflict(f"Run {run_id} is {run['status']}; there is nothing to stop.")
+        return dict(await self.ledger.get_run(workspace, project, run_id))
+
+    async def _controllable(
+        self, principal: Principal, workspace: str, project: str, run_id: str, capability: str
+    ) -> dict[str, Any]:
+        """The run, when the caller may control it: its own run, or with `capability` for any run."""
+        run = await self.ledger.get_run(workspace, project, run_id)
+        if run["launched_by"] != principal.actor_id and not principal.holds(capability, project):
+            raise Forbidden(
+                f"{principal.actor_id} lacks {capability} for project {project!r}, and run {run_id} "
+                f"was launched by someone else.",
+                details={"capability": capability},
+            )
+        return run
+
+
+def _write_request(run_dir: Path, request: TrainingRequest) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "request.json").write_text(json.dumps(request.model_dump(mode="json"), indent=2))

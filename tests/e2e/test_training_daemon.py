@@ -1,0 +1,154 @@
+"""Training through the daemon on the local lane: a real tiny-model run, watched into the ledger."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bashgym.trainers.tiny import build_tiny
+
+from tests.factories import tracking_context
+from tests.helpers import RunningDaemon, cli, running_daemon
+
+TERMINAL = {"completed", "failed", "cancelled"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def trainer_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with running_daemon(tmp_path_factory.mktemp("home"), env={"BASHGYM_LOCAL_SLOTS": "1"}) as running:
+        yield running
+
+
+def sft_data(tmp: Path, rows: int = 16) -> Path:
+    path = tmp / "sft.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"Count the lines in notes{i}.txt"},
+                        {"role": "assistant", "content": f"wc -l notes{i}.txt"},
+                    ]
+                }
+            )
+            + "\n"
+            for i in range(rows)
+        )
+    )
+    return path
+
+
+def request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
+    return {
+        "strategy": "sft",
+        "base_model": str(tiny),
+        "dataset_path": str(data),
+        "max_steps": 4,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 5e-3,
+        "save_steps": 2,
+        "max_seq_length": 128,
+        "tracking_context": tracking_context(),
+        **overrides,
+    }
+
+
+def wait_for(client: httpx.Client, project: str, run_id: str, statuses: set[str], timeout_s: float = 240) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/v1/projects/{project}/runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} never reached {statuses}; last {run['status']}")
+
+
+def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    with trainer_daemon.client() as client:
+        started = client.post(
+            "/v1/training/start", json=request(tiny, sft_data(tmp_path)), headers={"X-Correlation-Id": "cor-sft-1"}
+        )
+        assert started.status_code == 201, started.text
+        info = started.json()
+        assert (info["status"], info["context_status"], info["lane"]) == ("queued", "verified", "local")
+        assert info["correlation_id"] == "cor-sft-1"
+        run = wait_for(client, "nightly", info["run_id"], TERMINAL)
+        assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+        events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
+    kinds = [e["event_type"] for e in events if e["run_id"] == info["run_id"]]
+    assert (
+        kinds.index("run.queued")
+        < kinds.index("run.preparing")
+        < kinds.index("run.started")
+        < kinds.index("run.completed")
+    )
+    assert "run.checkpoint" in kinds
+    assert run["metric_summary"]["train.loss"]["count"] == 4
+    assert {a["kind"] for a in run["artifacts"]} == {"adapter"}
+    assert all(len(a["sha256"]) == 64 and a["size_bytes"] > 0 for a in run["artifacts"])
+    run_dir = trainer_daemon.home / "runs" / info["run_id"]
+    assert not list(run_dir.glob("checkpoint-*")), "adapter_only retention"
+    assert cli(trainer_daemon.env(), "ledger", "verify").code == 0
+
+
+def test_a_dataset_breaking_its_contract_is_refused_before_launch(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "no answer"}]}\n')
+    with trainer_daemon.client() as client:
+        refused = client.post("/v1/training/start", json=request(tiny, bad))
+    assert refused.status_code == 422
+    assert "bad.jsonl:1" in refused.json()["error"]["message"]
+
+
+def test_a_run_that_fails_in_training_is_failed_with_its_error(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    broken_model = tmp_path / "not-a-model"
+    broken_model.mkdir()
+    with trainer_daemon.client() as client:
+        info = client.post(
+            "/v1/training/start",
+            json=request(tiny, sft_data(tmp_path), base_model=str(broken_model), tracking_context=None),
+        ).json()
+        assert info["context_status"] == "unassigned"
+        run = wait_for(client, "unassigned", info["run_id"], TERMINAL)
+    assert run["status"] == "failed"
+    assert run["attempts"][-1]["error_summary"]
+
+
+def test_pause_resume_and_stop_through_the_cli(trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path) -> None:
+    env = trainer_daemon.env()
+    with trainer_daemon.client() as client:
+        info = client.post(
+            "/v1/training/start",
+            json=request(tiny, sft_data(tmp_path, 64), max_steps=400, save_steps=1000, learning_rate=1e-4),
+        ).json()
+        wait_for(client, "nightly", info["run_id"], {"running"})
+        paused = cli(env, "training", "pause", info["run_id"], "--project", "nightly", "--json")
+        assert paused.code == 0, paused.stderr
+        run = wait_for(client, "nightly", info["run_id"], {"paused"})
+        assert any(e for e in run["attempts"] if e["status"] == "paused")
+        assert list((trainer_daemon.home / "runs" / info["run_id"]).glob("checkpoint-*"))
+        assert cli(env, "training", "resume", info["run_id"], "--project", "nightly").code == 0
+        wait_for(client, "nightly", info["run_id"], {"running"})
+        stopped = cli(env, "training", "stop", info["run_id"], "--project", "nightly", "--yes", "--json")
+        assert stopped.code == 0, stopped.stderr
+        run = wait_for(client, "nightly", info["run_id"], TERMINAL)
+    assert run["status"] == "cancelled"
+    log = cli(env, "training", "log", info["run_id"], "--project", "nightly", "--tail", "5", "--json")
+    assert log.code == 0 and log.json()["lines"]
