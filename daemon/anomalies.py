@@ -24,6 +24,10 @@ class AnomalyWatch:
     _losses: list[float] = field(default_factory=list)
     _reported: set[str] = field(default_factory=set)
 
+    def mark_reported(self, kind: str) -> None:
+        """An anomaly already recorded (before a daemon restart) is not recorded again."""
+        self._reported.add(kind)
+
     def observe(self, step: int, metrics: dict[str, float]) -> list[Anomaly]:
         found = []
         loss = metrics.get("train.loss")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.authority import Principal
-from bashgym.daemon.routing import Call, requires
+from bashgym.daemon.routing import Call, requires, requires_run_control
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.lineage import parse_context
@@ -70,7 +70,8 @@ def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
     }
 
 
-ControlCall = Annotated[Call, requires("training.control")]
+ControlCall = Annotated[Call, requires_run_control("training.control")]
+StopCall = Annotated[Call, requires_run_control("training.stop")]
 ReadCall = Annotated[Call, requires("ledger.read")]
 MAX_LOG_TAIL = 10_000
 
@@ -104,7 +105,7 @@ def training_routes() -> APIRouter:
         return json_response(result, 202)
 
     @router.post("/projects/{project}/runs/{run_id}/stop")
-    async def training_stop(call: ControlCall, project: str, run_id: str) -> Response:
+    async def training_stop(call: StopCall, project: str, run_id: str) -> Response:
         return json_response(await _service(call).stop(call.principal, call.actor, call.workspace, project, run_id))
 
     @router.get("/projects/{project}/runs/{run_id}/log")

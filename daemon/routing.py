@@ -50,6 +50,36 @@ def requires(capability: str) -> Any:
     return Depends(authorise)
 
 
+def requires_run_control(capability: str) -> Any:
+    """Run control: `training.stop` acts on any run; `training.control` on the caller's own runs, or on any
+    run for a principal who also holds `training.stop` ("own" = launched by the caller)."""
+
+    async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services: Services = request.app.state.services
+        ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
+        principal = await resolve_request(
+            services.ledger,
+            request.headers,
+            now=services.ledger.now(),
+            workspace_id=ws,
+            allowed_guilds=frozenset(services.settings.discord_guild_ids),
+        )
+        services.limiter.check(principal.actor_id)
+        project, run_id = request.path_params["project"], request.path_params["run_id"]
+        if capability == "training.control":
+            principal.require("training.control", workspace_id=ws, project_id=project)
+        if not principal.holds("training.stop", project):
+            run = await services.ledger.get_run(ws, project, run_id)
+            is_own = run["launched_by"] == principal.actor_id
+            if not (is_own and principal.holds("training.control", project)):
+                principal.require("training.stop", workspace_id=ws, project_id=project)
+        correlation = request.scope.get("state", {}).get("correlation_id", "")
+        return Call(services, principal, ws, principal.actor(capability, correlation))
+
+    authorise.capability = capability  # type: ignore[attr-defined]
+    return Depends(authorise)
+
+
 ReadCall = Annotated[Call, requires("ledger.read")]
 WriteCall = Annotated[Call, requires("ledger.write")]
 

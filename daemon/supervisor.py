@@ -91,9 +91,11 @@ class Supervisor:
         self.proc: asyncio.subprocess.Process | None = None
         self.metrics = MetricsFollower(handle.run_dir / "metrics.jsonl", handle.attempt_id, handle.run_id)
         self.watch = AnomalyWatch(handle.strategy)
+        self._pid: int | None = None
         self._is_running = False
         self._is_stopping = False
         self._last_error = ""
+        self._metrics_seen = False
 
     @property
     def command(self) -> list[str]:
@@ -113,6 +115,7 @@ class Supervisor:
             stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,
         )
+        self._pid = self.proc.pid
         try:
             await self._follow()
             code = await self.proc.wait()
@@ -151,6 +154,7 @@ class Supervisor:
         h = self.handle
         for batch in batches:
             await self.ledger.ingest_metrics(self.actor, h.workspace, h.project, batch)
+        self._metrics_seen = self._metrics_seen or bool(records)
         for step, values in records:
             for anomaly in self.watch.observe(step, values):
                 await self._append(
@@ -208,6 +212,45 @@ class Supervisor:
             self.actor, h.workspace, h.project, h.run_id, h.attempt_id, event_type, payload
         )
 
+    async def follow_existing(self, pid: int, *, is_running: bool) -> str:
+        """Follow a trainer that outlived a daemon restart, by its run state and metrics, to its end."""
+        self._pid = pid
+        self._is_running = is_running
+        for payload in await self.ledger.run_event_payloads(
+            self.handle.workspace, self.handle.project, self.handle.run_id, "run.anomaly"
+        ):
+            self.watch.mark_reported(str(payload.get("kind", "")))
+        while is_trainer_alive(pid, self.handle.run_dir):
+            await self._ingest_metrics()
+            if not self._is_running and self._metrics_seen:
+                self._is_running = True
+                await self._transition("running", reason="first progress reported")
+            await asyncio.sleep(1.0)
+        await self._ingest_metrics()
+        return await self.resolve_from_state()
+
+    async def resolve_from_state(self) -> str:
+        """Record the outcome the trainer left in run_state.json; without one the run is `unknown`."""
+        state = await asyncio.to_thread(_read_json, self.handle.run_dir / "run_state.json")
+        status = str(state.get("status", ""))
+        if status == "completed":
+            await self._register_artifacts()
+        if status in {"completed", "failed", "cancelled", "paused"}:
+            if status == "paused" and not self._is_running:
+                await self._transition("running", reason="trainer ran before the daemon restarted")
+            await self._transition(
+                status,
+                reason="resolved from the trainer's run state after a daemon restart",
+                error_summary=str(state.get("error", ""))[:2000] if status == "failed" else "",
+            )
+            return status
+        await self._transition(
+            "unknown",
+            reason=f"The trainer is gone and left status {status or 'none'}; the "
+            "daemon cannot prove how it ended. Inspect training.log, then resume or stop it.",
+        )
+        return "unknown"
+
     def pause(self) -> None:
         self._signal(signal.SIGUSR1)
 
@@ -215,22 +258,46 @@ class Supervisor:
         """SIGTERM the trainer's process group; SIGKILL it after grace_s if it ignores that."""
         self._is_stopping = True
         self._signal(signal.SIGTERM)
-        if self.proc is None:
-            return
         try:
             async with asyncio.timeout(self.grace_s):
-                await self.proc.wait()
+                await self._wait_gone()
         except TimeoutError:
             self._signal(signal.SIGKILL)  # one stuck trainer must not hang the daemon's shutdown
+            await self._wait_gone()
+
+    async def _wait_gone(self) -> None:
+        if self.proc is not None:
             await self.proc.wait()
+            return
+        # Not our child after a restart, so there is nothing to await but its disappearance.
+        while self._pid is not None and is_trainer_alive(self._pid, self.handle.run_dir):  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
 
     def _signal(self, signum: int) -> None:
-        if self.proc is None or self.proc.returncode is not None:
+        if self._pid is None or (self.proc is not None and self.proc.returncode is not None):
             return
         try:
-            os.killpg(self.proc.pid, signum)
+            os.killpg(self._pid, signum)  # the trainer leads its own session, so its group id is its pid
         except ProcessLookupError:  # it exited between the check and the signal
             return
+
+
+def is_trainer_alive(pid: int, run_dir: Path) -> bool:
+    """True when pid is still a trainer of this run directory (a reused pid is not)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    is_zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    return not is_zombie and b"bashgym.trainers" in cmdline and str(run_dir).encode() in cmdline
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _artifact_kind(path: str, *, use_lora: bool) -> str:

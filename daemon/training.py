@@ -10,9 +10,9 @@ from typing import Any
 
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.settings import Settings
-from bashgym.daemon.supervisor import RunHandle, Supervisor
+from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import Conflict, Forbidden, RuleRejected
+from bashgym.ledger.errors import Conflict, RuleRejected
 from bashgym.ledger.models import Actor, RunRegistration, RunTransition
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
@@ -33,7 +33,38 @@ class TrainingService:
 
     async def __aenter__(self) -> TrainingService:
         await self._group.__aenter__()
+        await self.reconcile()
         return self
+
+    async def reconcile(self) -> None:
+        """After a start, resolve every run the last daemon left active: re-attach a live trainer, record
+        the outcome a finished one left, and mark the unprovable `unknown`. Nothing is relaunched."""
+        for run in await self.ledger.active_runs():
+            run_dir = self.settings.runs_dir / run["run_id"]
+            if not (run_dir / "request.json").exists():
+                continue  # registered through the ledger API by another system; not ours to resolve
+            handle = RunHandle(
+                run["workspace_id"], run["project_id"], run["run_id"], run["attempt_id"], run_dir, run["method"]
+            )
+            supervisor = self._supervisor(handle, Actor(actor_id="system:reconcile", correlation_id=""))
+            state = await asyncio.to_thread(_read_state, run_dir)
+            pid = state.get("pid")
+            if isinstance(pid, int) and is_trainer_alive(pid, run_dir):
+                self._tasks[handle.run_id] = self._group.create_task(
+                    self._follow(supervisor, pid, is_running=run["status"] == "running")
+                )
+            elif run["status"] != "paused" or state.get("status") != "paused":
+                await supervisor.resolve_from_state()
+
+    async def _follow(self, supervisor: Supervisor, pid: int, *, is_running: bool) -> None:
+        run_id = supervisor.handle.run_id
+        try:
+            async with self._slots:
+                self._active[run_id] = supervisor
+                await supervisor.follow_existing(pid, is_running=is_running)
+        finally:
+            self._active.pop(run_id, None)
+            self._tasks.pop(run_id, None)
 
     async def __aexit__(self, *exc: Any) -> None:
         self._is_accepting = False
@@ -103,7 +134,7 @@ class TrainingService:
                     details={"summary": report.summary},
                 )
 
-    def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
+    def _supervisor(self, handle: RunHandle, actor: Actor) -> Supervisor:
         system = Actor(
             actor_id="system:supervisor",
             credential_kind="system",
@@ -111,7 +142,10 @@ class TrainingService:
             correlation_id=actor.correlation_id,
         )
         python = self.settings.trainer_python or sys.executable
-        supervisor = Supervisor(handle, self.ledger, system, python, self.settings.grace_s)
+        return Supervisor(handle, self.ledger, system, python, self.settings.grace_s)
+
+    def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
+        supervisor = self._supervisor(handle, actor)
         self._tasks[handle.run_id] = self._group.create_task(self._run(supervisor, resume=resume))
 
     async def _run(self, supervisor: Supervisor, *, resume: bool) -> None:
@@ -170,15 +204,15 @@ class TrainingService:
     async def _controllable(
         self, principal: Principal, workspace: str, project: str, run_id: str, capability: str
     ) -> dict[str, Any]:
-        """The run, when the caller may control it: its own run, or with `capability` for any run."""
-        run = await self.ledger.get_run(workspace, project, run_id)
-        if run["launched_by"] != principal.actor_id and not principal.holds(capability, project):
-            raise Forbidden(
-                f"{principal.actor_id} lacks {capability} for project {project!r}, and run {run_id} "
-                f"was launched by someone else.",
-                details={"capability": capability},
-            )
-        return run
+        """The run to control; who may control it was decided by the route's dependency."""
+        return dict(await self.ledger.get_run(workspace, project, run_id))
+
+
+def _read_state(run_dir: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((run_dir / "run_state.json").read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _write_request(run_dir: Path, request: TrainingRequest) -> None:

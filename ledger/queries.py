@@ -505,3 +505,24 @@ def last_cursor(conn: sqlite3.Connection) -> int:
 def get_consumer_cursor(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
     row = conn.execute("SELECT name, cursor, updated_at FROM consumer_cursors WHERE name = ?", (name,)).fetchone()
     return dict(row) if row else {"name": name, "cursor": 0, "updated_at": None}
+
+
+def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every run a daemon may still own (preparing, running, paused, unknown), with its latest attempt."""
+    rows = conn.execute(
+        "SELECT r.workspace_id, r.project_id, r.run_id, r.status, r.method, "
+        "(SELECT a.attempt_id FROM attempts a WHERE a.workspace_id = r.workspace_id AND a.project_id = r.project_id "
+        "AND a.run_id = r.run_id ORDER BY a.attempt_number DESC LIMIT 1) AS attempt_id "
+        f"FROM runs r WHERE r.status IN ({', '.join('?' * len(ACTIVE_STATUSES))})",
+        ACTIVE_STATUSES,
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def run_event_payloads(conn: sqlite3.Connection, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
+    rows = conn.execute(
+        "SELECT payload_json FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? AND event_type = ? "
+        "ORDER BY cursor",
+        (ws, project, run_id, event_type),
+    ).fetchall()
+    return [json.loads(row[0]) for row in rows]

@@ -290,6 +290,12 @@ class Ledger:
     async def list_runs(self, ws: str, project: str, **filters: Any) -> list[dict[str, Any]]:
         return await self.read(lambda conn: queries.list_runs(conn, ws, project, **filters))
 
+    async def active_runs(self) -> list[dict[str, Any]]:
+        return await self.read(queries.active_runs)
+
+    async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
+        return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
+
     async def get_run(self, ws: str, project: str, run_id: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_run(conn, ws, project, run_id))
 

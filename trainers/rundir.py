@@ -62,7 +62,7 @@ class RunDirectory:
 
     def __init__(self, root: Path, protocol: IO[str] | None = None) -> None:
         self.root = root
-        self._protocol = protocol or sys.stdout
+        self._protocol: IO[str] | None = protocol or sys.stdout
 
     @property
     def request_path(self) -> Path:
@@ -102,9 +102,16 @@ class RunDirectory:
 
     def emit(self, event: str, **fields: Any) -> None:
         """One protocol line on stdout; flushed at once, since a crash must not lose it."""
+        if self._protocol is None:
+            return
         line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}, default=str)
-        self._protocol.write(line + "\n")
-        self._protocol.flush()
+        try:
+            self._protocol.write(line + "\n")
+            self._protocol.flush()
+        except (BrokenPipeError, ValueError):
+            # The supervisor is gone (a daemon restart): keep training; run_state.json and
+            # metrics.jsonl remain the record the next daemon reads.
+            self._protocol = None
 
     def write_state(self, status: str, **fields: Any) -> None:
         """Replace run_state.json atomically (write, fsync, rename)."""

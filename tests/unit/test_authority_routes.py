@@ -15,6 +15,7 @@ from bashgym.daemon.authority import CAPABILITIES, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.routing import AUTHENTICATED
 from bashgym.daemon.settings import load_settings
+from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
 from fastapi.routing import APIRoute
@@ -42,13 +43,13 @@ class Harness:
     tmp: Path
     app: Any
 
-    async def token(self, capabilities: list[str]) -> str:
+    async def token(self, capabilities: list[str], actor_id: str | None = None) -> str:
         token = new_token()
         await self.ledger.insert_token(
             Actor(actor_id="test"),
             token_id=f"tok-{next(_counter)}",
             token_hash=hash_token(token),
-            actor_id=f"user-{next(_counter)}",
+            actor_id=actor_id or f"user-{next(_counter)}",
             profile="",
             capabilities=capabilities,
             workspace_id=None,
@@ -66,7 +67,8 @@ class Harness:
 @pytest.fixture
 async def harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]:
     settings = load_settings({}, home=str(tmp_path), rate_limit_per_minute=100_000, rate_limit_burst=100_000)
-    app = create_app(Services(settings, ledger, BlobStore(tmp_path / "artifacts"), "test", 0.0))
+    training = TrainingService(settings, ledger)
+    app = create_app(Services(settings, ledger, BlobStore(tmp_path / "artifacts"), "test", 0.0, training=training))
     admin = new_token()
     await ledger.insert_token(
         Actor(actor_id="system"),
@@ -80,7 +82,7 @@ async def harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]:
         expires_at=None,
     )
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
+    async with training, httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
         yield Harness(client, ledger, admin, tmp_path, app)
 
 
@@ -255,7 +257,60 @@ async def case_training_plan(h: Harness) -> tuple[str, dict[str, Any]]:
     return "/v1/training/plan", {"json": {"strategy": "sft", "base_model": "m", "dataset_path": "d.jsonl"}}
 
 
+async def case_training_start(h: Harness) -> tuple[str, dict[str, Any]]:
+    data = h.tmp / f"sft-{next(_counter)}.jsonl"
+    data.write_text('{"text": "wc -l notes.txt"}\n')
+    # The model does not exist, so the trainer this launches fails at once; the launch is what is tested.
+    return "/v1/training/start", {
+        "json": {"strategy": "sft", "base_model": str(h.tmp / "no-model"), "dataset_path": str(data)}
+    }
+
+
+OWNER = "run-owner"  # the actor of the capability-holding token in the table test
+
+
+async def _run_in(h: Harness, *statuses: str, owner: bool = False) -> tuple[str, str]:
+    if owner:
+        token = await h.token(["ledger.write"], actor_id=OWNER)
+        project = f"p{next(_counter)}"
+        answer = await h.client.post(
+            "/v1/runs",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"method": "sft", "tracking_context": tracking_context(project_id=project)},
+        )
+        run = answer.json()["record"]["run_id"]
+    else:
+        project, run = await _run(h)
+    for status in statuses:
+        await h.admin_call("POST", f"/v1/projects/{project}/runs/{run}/transitions", json={"status": status})
+    return project, run
+
+
+async def case_pause(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run_in(h, "running", owner=True)
+    return f"/v1/projects/{project}/runs/{run}/pause", {}
+
+
+async def case_resume(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run_in(h, "running", "paused", owner=True)
+    return f"/v1/projects/{project}/runs/{run}/resume", {}
+
+
+async def case_stop(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run_in(h)
+    return f"/v1/projects/{project}/runs/{run}/stop", {}
+
+
+# Routes whose answer, once authority passed, depends on a live trainer the harness does not run:
+# pausing a run no supervisor owns is a 409, which still proves the capability check let it through.
+STATEFUL = {("POST", "/v1/projects/{project}/runs/{run_id}/pause")}
+
+
 CASES: dict[tuple[str, str], Case] = {
+    ("POST", "/v1/training/start"): case_training_start,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): case_pause,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/resume"): case_resume,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/stop"): case_stop,
     ("POST", "/v1/training/plan"): case_training_plan,
     ("POST", "/v1/projects"): case_projects,
     ("POST", "/v1/projects/{project}/experiments"): case_experiments,
@@ -325,6 +380,9 @@ async def test_a_mutating_route_answers_401_then_403_naming_the_capability_then_
     assert capability in denied.json()["error"]["message"]
     assert harness.ledger.last_cursor == cursor + 1  # only the token issue above was recorded
 
-    just_that = await harness.token([capability])
+    just_that = await harness.token([capability], actor_id=OWNER)
     allowed = await harness.client.request(method, path, headers={"Authorization": f"Bearer {just_that}"}, **kwargs)
-    assert allowed.status_code < 300, allowed.text
+    if (method, template) in STATEFUL:
+        assert allowed.status_code == 409, allowed.text
+    else:
+        assert allowed.status_code < 300, allowed.text
