@@ -174,3 +174,28 @@ def test_a_daemon_killed_mid_run_resolves_the_run_exactly_once_after_restart(tin
     kinds = [e["event_type"] for e in events if e["run_id"] == info["run_id"]]
     assert kinds.count("run.completed") == 1 and kinds.count("run.started") == 1
     assert run["metric_summary"]["train.loss"]["count"] == 30  # every step once, nothing twice
+
+
+def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_log(tiny: Path, tmp_path: Path) -> None:
+    fake_token = "hf_" + "Kx7" * 12  # shaped like a Hugging Face token; never real
+    home = tmp_path / "home"
+    with running_daemon(home, env={"HF_TOKEN": fake_token}) as daemon, daemon.client() as client:
+        # The trainer fails loading this path and writes it, token and all, into training.log and its error.
+        info = client.post(
+            "/v1/training/start",
+            json=request(tiny, sft_data(tmp_path), tracking_context=None, base_model=f"/models/{fake_token}/tiny"),
+        ).json()
+        run = wait_for(client, "unassigned", info["run_id"], TERMINAL)
+        answers = [
+            client.get(f"/v1/projects/unassigned/runs/{info['run_id']}"),
+            client.get(f"/v1/projects/unassigned/runs/{info['run_id']}/log", params={"tail": 200}),
+            client.get("/v1/projects/unassigned/events", params={"limit": 1000}),
+        ]
+        daemon.stop()
+    assert run["status"] == "failed"
+    assert fake_token in (home / "runs" / info["run_id"] / "training.log").read_text()  # the trainer did log it
+    assert "[redacted]" in run["attempts"][-1]["error_summary"]
+    assert all(a.status_code == 200 and fake_token not in a.text for a in answers)
+    for path in home.glob("ledger.sqlite3*"):
+        assert fake_token.encode() not in path.read_bytes()
+    assert fake_token not in (home / "daemon.log").read_text()
