@@ -40,7 +40,8 @@ from bashgym.daemon.api_training import training_routes
 from bashgym.daemon.app import Services, json_response, uptime_s
 from bashgym.daemon.blobs import count_rows
 from bashgym.daemon.routing import Call, ReadCall, WriteCall, requires, written
-from bashgym.ledger.errors import InvalidInput, NotFound
+from bashgym.ledger.errors import Forbidden, InvalidInput, NotFound
+from bashgym.ledger.models import Actor
 from bashgym.ledger.validation import check_identifier
 from fastapi import APIRouter, FastAPI, Query, Request
 from starlette.responses import Response
@@ -246,10 +247,21 @@ def _evidence_routes() -> APIRouter:
     add("comparisons", ComparisonSpec, Ledger.record_comparison)
     add("decisions", DecisionSpec, Ledger.record_decision)
     add("aliases", AliasMove, Ledger.move_alias)
-    add("budget-entries", BudgetEntrySpec, Ledger.add_budget_entry)
+    add("budget-entries", BudgetEntrySpec, _bookkeeping_budget_entry)
     add("reports", ReportSpec, Ledger.record_report)
     add("annotations", AnnotationSpec, Ledger.add_annotation)
     return router
+
+
+async def _bookkeeping_budget_entry(ledger: Any, actor: Actor, ws: str, project: str, spec: BudgetEntrySpec) -> Any:
+    """Reservations and settlements from other systems; limits and amendments need budget.amend."""
+    if spec.kind in {"limit", "amend"}:
+        raise Forbidden(
+            f"A budget {spec.kind} changes what may be spent; it needs budget.amend.",
+            hint=f"Use bashgym budget set or amend (POST /v1/projects/{project}/budget/{spec.kind}).",
+            details={"capability": "budget.amend"},
+        )
+    return await ledger.add_budget_entry(actor, ws, project, spec)
 
 
 def _query_routes() -> APIRouter:

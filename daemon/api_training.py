@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.authority import Principal
@@ -13,10 +13,12 @@ from bashgym.daemon.routing import Call, requires, requires_run_control
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.lineage import parse_context
+from bashgym.ledger.models import BudgetEntrySpec
 from bashgym.ledger.redaction import redact_text
+from bashgym.ledger.tx import new_id
 from bashgym.trainers.specs import TrainingRequest
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 LaunchCall = Annotated[Call, requires("training.launch")]
@@ -73,7 +75,17 @@ def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
 ControlCall = Annotated[Call, requires_run_control("training.control")]
 StopCall = Annotated[Call, requires_run_control("training.stop")]
 ReadCall = Annotated[Call, requires("ledger.read")]
+AmendCall = Annotated[Call, requires("budget.amend")]
 MAX_LOG_TAIL = 10_000
+
+
+class BudgetChange(BaseModel):
+    """A limit, or an amendment (positive or negative), in GPU-hours and runs."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu_hours: float = Field(0.0, allow_inf_nan=False)
+    runs: int = 0
+    reason: str = Field(min_length=1, max_length=2000)
 
 
 def _service(call: Call) -> TrainingService:
@@ -91,8 +103,9 @@ def training_routes() -> APIRouter:
     @router.post("/training/start", status_code=201)
     async def training_start(call: LaunchCall, http: Request) -> Response:
         request = parse_training_request(await http.body())
-        plan(call, request)  # the same checks as a plan, authority for publication included
-        started = await _service(call).start(call.actor, call.workspace, request)
+        project = plan(call, request)["project_id"]
+        may_exceed = call.principal.holds("budget.amend", project)
+        started = await _service(call).start(call.actor, call.workspace, request, may_exceed_budget=may_exceed)
         return json_response(started, 200 if started["replayed"] else 201)
 
     @router.post("/projects/{project}/runs/{run_id}/pause", status_code=202)
@@ -116,6 +129,20 @@ def training_routes() -> APIRouter:
         path = call.services.settings.runs_dir / run_id / "training.log"
         lines = await asyncio.to_thread(_tail_lines, path, tail)
         return json_response({"run_id": run_id, "lines": [redact_text(line) for line in lines]})
+
+    @router.get("/projects/{project}/budget")
+    async def budget_show(call: ReadCall, project: str) -> Response:
+        return json_response(await call.services.ledger.budget_summary(call.workspace, project))
+
+    @router.post("/projects/{project}/budget/{kind}", status_code=201)
+    async def budget_change(
+        call: AmendCall, project: str, kind: Literal["limit", "amend"], body: BudgetChange
+    ) -> Response:
+        spec = BudgetEntrySpec(
+            entry_id=new_id(f"budget-{kind}"), kind=kind, gpu_hours=body.gpu_hours, runs=body.runs, reason=body.reason
+        )
+        await call.services.ledger.add_budget_entry(call.actor, call.workspace, project, spec)
+        return json_response(await call.services.ledger.budget_summary(call.workspace, project), 201)
 
     return router
 

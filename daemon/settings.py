@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     stale_after_s: float = Field(3600.0, gt=0, description="An active run silent this long is reported stale.")
     local_slots: int = Field(1, ge=1, le=64, description="Training runs the local lane runs at once.")
     trainer_python: str = Field("", description="Python that runs trainers (default: the daemon's own).")
+    local_gpus: int = Field(0, ge=0, le=64, description="GPUs a local run occupies, for GPU-hour accounting.")
     discord_token_env: str = Field(
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )

@@ -9,13 +9,22 @@ import math
 import os
 import signal
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidTransition
-from bashgym.ledger.models import MAX_METRIC_BATCH, Actor, ArtifactSpec, MetricBatch, MetricPoint, RunTransition
+from bashgym.ledger.models import (
+    MAX_METRIC_BATCH,
+    Actor,
+    ArtifactSpec,
+    BudgetEntrySpec,
+    MetricBatch,
+    MetricPoint,
+    RunTransition,
+)
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger("bashgym.supervisor")
@@ -82,8 +91,11 @@ class MetricsFollower:
 class Supervisor:
     """One trainer child process from spawn to outcome."""
 
-    def __init__(self, handle: RunHandle, ledger: Ledger, actor: Actor, python: str, grace_s: float) -> None:
+    def __init__(
+        self, handle: RunHandle, ledger: Ledger, actor: Actor, python: str, grace_s: float, gpus: int = 0
+    ) -> None:
         self.handle = handle
+        self.gpus = gpus
         self.ledger = ledger
         self.actor = actor
         self.python = python
@@ -169,6 +181,7 @@ class Supervisor:
             await self._register_artifacts()
         error = "" if status != "failed" else self._error_summary(code)
         await self._transition(status, reason=f"trainer exited with code {code}", error_summary=error)
+        await self._settle_budget(status)
         return status
 
     def _error_summary(self, code: int) -> str:
@@ -192,6 +205,24 @@ class Supervisor:
                 size_bytes=entry["size_bytes"],
             )
             await self.ledger.register_artifact(self.actor, h.workspace, h.project, spec)
+
+    async def _settle_budget(self, status: str) -> None:
+        """At a terminal outcome: release the launch's reservation and settle GPU-hours from measured time."""
+        if status not in {"completed", "failed", "cancelled"}:
+            return
+        h = self.handle
+        run = await self.ledger.get_run(h.workspace, h.project, h.run_id)
+        hours = _hours_between(run.get("started_at"), run.get("ended_at")) * self.gpus
+        for kind, amount in (("release", 0.0), ("settle", hours)):
+            spec = BudgetEntrySpec(
+                entry_id=f"{h.run_id}.{kind}",
+                kind=kind,
+                runs=1,
+                gpu_hours=amount,
+                run_id=h.run_id,
+                reason=f"run {status}",
+            )
+            await self.ledger.add_budget_entry(self.actor, h.workspace, h.project, spec)
 
     async def _transition(self, status: str, *, reason: str, error_summary: str = "") -> None:
         h = self.handle
@@ -280,6 +311,13 @@ class Supervisor:
             os.killpg(self._pid, signum)  # the trainer leads its own session, so its group id is its pid
         except ProcessLookupError:  # it exited between the check and the signal
             return
+
+
+def _hours_between(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    delta = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
+    return max(delta.total_seconds(), 0.0) / 3600
 
 
 def is_trainer_alive(pid: int, run_dir: Path) -> bool:

@@ -12,11 +12,16 @@ from bashgym.daemon.authority import Principal
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import Conflict, RuleRejected
-from bashgym.ledger.models import Actor, RunRegistration, RunTransition
+from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
+from bashgym.ledger.lineage import parse_context
+from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunTransition
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
 from bashgym.trainers.specs import TrainingRequest
+
+
+class BudgetExceeded(RuleRejected):
+    code = "budget_exceeded"
 
 
 class TrainingService:
@@ -74,7 +79,9 @@ class TrainingService:
             task.cancel()
         await self._group.__aexit__(*exc)
 
-    async def start(self, actor: Actor, workspace: str, request: TrainingRequest) -> dict[str, Any]:
+    async def start(
+        self, actor: Actor, workspace: str, request: TrainingRequest, *, may_exceed_budget: bool = False
+    ) -> dict[str, Any]:
         """Check, register (verified or unassigned) and queue one run; answer at once."""
         if not self._is_accepting:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
@@ -84,6 +91,10 @@ class TrainingService:
                 "daemon does not run yet; use compute_target `local`."
             )
         await self._check_dataset(request)
+        context, _ = parse_context(request.tracking_context)
+        project = context.project_id if context and context.workspace_id == workspace else UNASSIGNED
+        if not may_exceed_budget:
+            await self._check_budget(workspace, project)
         registration = RunRegistration(
             method=request.strategy,
             tracking_context=request.tracking_context,
@@ -103,6 +114,19 @@ class TrainingService:
             request.strategy,
         )
         if not written.replayed:
+            await self.ledger.add_budget_entry(
+                actor,
+                workspace,
+                handle.project,
+                BudgetEntrySpec(
+                    entry_id=f"{handle.run_id}.reserve",
+                    kind="reserve",
+                    runs=1,
+                    gpu_hours=0.0,
+                    run_id=handle.run_id,
+                    reason="reserved at launch; GPU-hours settle from measured run time",
+                ),
+            )
             await asyncio.to_thread(_write_request, handle.run_dir, request)
             self._launch(handle, actor, resume=False)
         return {
@@ -117,6 +141,24 @@ class TrainingService:
             "missing_context_fields": run["missing_context_fields"],
             "replayed": written.replayed,
         }
+
+    async def _check_budget(self, workspace: str, project: str) -> None:
+        try:
+            budget = await self.ledger.budget_summary(workspace, project)
+        except NotFound:
+            return  # a project this launch creates has no budget yet
+        remaining = budget["remaining"]
+        if remaining is None:
+            return
+        # A unit is limited only once a limit names it: a runs-only budget leaves GPU-hours open.
+        is_runs_limited, is_hours_limited = budget["limit"]["runs"] != 0, budget["limit"]["gpu_hours"] != 0
+        if (is_runs_limited and remaining["runs"] < 1) or (is_hours_limited and remaining["gpu_hours"] <= 0):
+            raise BudgetExceeded(
+                f"Project {project!r} has {remaining['runs']} runs and {remaining['gpu_hours']:.2f} GPU-hours left; "
+                "this launch needs 1 run and some GPU time.",
+                hint=f"Ask a holder of budget.amend to amend it (bashgym budget amend --project {project}).",
+                details={"remaining": remaining},
+            )
 
     async def _check_dataset(self, request: TrainingRequest) -> None:
         for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
@@ -142,7 +184,7 @@ class TrainingService:
             correlation_id=actor.correlation_id,
         )
         python = self.settings.trainer_python or sys.executable
-        return Supervisor(handle, self.ledger, system, python, self.settings.grace_s)
+        return Supervisor(handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus)
 
     def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
         supervisor = self._supervisor(handle, actor)

@@ -526,3 +526,42 @@ def run_event_payloads(conn: sqlite3.Connection, ws: str, project: str, run_id: 
         (ws, project, run_id, event_type),
     ).fetchall()
     return [json.loads(row[0]) for row in rows]
+
+
+def budget_summary(conn: sqlite3.Connection, ws: str, project: str, scope: str = "project") -> dict[str, Any]:
+    """Limits, amendments, outstanding reservations, settled use and what remains (None: no limit set)."""
+    require_project(conn, ws, project)
+    totals = {kind: (0.0, 0) for kind in ("limit", "amend", "reserve", "release", "settle")}
+    for kind, hours, runs in conn.execute(
+        "SELECT kind, COALESCE(SUM(gpu_hours), 0), COALESCE(SUM(runs), 0) FROM budget_entries "
+        "WHERE workspace_id = ? AND project_id = ? AND scope = ? GROUP BY kind",
+        (ws, project, scope),
+    ):
+        totals[kind] = (float(hours), int(runs))
+    has_limit = (
+        conn.execute(
+            "SELECT 1 FROM budget_entries WHERE workspace_id = ? AND project_id = ? AND scope = ? AND kind = 'limit'",
+            (ws, project, scope),
+        ).fetchone()
+        is not None
+    )
+    reserved = (totals["reserve"][0] - totals["release"][0], totals["reserve"][1] - totals["release"][1])
+    summary: dict[str, Any] = {
+        "scope": scope,
+        "has_limit": has_limit,
+        "limit": {"gpu_hours": totals["limit"][0], "runs": totals["limit"][1]},
+        "amended": {"gpu_hours": totals["amend"][0], "runs": totals["amend"][1]},
+        "reserved": {"gpu_hours": reserved[0], "runs": reserved[1]},
+        "settled": {"gpu_hours": totals["settle"][0], "runs": totals["settle"][1]},
+    }
+    if has_limit:
+        summary["remaining"] = {
+            unit: summary["limit"][unit]
+            + summary["amended"][unit]
+            - summary["reserved"][unit]
+            - summary["settled"][unit]
+            for unit in ("gpu_hours", "runs")
+        }
+    else:
+        summary["remaining"] = None
+    return summary

@@ -290,6 +290,9 @@ class Ledger:
     async def list_runs(self, ws: str, project: str, **filters: Any) -> list[dict[str, Any]]:
         return await self.read(lambda conn: queries.list_runs(conn, ws, project, **filters))
 
+    async def budget_summary(self, ws: str, project: str, scope: str = "project") -> dict[str, Any]:
+        return await self.read(lambda conn: queries.budget_summary(conn, ws, project, scope))
+
     async def active_runs(self) -> list[dict[str, Any]]:
         return await self.read(queries.active_runs)
 

@@ -199,3 +199,34 @@ def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_l
     for path in home.glob("ledger.sqlite3*"):
         assert fake_token.encode() not in path.read_bytes()
     assert fake_token not in (home / "daemon.log").read_text()
+
+
+def test_a_launch_over_budget_is_refused_until_amended(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    env = trainer_daemon.env()
+    context = tracking_context(project_id="budgeted", project_display_name="Budgeted")
+    with trainer_daemon.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "budgeted", "name": "Budgeted"})
+    assert (
+        cli(env, "budget", "set", "--project", "budgeted", "--runs", "1", "--gpu-hours", "2", "--reason", "pilot").code
+        == 0
+    )
+    researcher = cli(env, "auth", "issue", "--actor", "rita", "--profile", "researcher", "--json").json()["token"]
+    body = request(tiny, sft_data(tmp_path), tracking_context=context, max_steps=1)
+    with httpx.Client(
+        base_url=trainer_daemon.url, headers={"Authorization": f"Bearer {researcher}"}, timeout=60
+    ) as rita:
+        first = rita.post("/v1/training/start", json=body)
+        assert first.status_code == 201, first.text
+        second = rita.post("/v1/training/start", json={**body, "seed": 7})
+        assert second.status_code == 422
+        error = second.json()["error"]
+        assert error["code"] == "budget_exceeded" and error["details"]["remaining"]["runs"] == 0
+        assert cli(env, "budget", "amend", "--project", "budgeted", "--runs", "1", "--reason", "more").code == 0
+        third = rita.post("/v1/training/start", json={**body, "seed": 8})
+        assert third.status_code == 201, third.text
+        for started in (first.json(), third.json()):
+            wait_for(rita, "budgeted", started["run_id"], TERMINAL)
+    summary = cli(env, "budget", "show", "--project", "budgeted", "--json").json()
+    assert summary["settled"]["runs"] == 2 and summary["reserved"]["runs"] == 0

@@ -209,7 +209,7 @@ async def case_aliases(h: Harness) -> tuple[str, dict[str, Any]]:
 
 async def case_budget_entries(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{await _project(h)}/budget-entries", {
-        "json": {"entry_id": "b", "kind": "limit", "gpu_hours": 5}
+        "json": {"entry_id": "b", "kind": "settle", "gpu_hours": 5}
     }
 
 
@@ -306,7 +306,12 @@ async def case_stop(h: Harness) -> tuple[str, dict[str, Any]]:
 STATEFUL = {("POST", "/v1/projects/{project}/runs/{run_id}/pause")}
 
 
+async def case_budget_change(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/budget/limit", {"json": {"gpu_hours": 10, "runs": 5, "reason": "Q4"}}
+
+
 CASES: dict[tuple[str, str], Case] = {
+    ("POST", "/v1/projects/{project}/budget/{kind}"): case_budget_change,
     ("POST", "/v1/training/start"): case_training_start,
     ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): case_pause,
     ("POST", "/v1/projects/{project}/runs/{run_id}/resume"): case_resume,
