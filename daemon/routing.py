@@ -26,25 +26,35 @@ class Call:
 AUTHENTICATED = "authenticated"  # the declared "capability" of routes any valid principal may call
 
 
+async def _authenticate(request: Request, workspace: str | None) -> tuple[Services, str, Principal]:
+    """Who calls, in which workspace; changes are rate-limited per principal here."""
+    services: Services = request.app.state.services
+    ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
+    principal = await resolve_request(
+        services.ledger,
+        request.headers,
+        now=services.ledger.now(),
+        workspace_id=ws,
+        allowed_guilds=frozenset(services.settings.discord_guild_ids),
+    )
+    if request.method in MUTATING:
+        services.limiter.check(principal.actor_id)
+    return services, ws, principal
+
+
+def _call(request: Request, services: Services, ws: str, principal: Principal, capability: str) -> Call:
+    correlation = request.scope.get("state", {}).get("correlation_id", "")
+    return Call(services, principal, ws, principal.actor(capability, correlation))
+
+
 def requires(capability: str) -> Any:
     """Dependency that authenticates, rate-limits changes and checks `capability` before the handler runs."""
 
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
-        services: Services = request.app.state.services
-        ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
-        principal = await resolve_request(
-            services.ledger,
-            request.headers,
-            now=services.ledger.now(),
-            workspace_id=ws,
-            allowed_guilds=frozenset(services.settings.discord_guild_ids),
-        )
-        if request.method in MUTATING:
-            services.limiter.check(principal.actor_id)
+        services, ws, principal = await _authenticate(request, workspace)
         if capability != AUTHENTICATED:
             principal.require(capability, workspace_id=ws, project_id=request.path_params.get("project"))
-        correlation = request.scope.get("state", {}).get("correlation_id", "")
-        return Call(services, principal, ws, principal.actor(capability, correlation))
+        return _call(request, services, ws, principal, capability)
 
     authorise.capability = capability  # type: ignore[attr-defined]
     return Depends(authorise)
@@ -55,16 +65,7 @@ def requires_run_control(capability: str) -> Any:
     run for a principal who also holds `training.stop` ("own" = launched by the caller)."""
 
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
-        services: Services = request.app.state.services
-        ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
-        principal = await resolve_request(
-            services.ledger,
-            request.headers,
-            now=services.ledger.now(),
-            workspace_id=ws,
-            allowed_guilds=frozenset(services.settings.discord_guild_ids),
-        )
-        services.limiter.check(principal.actor_id)
+        services, ws, principal = await _authenticate(request, workspace)
         project, run_id = request.path_params["project"], request.path_params["run_id"]
         if capability == "training.control":
             principal.require("training.control", workspace_id=ws, project_id=project)
@@ -73,8 +74,7 @@ def requires_run_control(capability: str) -> Any:
             is_own = run["launched_by"] == principal.actor_id
             if not (is_own and principal.holds("training.control", project)):
                 principal.require("training.stop", workspace_id=ws, project_id=project)
-        correlation = request.scope.get("state", {}).get("correlation_id", "")
-        return Call(services, principal, ws, principal.actor(capability, correlation))
+        return _call(request, services, ws, principal, capability)
 
     authorise.capability = capability  # type: ignore[attr-defined]
     return Depends(authorise)
