@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -91,7 +92,16 @@ class TrainingService:
                 "daemon does not run yet; use compute_target `local`."
             )
         await self._check_dataset(request)
+        dataset_sha256 = await asyncio.to_thread(sha256_file, Path(request.dataset_path))
         context, _ = parse_context(request.tracking_context)
+        if context is not None and context.dataset_content_digest != dataset_sha256:
+            raise RuleRejected(
+                f"dataset_path has sha256 {dataset_sha256[:12]}, but the tracking context names dataset version "
+                f"{context.dataset_version_id!r} with digest {context.dataset_content_digest[:12]}; an official run "
+                "must train on the exact data it names.",
+                hint="Register this file as a new dataset version (bashgym dataset register) and name it in the "
+                "tracking context, or point dataset_path at the registered file.",
+            )
         project = context.project_id if context and context.workspace_id == workspace else UNASSIGNED
         if not may_exceed_budget:
             await self._check_budget(workspace, project)
@@ -99,7 +109,7 @@ class TrainingService:
             method=request.strategy,
             tracking_context=request.tracking_context,
             compute_target=request.compute_target,
-            config=request.model_dump(mode="json", exclude={"tracking_context"}),
+            config={**request.model_dump(mode="json", exclude={"tracking_context"}), "dataset_sha256": dataset_sha256},
             recipe_digest=sha256_text(canonical_json(request.model_dump(mode="json", exclude={"correlation_id"}))),
             correlation_id=request.correlation_id or actor.correlation_id,
         )
@@ -248,6 +258,14 @@ class TrainingService:
     ) -> dict[str, Any]:
         """The run to control; who may control it was decided by the route's dependency."""
         return dict(await self.ledger.get_run(workspace, project, run_id))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -49,6 +50,15 @@ def sft_data(tmp: Path, rows: int = 16) -> Path:
 
 
 def request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
+    # An official run names the exact data it trains on: the context's digest is the file's.
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    base = overrides.pop("tracking_context", tracking_context())
+    # One dataset version per distinct file: a version id names exactly one digest.
+    context = (
+        None
+        if base is None
+        else {**base, "dataset_content_digest": digest, "dataset_version_id": f"traces-{digest[:12]}"}
+    )
     return {
         "strategy": "sft",
         "base_model": str(tiny),
@@ -59,7 +69,7 @@ def request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
         "learning_rate": 5e-3,
         "save_steps": 2,
         "max_seq_length": 128,
-        "tracking_context": tracking_context(),
+        "tracking_context": context,
         **overrides,
     }
 
@@ -230,3 +240,14 @@ def test_a_launch_over_budget_is_refused_until_amended(
             wait_for(rita, "budgeted", started["run_id"], TERMINAL)
     summary = cli(env, "budget", "show", "--project", "budgeted", "--json").json()
     assert summary["settled"]["runs"] == 2 and summary["reserved"]["runs"] == 0
+
+
+def test_an_official_run_must_train_on_the_data_its_context_names(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    body = request(tiny, sft_data(tmp_path))
+    body["tracking_context"] = {**body["tracking_context"], "dataset_content_digest": "0" * 64}
+    with trainer_daemon.client() as client:
+        refused = client.post("/v1/training/start", json=body)
+    assert refused.status_code == 422
+    assert "must train on the exact data it names" in refused.json()["error"]["message"]
