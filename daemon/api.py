@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.daemon.api_authority import authority_routes
+from bashgym.daemon.api_devices import device_routes
 from bashgym.daemon.api_models import (
     AliasMove,
     AnnotationSpec,
@@ -58,6 +59,7 @@ def register_routes(app: FastAPI) -> None:
         _evidence_routes(),
         _query_routes(),
         training_routes(),
+        device_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them
     # plain APIRoutes (include_router wraps them in lazily resolved branches).

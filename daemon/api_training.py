@@ -11,7 +11,7 @@ from bashgym.daemon.app import json_response
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.routing import Call, requires, requires_run_control
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.errors import InvalidInput, RuleRejected
 from bashgym.ledger.lineage import parse_context
 from bashgym.ledger.models import BudgetEntrySpec
 from bashgym.ledger.redaction import redact_text
@@ -24,14 +24,18 @@ from starlette.responses import Response
 LaunchCall = Annotated[Call, requires("training.launch")]
 
 
-def parse_training_request(body: bytes) -> TrainingRequest:
-    """The request as sent, or InvalidInput carrying the first problem in the user's own field names."""
+def read_payload(body: bytes) -> dict[str, Any]:
     try:
         payload = json.loads(body or b"{}")
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"Request body is not valid JSON: {exc.msg} at line {exc.lineno}.") from exc
     if not isinstance(payload, dict):
         raise InvalidInput("A training request is a JSON object.")
+    return payload
+
+
+def parse_training_request(payload: dict[str, Any]) -> TrainingRequest:
+    """The request as sent, or InvalidInput carrying the first problem in the user's own field names."""
     try:
         return TrainingRequest.from_recipe(payload)
     except ValidationError as exc:
@@ -46,6 +50,32 @@ def parse_training_request(body: bytes) -> TrainingRequest:
         raise InvalidInput(str(exc)) from exc
 
 
+async def _request_of(call: Call, http: Request) -> TrainingRequest:
+    """Parse the body; `?dataset_version=` trains on a registered dataset version's stored content."""
+    payload = read_payload(await http.body())
+    version = http.query_params.get("dataset_version")
+    if version:
+        if payload.get("dataset_path"):
+            raise InvalidInput("Give dataset_path or dataset_version, not both.")
+        context = payload.get("tracking_context") or {}
+        project = http.query_params.get("dataset_project") or context.get("project_id")
+        if not project:
+            raise InvalidInput(
+                "dataset_version needs its project: name it with dataset_project or in the tracking context.",
+                hint="bashgym training start --dataset-version V --dataset-project P ...",
+            )
+        record = await call.services.ledger.get_dataset_version(call.workspace, str(project), version)
+        blobs = call.services.blobs
+        if not blobs.has(record["content_digest"]):
+            raise RuleRejected(
+                f"Dataset version {version} was registered by reference ({record['source_uri']}); the daemon does "
+                "not hold its content.",
+                hint="Pass --dataset-path to the file, or register the file with bashgym dataset register.",
+            )
+        payload["dataset_path"] = str(blobs.path_for(record["content_digest"]))
+    return parse_training_request(payload)
+
+
 def check_publication(principal: Principal, request: TrainingRequest, project: str | None) -> str:
     """Hub upload is private by default; public needs artifact.publish_public, held explicitly."""
     if not request.auto_push_hf:
@@ -57,7 +87,7 @@ def check_publication(principal: Principal, request: TrainingRequest, project: s
     return "private"
 
 
-def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
+async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
     context, missing = parse_context(request.tracking_context)
     project = context.project_id if context else None
     publication = check_publication(call.principal, request, project)
@@ -69,6 +99,7 @@ def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
         "project_id": project or "unassigned",
         "missing_context_fields": missing,
         "publication": publication,
+        "lane_preflight": await _service(call).lane_verdict(call.workspace, request),
     }
 
 
@@ -98,12 +129,12 @@ def training_routes() -> APIRouter:
 
     @router.post("/training/plan")
     async def training_plan(call: LaunchCall, http: Request) -> Response:
-        return json_response(plan(call, parse_training_request(await http.body())))
+        return json_response(await plan(call, await _request_of(call, http)))
 
     @router.post("/training/start", status_code=201)
     async def training_start(call: LaunchCall, http: Request) -> Response:
-        request = parse_training_request(await http.body())
-        project = plan(call, request)["project_id"]
+        request = await _request_of(call, http)
+        project = (await plan(call, request))["project_id"]
         may_exceed = call.principal.holds("budget.amend", project)
         started = await _service(call).start(call.actor, call.workspace, request, may_exceed_budget=may_exceed)
         return json_response(started, 200 if started["replayed"] else 201)

@@ -37,7 +37,7 @@ async def daemon(ctx: Ctx) -> int:
 
     settings = _daemon_settings(ctx)
     configure_logging(settings)
-    return await main(settings)
+    return await main(settings, ctx.environ)
 
 
 @command("up", help="run the daemon, plus the Discord bot when a bot token is configured")(_daemon_args)
@@ -56,7 +56,7 @@ async def up(ctx: Ctx) -> int:
         print(
             "A Discord bot token is set, but this BashGym has no Discord bot yet; running the daemon alone.", flush=True
         )
-    return await main(settings)
+    return await main(settings, ctx.environ)
 
 
 @command("status", help="is the daemon reachable, which version, is the ledger healthy")(no_args)

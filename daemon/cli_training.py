@@ -47,7 +47,10 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     """The launch flags of ../shared/RECIPES.md: provenance on the command line, method fields in --config."""
     parser.add_argument("--strategy", required=True, choices=STRATEGIES, help="the training strategy")
     parser.add_argument("--model", required=True, dest="base_model", help="base model: hub id or local path")
-    parser.add_argument("--dataset-path", required=True, help="training data (JSONL)")
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--dataset-path", help="training data (JSONL) on the daemon's host")
+    data.add_argument("--dataset-version", help="a registered dataset version whose content the daemon holds")
+    parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
     parser.add_argument("--compute-target", default="local", help="local, ssh:<device_id> or cloud:nemo-customizer")
     parser.add_argument("--config", type=Path, help="JSON file of method fields (never strategy, model, data, target)")
     parser.add_argument("--tracking-context", type=Path, help="JSON file with the run's complete tracking context")
@@ -80,9 +83,10 @@ def build_request(a: argparse.Namespace) -> dict[str, object]:
     body.update(
         strategy=a.strategy,
         base_model=a.base_model,
-        dataset_path=str(Path(a.dataset_path).expanduser()),
         compute_target=a.compute_target,
     )
+    if a.dataset_path:
+        body["dataset_path"] = str(Path(a.dataset_path).expanduser().resolve())
     if a.tracking_context:
         body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
     flags = {
@@ -106,8 +110,13 @@ async def training_plan(ctx: Ctx) -> int:
         body = build_request(ctx.args)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
-    result = await ctx.client.request("POST", "/v1/training/plan", body=body, params={"workspace": ctx.workspace})
+    result = await ctx.client.request("POST", "/v1/training/plan", body=body, params=_params(ctx))
     return done(ctx, result, title="Training plan (nothing launched)")
+
+
+def _params(ctx: Ctx) -> dict[str, Any]:
+    a = ctx.args
+    return {"workspace": ctx.workspace, "dataset_version": a.dataset_version, "dataset_project": a.dataset_project}
 
 
 def _start_args(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +137,7 @@ async def training_start(ctx: Ctx) -> int:
         "POST",
         "/v1/training/start",
         body=body,
-        params={"workspace": ctx.workspace},
+        params=_params(ctx),
         correlation_id=ctx.args.correlation_id,
     )
     if not ctx.args.wait:

@@ -70,6 +70,7 @@ class DaemonClient:
         content: bytes | AsyncIterator[bytes] | None = None,
         idempotency_key: str | None = None,
         correlation_id: str | None = None,
+        timeout_s: float | None = None,
     ) -> Any:
         headers: dict[str, str] = {}
         if method in {"POST", "PUT", "PATCH", "DELETE"}:
@@ -85,6 +86,7 @@ class DaemonClient:
                 content=content,
                 params=_clean(params),
                 headers=headers,
+                timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
             raise DaemonUnreachable(self.api, type(exc).__name__) from exc

@@ -86,7 +86,7 @@ def _bind(settings: Settings) -> tuple[socket.socket, str, dict[str, object]]:
     return sock, url, {"url": url}
 
 
-async def main(settings: Settings) -> int:
+async def main(settings: Settings, environ: dict[str, str]) -> int:
     """Run until SIGTERM/SIGINT; return the exit code."""
     started = time.monotonic()
     lock = HomeLock(settings.lock_path)
@@ -96,7 +96,7 @@ async def main(settings: Settings) -> int:
             await Ledger.open(
                 settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
             ) as ledger,
-            TrainingService(settings, ledger) as training,
+            TrainingService(settings, ledger, environ) as training,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             services = Services(

@@ -39,6 +39,14 @@ class Settings(BaseSettings):
     local_slots: int = Field(1, ge=1, le=64, description="Training runs the local lane runs at once.")
     trainer_python: str = Field("", description="Python that runs trainers (default: the daemon's own).")
     local_gpus: int = Field(0, ge=0, le=64, description="GPUs a local run occupies, for GPU-hour accounting.")
+    ssh_poll_s: float = Field(1.0, gt=0, description="Seconds between polls of a run on an SSH device.")
+    nemo_base_url: str = Field(
+        "", description="NeMo Customizer base URL; empty leaves the cloud:nemo-customizer lane off."
+    )
+    nemo_api_key_env: str = Field("NGC_API_KEY", description="Name of the environment variable holding the NeMo key.")
+    nemo_namespace: str = Field("default", description="NeMo Data Store namespace of datasets named by digest.")
+    nemo_poll_s: float = Field(5.0, gt=0, description="Seconds between status polls of a NeMo Customizer job.")
+    nemo_gpus: int = Field(1, ge=0, le=1024, description="GPUs a NeMo Customizer job occupies, for GPU-hours.")
     discord_token_env: str = Field(
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
@@ -94,7 +102,7 @@ class Settings(BaseSettings):
 
 def secret_values(settings: Settings, environ: dict[str, str]) -> list[str]:
     """The values of the environment variables named as secrets, to hand to the redactor."""
-    names = [*settings.secret_env_vars, settings.discord_token_env]
+    names = [*settings.secret_env_vars, settings.discord_token_env, settings.nemo_api_key_env]
     return [environ[name] for name in names if environ.get(name)]
 
 

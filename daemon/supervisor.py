@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import InvalidTransition
+from bashgym.ledger.errors import BashGymError, InvalidTransition
 from bashgym.ledger.models import (
     MAX_METRIC_BATCH,
     Actor,
@@ -31,6 +31,13 @@ log = logging.getLogger("bashgym.supervisor")
 
 # Exit codes of `python -m bashgym.trainers` (trainers/rundir.py).
 EXIT_STATUS = {0: "completed", 75: "paused", 76: "cancelled"}
+
+
+class ArtifactMismatch(BashGymError):
+    """A fetched artifact's sha256 differs from the one the trainer recorded."""
+
+    code = "artifact_digest_mismatch"
+    status = 502
 
 
 class TrainerEvent(BaseModel):
@@ -90,6 +97,9 @@ class MetricsFollower:
 
 class Supervisor:
     """One trainer child process from spawn to outcome."""
+
+    # A local trainer is the daemon's child and stops with it; remote work keeps going and is re-attached.
+    stops_with_daemon = True
 
     def __init__(
         self, handle: RunHandle, ledger: Ledger, actor: Actor, python: str, grace_s: float, gpus: int = 0
@@ -173,18 +183,28 @@ class Supervisor:
                     "run.anomaly", {"kind": anomaly.kind, "detail": anomaly.detail, "step": anomaly.step}
                 )
 
-    async def _record_exit(self, code: int) -> str:
-        status = EXIT_STATUS.get(code, "failed")
-        if status == "failed" and self._is_stopping and code in {-signal.SIGTERM, -signal.SIGKILL}:
+    async def _record_exit(self, code: int | None) -> str:
+        """Record how the trainer ended; `None` is a trainer killed before it could write its exit code."""
+        status = EXIT_STATUS.get(code, "failed") if code is not None else "failed"
+        if status == "failed" and self._is_stopping and code in {None, -signal.SIGTERM, -signal.SIGKILL}:
             status = "cancelled"  # stopped by us before the trainer could answer the signal itself
+        error = ""
         if status == "completed":
-            await self._register_artifacts()
-        error = "" if status != "failed" else self._error_summary(code)
+            try:
+                await self._collect_outputs()
+                await self._register_artifacts()
+            except ArtifactMismatch as exc:
+                status, error = "failed", f"{exc.message} {exc.hint}".strip()
+        if status == "failed" and not error:
+            error = self._error_summary(code)
         await self._transition(status, reason=f"trainer exited with code {code}", error_summary=error)
         await self._settle_budget(status)
         return status
 
-    def _error_summary(self, code: int) -> str:
+    async def _collect_outputs(self) -> None:
+        """Bring the kept artifacts into the run directory, verified; the local lane wrote them there already."""
+
+    def _error_summary(self, code: int | None) -> str:
         if self._last_error:
             return self._last_error[:2000]
         tail = _tail(self.handle.run_dir / "training.log", 20)
@@ -282,7 +302,7 @@ class Supervisor:
         )
         return "unknown"
 
-    def pause(self) -> None:
+    async def pause(self) -> None:
         self._signal(signal.SIGUSR1)
 
     async def stop(self) -> None:

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from bashgym.daemon.authority import Principal
+from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
+from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
 from bashgym.daemon.settings import Settings
+from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
 from bashgym.ledger.lineage import parse_context
 from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunTransition
+from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
 from bashgym.trainers.specs import TrainingRequest
+
+# NeMo Customizer fine-tunes supervised chat data; every other method needs a lane that runs our trainers.
+NEMO_STRATEGIES = frozenset({"sft"})
 
 
 class BudgetExceeded(RuleRejected):
@@ -28,10 +37,12 @@ class BudgetExceeded(RuleRejected):
 class TrainingService:
     """Owns every supervisor task; leaving its `async with` stops the trainers it started."""
 
-    def __init__(self, settings: Settings, ledger: Ledger) -> None:
+    def __init__(self, settings: Settings, ledger: Ledger, environ: dict[str, str] | None = None) -> None:
         self.settings = settings
         self.ledger = ledger
+        self._nemo_key = (environ or {}).get(settings.nemo_api_key_env) or None
         self._slots = asyncio.Semaphore(settings.local_slots)
+        self._device_slots: dict[str, asyncio.Semaphore] = {}
         self._active: dict[str, Supervisor] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._group = asyncio.TaskGroup()
@@ -52,8 +63,15 @@ class TrainingService:
             handle = RunHandle(
                 run["workspace_id"], run["project_id"], run["run_id"], run["attempt_id"], run_dir, run["method"]
             )
-            supervisor = self._supervisor(handle, Actor(actor_id="system:reconcile", correlation_id=""))
+            actor = Actor(actor_id="system:reconcile", correlation_id="")
             state = await asyncio.to_thread(_read_state, run_dir)
+            lane = await asyncio.to_thread(LaneState, run_dir)
+            if lane.lane != "local":
+                if run["status"] == "paused" and state.get("status") == "paused":
+                    continue  # paused on its device; resume relaunches it there
+                await self._reattach_remote(handle, actor, lane)
+                continue
+            supervisor = self._supervisor(handle, actor)
             pid = state.get("pid")
             if isinstance(pid, int) and is_trainer_alive(pid, run_dir):
                 self._tasks[handle.run_id] = self._group.create_task(
@@ -61,6 +79,34 @@ class TrainingService:
                 )
             elif run["status"] != "paused" or state.get("status") != "paused":
                 await supervisor.resolve_from_state()
+
+    async def _reattach_remote(self, handle: RunHandle, actor: Actor, lane: LaneState) -> None:
+        try:
+            supervisor = await self._remote_supervisor(handle, actor, lane)
+        except NotFound as exc:
+            await self.ledger.transition_run(
+                actor,
+                handle.workspace,
+                handle.project,
+                handle.run_id,
+                RunTransition(status="unknown", reason=f"{exc.message} The daemon cannot follow the run."),
+            )
+            return
+        if isinstance(supervisor, SshSupervisor):
+            self._tasks[handle.run_id] = self._group.create_task(self._supervise(supervisor, supervisor.reattach()))
+        else:
+            self._tasks[handle.run_id] = self._group.create_task(
+                self._supervise(supervisor, supervisor.run(resume=False))
+            )
+
+    async def _supervise(self, supervisor: Supervisor, work: Coroutine[Any, Any, str]) -> None:
+        run_id = supervisor.handle.run_id
+        try:
+            self._active[run_id] = supervisor
+            await work
+        finally:
+            self._active.pop(run_id, None)
+            self._tasks.pop(run_id, None)
 
     async def _follow(self, supervisor: Supervisor, pid: int, *, is_running: bool) -> None:
         run_id = supervisor.handle.run_id
@@ -75,7 +121,8 @@ class TrainingService:
     async def __aexit__(self, *exc: Any) -> None:
         self._is_accepting = False
         for supervisor in list(self._active.values()):
-            await supervisor.stop()
+            if supervisor.stops_with_daemon:
+                await supervisor.stop()
         for task in self._tasks.values():
             task.cancel()
         await self._group.__aexit__(*exc)
@@ -86,11 +133,7 @@ class TrainingService:
         """Check, register (verified or unassigned) and queue one run; answer at once."""
         if not self._is_accepting:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
-        if request.lane != "local":
-            raise RuleRejected(
-                f"compute_target `{request.compute_target}` needs the {request.lane} lane, which this "
-                "daemon does not run yet; use compute_target `local`."
-            )
+        device = await self._check_lane(workspace, request)
         await self._check_dataset(request)
         dataset_sha256 = await asyncio.to_thread(sha256_file, Path(request.dataset_path))
         context, _ = parse_context(request.tracking_context)
@@ -105,7 +148,14 @@ class TrainingService:
         project = context.project_id if context and context.workspace_id == workspace else UNASSIGNED
         if not may_exceed_budget:
             await self._check_budget(workspace, project)
+        run_id, job = None, None
+        if request.lane == "nemo":
+            run_id = new_id("run")
+            job = await self._submit_nemo_job(run_id, request, dataset_sha256)
         registration = RunRegistration(
+            run_id=run_id,
+            source_system="nemo-customizer" if job else "bashgym",
+            source_run_id=job["id"] if job else None,
             method=request.strategy,
             tracking_context=request.tracking_context,
             compute_target=request.compute_target,
@@ -113,7 +163,12 @@ class TrainingService:
             recipe_digest=sha256_text(canonical_json(request.model_dump(mode="json", exclude={"correlation_id"}))),
             correlation_id=request.correlation_id or actor.correlation_id,
         )
-        written = await self.ledger.register_run(actor, workspace, registration)
+        try:
+            written = await self.ledger.register_run(actor, workspace, registration)
+        except BaseException:
+            if job is not None:
+                await asyncio.shield(self._cancel_orphan(job["id"]))
+            raise
         run = written.record
         handle = RunHandle(
             workspace,
@@ -138,12 +193,19 @@ class TrainingService:
                 ),
             )
             await asyncio.to_thread(_write_request, handle.run_dir, request)
+            lane = await asyncio.to_thread(LaneState, handle.run_dir)
+            if device is not None:
+                await lane.update(lane="ssh", device_id=device.device_id)
+            if job is not None:
+                await lane.update(lane="nemo", job_id=job["id"], output_model=job.get("output_model"))
             self._launch(handle, actor, resume=False)
         return {
             "run_id": handle.run_id,
             "attempt_id": handle.attempt_id,
             "status": run["status"],
             "lane": request.lane,
+            "device_id": request.ssh_device,
+            "source_run_id": run["source_run_id"],
             "correlation_id": run["correlation_id"],
             "project_id": handle.project,
             "experiment_id": run["experiment_id"],
@@ -151,6 +213,100 @@ class TrainingService:
             "missing_context_fields": run["missing_context_fields"],
             "replayed": written.replayed,
         }
+
+    def runs_on_device(self, device_id: str) -> list[str]:
+        return [
+            run_id
+            for run_id, supervisor in self._active.items()
+            if isinstance(supervisor, SshSupervisor) and supervisor.device.device_id == device_id
+        ]
+
+    async def lane_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
+        """Would the lane take this run now: the verdict `training plan` shows, from the same checks as start."""
+        try:
+            device = await self._check_lane(workspace, request)
+        except RuleRejected as exc:
+            return {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
+        if device is not None:
+            record = await self.ledger.get_device(workspace, device.device_id)
+            return {
+                "lane": "ssh",
+                "ready": True,
+                "reasons": [],
+                "checked_at": record["preflight_at"],
+                **record["preflight"],
+            }
+        if request.lane == "nemo":
+            return {"lane": "nemo", "ready": True, "reasons": [], "facts": {"base_url": self.settings.nemo_base_url}}
+        facts = {"slots": self.settings.local_slots, "busy": len(self._active), "gpus": self.settings.local_gpus}
+        return {"lane": "local", "ready": True, "reasons": [], "facts": facts}
+
+    async def _check_lane(self, workspace: str, request: TrainingRequest) -> Device | None:
+        """Refuse, before anything is uploaded or submitted, a lane that cannot take this run."""
+        if request.lane == "ssh":
+            device_id = request.ssh_device or ""
+            try:
+                record = await self.ledger.get_device(workspace, device_id)
+            except NotFound as exc:
+                raise RuleRejected(exc.message, hint=exc.hint) from exc
+            if not record["ready"]:
+                verdict = record["preflight"] or {"reasons": ["it has never been preflighted"]}
+                raise RuleRejected(
+                    f"Device {device_id} is not ready: {'; '.join(verdict['reasons'])}.",
+                    hint=f"Fix it, then run bashgym device preflight {device_id}.",
+                    details={"preflight": record["preflight"]},
+                )
+            return Device.from_record(record)
+        if request.lane == "nemo":
+            if not self.settings.nemo_base_url:
+                raise RuleRejected(
+                    "The cloud:nemo-customizer lane is not configured on this daemon.",
+                    hint="Set BASHGYM_NEMO_BASE_URL (and the key variable named by BASHGYM_NEMO_API_KEY_ENV).",
+                )
+            if request.strategy not in NEMO_STRATEGIES:
+                raise RuleRejected(
+                    f"NeMo Customizer does not run strategy `{request.strategy}`; it fine-tunes with sft only.",
+                    hint="Use compute_target `local` or `ssh:<device_id>` for this method.",
+                )
+            if await asyncio.to_thread(Path(request.base_model).exists):
+                raise RuleRejected(
+                    f"base_model `{request.base_model}` is a local path; NeMo Customizer trains from its own "
+                    "model configs such as `meta/llama-3.2-1b-instruct@v1.0.0+A100`.",
+                    hint="Name a Customizer config as base_model, or train on `local` or `ssh:<device_id>`.",
+                )
+        return None
+
+    async def _submit_nemo_job(self, run_id: str, request: TrainingRequest, dataset_sha256: str) -> dict[str, Any]:
+        namespace, _, name = (request.nemo_dataset or f"{self.settings.nemo_namespace}/").partition("/")
+        body = job_body(
+            config=request.base_model,
+            dataset_namespace=namespace,
+            dataset_name=name or f"bashgym-{dataset_sha256[:12]}",
+            finetuning_type="lora" if request.use_lora else "all_weights",
+            epochs=max(1, round(request.num_epochs)),
+            batch_size=request.batch_size,
+            learning_rate=request.learning_rate,
+            adapter_dim=request.lora_rank,
+            adapter_dropout=request.lora_dropout,
+            name=run_id,
+            description=f"BashGym run {run_id}",
+            output_model=None,
+        )
+        try:
+            async with self._nemo() as client:
+                return await client.create_job(body)
+        except NemoError as exc:
+            raise RuleRejected(f"NeMo Customizer refused the job: {exc.message}", hint="Nothing was launched.") from exc
+
+    async def _cancel_orphan(self, job_id: str) -> None:
+        try:
+            async with self._nemo() as client:
+                await client.cancel_job(job_id)
+        except NemoError:
+            pass  # best effort: the job was never recorded as a run
+
+    def _nemo(self) -> NemoCustomizer:
+        return NemoCustomizer(self.settings.nemo_base_url, self._nemo_key)
 
     async def _check_budget(self, workspace: str, project: str) -> None:
         try:
@@ -196,14 +352,42 @@ class TrainingService:
         python = self.settings.trainer_python or sys.executable
         return Supervisor(handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus)
 
-    def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
-        supervisor = self._supervisor(handle, actor)
-        self._tasks[handle.run_id] = self._group.create_task(self._run(supervisor, resume=resume))
+    async def _remote_supervisor(self, handle: RunHandle, actor: Actor, lane: LaneState) -> Supervisor:
+        system = Actor(
+            actor_id="system:supervisor",
+            credential_kind="system",
+            capability="training.launch",
+            correlation_id=actor.correlation_id,
+        )
+        if lane.lane == "ssh":
+            device = Device.from_record(await self.ledger.get_device(handle.workspace, str(lane.data["device_id"])))
+            return SshSupervisor(handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s)
+        return NemoSupervisor(
+            handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
+        )
 
-    async def _run(self, supervisor: Supervisor, *, resume: bool) -> None:
-        run_id = supervisor.handle.run_id
+    def _slots_for(self, supervisor: Supervisor) -> asyncio.Semaphore | None:
+        if isinstance(supervisor, SshSupervisor):
+            device = supervisor.device
+            return self._device_slots.setdefault(device.device_id, asyncio.Semaphore(device.slots))
+        if isinstance(supervisor, NemoSupervisor):
+            return None  # the service queues its own jobs
+        return self._slots
+
+    def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
+        self._tasks[handle.run_id] = self._group.create_task(self._run(handle, actor, resume=resume))
+
+    async def _run(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
+        lane = await asyncio.to_thread(LaneState, handle.run_dir)
+        supervisor = (
+            self._supervisor(handle, actor)
+            if lane.lane == "local"
+            else await self._remote_supervisor(handle, actor, lane)
+        )
+        run_id = handle.run_id
+        slots = self._slots_for(supervisor)
         try:
-            async with self._slots:
+            async with slots or contextlib.nullcontext():
                 self._active[run_id] = supervisor
                 await supervisor.run(resume=resume)
         finally:
@@ -215,7 +399,7 @@ class TrainingService:
         supervisor = self._active.get(run_id)
         if run["status"] != "running" or supervisor is None:
             raise Conflict(f"Run {run_id} is {run['status']}; only a running run can pause.")
-        supervisor.pause()
+        await supervisor.pause()
         return {"run_id": run_id, "status": "pausing"}
 
     async def resume(

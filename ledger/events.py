@@ -60,6 +60,19 @@ class Annotation(_Payload):
     text: str
 
 
+class DevicePreflight(_Payload):
+    device_id: str
+    ready: bool
+    reasons: list[str]
+
+
+class RemoteLog(_Payload):
+    """A status line a remote lane reported for a run (NeMo Customizer's status_logs)."""
+
+    message: str
+    reported_at: str = ""
+
+
 # Every event type the ledger accepts, with the payload model it must validate against.
 EVENT_TYPES: dict[str, type[_Payload]] = {
     "project.created": EntityRegistered,
@@ -94,6 +107,10 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "auth.token_revoked": EntityRegistered,
     "authority.granted": EntityRegistered,
     "authority.revoked": EntityRegistered,
+    "device.registered": EntityRegistered,
+    "device.removed": EntityRegistered,
+    "device.preflight": DevicePreflight,
+    "run.remote_log": RemoteLog,
 }
 
 

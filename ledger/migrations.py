@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger import schema_v1, schema_v2
+from bashgym.ledger import schema_v1, schema_v2, schema_v3
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
 
@@ -25,6 +25,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_ledger", schema_v1.SQL),
     Migration(2, "authority_grants", schema_v2.SQL),
+    Migration(3, "device_registry", schema_v3.SQL),
 )
 
 _RECORD_TABLE = """

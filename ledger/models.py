@@ -6,7 +6,7 @@ import math
 from typing import Annotated, Any, Literal
 
 from bashgym.ledger.validation import Digest, Identifier
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RunStatus = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
 ContextStatus = Literal["verified", "unassigned", "stale"]
@@ -281,3 +281,46 @@ class EventPage(BaseModel):
     next_cursor: int
     has_more: bool
     events: list[Event]
+
+
+class DeviceSpec(Spec):
+    """An SSH compute device. Keys are referenced by path only; a password is never stored."""
+
+    device_id: Identifier
+    host: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:\-\[\]]+$")]
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._\-]+$")]
+    key_path: Annotated[str, Field(min_length=1, max_length=1000)]
+    work_dir: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^'\"`$\\\s;&|<>]+$")] = "bashgym-work"
+    # Default: the venv `bashgym device bootstrap` creates in work_dir.
+    python: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^'\"`$\\\s;&|<>]+$")]
+    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    slots: Annotated[int, Field(ge=1, le=64)] = 1
+    host_key: Annotated[str, Field(max_length=4000)] = ""
+    known_hosts: Annotated[str, Field(max_length=1000)] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_and_no_passwords(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if {"password", "passphrase"} & set(data):
+                raise ValueError("BashGym never stores passwords; authorise a key and register its path as key_path")
+            if not data.get("python"):
+                data = {**data, "python": f"{data.get('work_dir') or 'bashgym-work'}/venv/bin/python"}
+        return data
+
+    @field_validator("host_key")
+    @classmethod
+    def _openssh_public_key(cls, value: str) -> str:
+        parts = value.split()
+        if value and (len(parts) < 2 or not parts[0].startswith(("ssh-", "ecdsa-", "sk-"))):
+            raise ValueError("host_key must be an OpenSSH public key line such as `ssh-ed25519 AAAA...`")
+        return " ".join(parts[:2])
+
+
+class PreflightVerdict(Spec):
+    """What a preflight found on a device, and whether it may take runs."""
+
+    ready: bool
+    reasons: list[Annotated[str, Field(max_length=2000)]] = Field(default_factory=list, max_length=50)
+    facts: dict[str, Any] = Field(default_factory=dict)

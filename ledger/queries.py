@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from bashgym.ledger.errors import InvalidInput, RuleRejected
+from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.models import Event
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
@@ -207,6 +207,20 @@ def _page_size(limit: int) -> int:
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit is {limit}; it must be between 1 and {MAX_PAGE}.")
     return limit
+
+
+def get_dataset_version(conn: sqlite3.Connection, ws: str, project: str, version: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT * FROM dataset_versions WHERE workspace_id = ? AND project_id = ? AND dataset_version_id = ?",
+        (ws, project, version),
+    ).fetchone()
+    if row is None:
+        raise NotFound(
+            f"No dataset version {version!r} in project {project!r}.",
+            hint=f"See the project's datasets with bashgym ledger context --project {project}; register one with "
+            "bashgym dataset register.",
+        )
+    return to_record(row)
 
 
 def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:

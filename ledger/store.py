@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bashgym.ledger import access, evidence, integrity, lineage, queries, runs
+from bashgym.ledger import access, devices, evidence, integrity, lineage, queries, runs
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable
 from bashgym.ledger.migrations import migrate
@@ -23,6 +23,7 @@ from bashgym.ledger.models import (
     ComparisonSpec,
     DatasetVersionSpec,
     DecisionSpec,
+    DeviceSpec,
     EnvironmentSpec,
     EvalResultSpec,
     EvalSuiteSpec,
@@ -30,6 +31,7 @@ from bashgym.ledger.models import (
     ExperimentSpec,
     MetricBatch,
     ModelVersionSpec,
+    PreflightVerdict,
     ProjectSpec,
     ReportSpec,
     RunRegistration,
@@ -241,6 +243,23 @@ class Ledger:
 
         return await self.write(actor, run)
 
+    # -- devices -------------------------------------------------------------------------------
+
+    async def add_device(self, actor: Actor, ws: str, spec: DeviceSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: devices.add_device(tx, ws, spec))
+
+    async def remove_device(self, actor: Actor, ws: str, device_id: str) -> WriteResult:
+        return await self._put(actor, lambda tx: devices.remove_device(tx, ws, device_id))
+
+    async def record_preflight(self, actor: Actor, ws: str, device_id: str, verdict: PreflightVerdict) -> WriteResult:
+        return await self._put(actor, lambda tx: devices.record_preflight(tx, ws, device_id, verdict))
+
+    async def get_device(self, ws: str, device_id: str) -> dict[str, Any]:
+        return await self.read(lambda conn: devices.get_device(conn, ws, device_id))
+
+    async def list_devices(self, ws: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: devices.list_devices(conn, ws))
+
     # -- consumers -------------------------------------------------------------------------------
 
     async def get_consumer_cursor(self, name: str) -> dict[str, Any]:
@@ -298,6 +317,9 @@ class Ledger:
 
     async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
         return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
+
+    async def get_dataset_version(self, ws: str, project: str, version: str) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.get_dataset_version(conn, ws, project, version))
 
     async def get_run(self, ws: str, project: str, run_id: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_run(conn, ws, project, run_id))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 
@@ -46,3 +48,47 @@ def suite(suite_id: str = "bash-heldout", **overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
+
+
+def sft_data(tmp: Path, rows: int = 16) -> Path:
+    path = tmp / "sft.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"Count the lines in notes{i}.txt"},
+                        {"role": "assistant", "content": f"wc -l notes{i}.txt"},
+                    ]
+                }
+            )
+            + "\n"
+            for i in range(rows)
+        )
+    )
+    return path
+
+
+def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
+    # An official run names the exact data it trains on: the context's digest is the file's.
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    base = overrides.pop("tracking_context", tracking_context())
+    # One dataset version per distinct file: a version id names exactly one digest.
+    context = (
+        None
+        if base is None
+        else {**base, "dataset_content_digest": digest, "dataset_version_id": f"traces-{digest[:12]}"}
+    )
+    return {
+        "strategy": "sft",
+        "base_model": str(tiny),
+        "dataset_path": str(data),
+        "max_steps": 4,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 5e-3,
+        "save_steps": 2,
+        "max_seq_length": 128,
+        "tracking_context": context,
+        **overrides,
+    }

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,3 +102,67 @@ def cli(env: dict[str, str], *args: str, timeout_s: float = 120) -> CliResult:
     """Run the real `bashgym` console entry point in a child process."""
     proc = subprocess.run([*BASHGYM, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+async def cli_async(env: dict[str, str], *args: str, timeout_s: float = 120) -> CliResult:
+    """`cli` for async tests whose event loop serves a peer (an SSH stand-in) the command needs."""
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec(
+        *BASHGYM, *args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    async with asyncio.timeout(timeout_s):
+        stdout, stderr = await proc.communicate()
+    return CliResult(proc.returncode or 0, stdout.decode(), stderr.decode())
+
+
+@contextlib.asynccontextmanager
+async def inprocess_daemon(
+    ledger: Any, home: Path, environ: dict[str, str] | None = None, **settings: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The daemon's app and training service in this event loop, with an admin client over ASGI.
+
+    For lanes whose peers (the SSH and NeMo stand-ins) live in the test's own loop.
+    """
+    from bashgym.daemon.app import Services, create_app
+    from bashgym.daemon.authority import RateLimiter, hash_token, new_token
+    from bashgym.daemon.blobs import BlobStore
+    from bashgym.daemon.settings import load_settings
+    from bashgym.daemon.training import TrainingService
+    from bashgym.ledger.models import Actor
+
+    config = load_settings({}, home=str(home), **settings)
+    admin = new_token()
+    await ledger.insert_token(
+        Actor(actor_id="system"),
+        token_id=f"tok-admin-{admin[-8:]}",
+        token_hash=hash_token(admin),
+        actor_id="admin",
+        profile="admin",
+        capabilities=[],
+        workspace_id=None,
+        project_id=None,
+        expires_at=None,
+    )
+    async with TrainingService(config, ledger, environ or {}) as training:
+        services = Services(
+            config, ledger, BlobStore(config.artifacts_dir), "test", 0.0, RateLimiter(10_000, 10_000), training
+        )
+        transport = httpx.ASGITransport(app=create_app(services))
+        headers = {"Authorization": f"Bearer {admin}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://daemon", headers=headers) as api:
+            yield api
+
+
+async def wait_for_status(
+    api: httpx.AsyncClient, project: str, run_id: str, statuses: set[str], timeout_s: float = 240
+) -> Any:
+    """Poll a run until it reaches one of `statuses`."""
+    import asyncio
+
+    async with asyncio.timeout(timeout_s):
+        while True:
+            run = (await api.get(f"/v1/projects/{project}/runs/{run_id}")).json()
+            if run["status"] in statuses:
+                return run
+            await asyncio.sleep(0.2)

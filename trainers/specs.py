@@ -143,6 +143,7 @@ class TrainingRequest(BaseModel):
     # Where and for whom
     compute_target: str = "local"
     device_id: str | None = None
+    nemo_dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
     use_remote_ssh: bool = False
     tracking_context: dict[str, Any] | None = None
     correlation_id: Annotated[str, Field(max_length=200)] | None = None
@@ -178,6 +179,9 @@ class TrainingRequest(BaseModel):
                     f"compute_target `{self.compute_target}` runs over SSH, but use_remote_ssh is "
                     "false; drop use_remote_ssh or set it true."
                 )
+            # Normalised, so the request as stored (request.json) validates again as it was accepted.
+            object.__setattr__(self, "use_remote_ssh", True)
+            object.__setattr__(self, "device_id", device)
         elif self.use_remote_ssh:
             raise InvalidRequest(
                 f"use_remote_ssh is true but compute_target is `{self.compute_target}`; use "
@@ -187,6 +191,11 @@ class TrainingRequest(BaseModel):
             raise InvalidRequest(
                 f"device_id `{self.device_id}` is set with compute_target `{self.compute_target}`; "
                 "a device belongs only with `ssh:<device_id>`."
+            )
+        if self.nemo_dataset is not None and lane != "nemo":
+            raise InvalidRequest(
+                f"nemo_dataset names a NeMo Data Store dataset, which only compute_target "
+                f"`cloud:nemo-customizer` reads; drop it for `{self.compute_target}`."
             )
         if self.auto_push_hf and not self.hf_repo_name:
             raise InvalidRequest("auto_push_hf needs hf_repo_name; BashGym never invents a repository name.")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +11,7 @@ import httpx
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import tracking_context
+from tests.factories import sft_data, tracking_context, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
 
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -28,50 +26,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trainer_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     with running_daemon(tmp_path_factory.mktemp("home"), env={"BASHGYM_LOCAL_SLOTS": "1"}) as running:
         yield running
-
-
-def sft_data(tmp: Path, rows: int = 16) -> Path:
-    path = tmp / "sft.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "messages": [
-                        {"role": "user", "content": f"Count the lines in notes{i}.txt"},
-                        {"role": "assistant", "content": f"wc -l notes{i}.txt"},
-                    ]
-                }
-            )
-            + "\n"
-            for i in range(rows)
-        )
-    )
-    return path
-
-
-def request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
-    # An official run names the exact data it trains on: the context's digest is the file's.
-    digest = hashlib.sha256(data.read_bytes()).hexdigest()
-    base = overrides.pop("tracking_context", tracking_context())
-    # One dataset version per distinct file: a version id names exactly one digest.
-    context = (
-        None
-        if base is None
-        else {**base, "dataset_content_digest": digest, "dataset_version_id": f"traces-{digest[:12]}"}
-    )
-    return {
-        "strategy": "sft",
-        "base_model": str(tiny),
-        "dataset_path": str(data),
-        "max_steps": 4,
-        "batch_size": 4,
-        "gradient_accumulation_steps": 1,
-        "learning_rate": 5e-3,
-        "save_steps": 2,
-        "max_seq_length": 128,
-        "tracking_context": context,
-        **overrides,
-    }
 
 
 def wait_for(client: httpx.Client, project: str, run_id: str, statuses: set[str], timeout_s: float = 240) -> Any:
@@ -89,7 +43,9 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
 ) -> None:
     with trainer_daemon.client() as client:
         started = client.post(
-            "/v1/training/start", json=request(tiny, sft_data(tmp_path)), headers={"X-Correlation-Id": "cor-sft-1"}
+            "/v1/training/start",
+            json=training_request(tiny, sft_data(tmp_path)),
+            headers={"X-Correlation-Id": "cor-sft-1"},
         )
         assert started.status_code == 201, started.text
         info = started.json()
@@ -120,7 +76,7 @@ def test_a_dataset_breaking_its_contract_is_refused_before_launch(
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "no answer"}]}\n')
     with trainer_daemon.client() as client:
-        refused = client.post("/v1/training/start", json=request(tiny, bad))
+        refused = client.post("/v1/training/start", json=training_request(tiny, bad))
     assert refused.status_code == 422
     assert "bad.jsonl:1" in refused.json()["error"]["message"]
 
@@ -133,7 +89,7 @@ def test_a_run_that_fails_in_training_is_failed_with_its_error(
     with trainer_daemon.client() as client:
         info = client.post(
             "/v1/training/start",
-            json=request(tiny, sft_data(tmp_path), base_model=str(broken_model), tracking_context=None),
+            json=training_request(tiny, sft_data(tmp_path), base_model=str(broken_model), tracking_context=None),
         ).json()
         assert info["context_status"] == "unassigned"
         run = wait_for(client, "unassigned", info["run_id"], TERMINAL)
@@ -146,7 +102,7 @@ def test_pause_resume_and_stop_through_the_cli(trainer_daemon: RunningDaemon, ti
     with trainer_daemon.client() as client:
         info = client.post(
             "/v1/training/start",
-            json=request(tiny, sft_data(tmp_path, 64), max_steps=400, save_steps=1000, learning_rate=1e-4),
+            json=training_request(tiny, sft_data(tmp_path, 64), max_steps=400, save_steps=1000, learning_rate=1e-4),
         ).json()
         wait_for(client, "nightly", info["run_id"], {"running"})
         paused = cli(env, "training", "pause", info["run_id"], "--project", "nightly", "--json")
@@ -171,7 +127,7 @@ def test_a_daemon_killed_mid_run_resolves_the_run_exactly_once_after_restart(tin
     with running_daemon(home) as first, first.client() as client:
         info = client.post(
             "/v1/training/start",
-            json=request(tiny, sft_data(tmp_path, 64), max_steps=30, save_steps=10, learning_rate=1e-4),
+            json=training_request(tiny, sft_data(tmp_path, 64), max_steps=30, save_steps=10, learning_rate=1e-4),
         ).json()
         wait_for(client, "nightly", info["run_id"], {"running"})
         first.proc.send_signal(signal.SIGKILL)
@@ -193,7 +149,9 @@ def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_l
         # The trainer fails loading this path and writes it, token and all, into training.log and its error.
         info = client.post(
             "/v1/training/start",
-            json=request(tiny, sft_data(tmp_path), tracking_context=None, base_model=f"/models/{fake_token}/tiny"),
+            json=training_request(
+                tiny, sft_data(tmp_path), tracking_context=None, base_model=f"/models/{fake_token}/tiny"
+            ),
         ).json()
         run = wait_for(client, "unassigned", info["run_id"], TERMINAL)
         answers = [
@@ -223,7 +181,7 @@ def test_a_launch_over_budget_is_refused_until_amended(
         == 0
     )
     researcher = cli(env, "auth", "issue", "--actor", "rita", "--profile", "researcher", "--json").json()["token"]
-    body = request(tiny, sft_data(tmp_path), tracking_context=context, max_steps=1)
+    body = training_request(tiny, sft_data(tmp_path), tracking_context=context, max_steps=1)
     with httpx.Client(
         base_url=trainer_daemon.url, headers={"Authorization": f"Bearer {researcher}"}, timeout=60
     ) as rita:
@@ -245,7 +203,7 @@ def test_a_launch_over_budget_is_refused_until_amended(
 def test_an_official_run_must_train_on_the_data_its_context_names(
     trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
 ) -> None:
-    body = request(tiny, sft_data(tmp_path))
+    body = training_request(tiny, sft_data(tmp_path))
     body["tracking_context"] = {**body["tracking_context"], "dataset_content_digest": "0" * 64}
     with trainer_daemon.client() as client:
         refused = client.post("/v1/training/start", json=body)

@@ -113,3 +113,27 @@ def test_public_upload_needs_explicit_authority(daemon: RunningDaemon) -> None:
     allowed = cli({**daemon.env(), "BASHGYM_TOKEN": releaser["token"]}, *args, "--no-hf-private", "--json")
     assert allowed.code == 0, allowed.stderr
     assert allowed.json()["publication"] == "public"
+
+
+def test_a_registered_dataset_version_is_trained_on_from_the_store(daemon: RunningDaemon, tmp_path: Path) -> None:
+    env = daemon.env()
+    data = tmp_path / "traces.jsonl"
+    data.write_text('{"text": "wc -l notes.txt"}\n')
+    assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
+    registered = cli(
+        env, "dataset", "register", "--project", "nightly", "--dataset", "traces", "--version", "traces-v1",
+        "--file", str(data),
+    )  # fmt: skip
+    assert registered.code == 0, registered.stderr
+    args = ["training", "plan", "--strategy", "sft", "--model", "org/model", "--json"]
+    plan = cli(env, *args, "--dataset-version", "traces-v1", "--dataset-project", "nightly")
+    assert plan.code == 0, plan.stderr
+    stored = Path(plan.json()["request"]["dataset_path"])
+    assert stored.is_relative_to(daemon.home / "artifacts") and stored.read_bytes() == data.read_bytes()
+
+    unknown = cli(env, *args, "--dataset-version", "traces-v9", "--dataset-project", "nightly")
+    assert unknown.code == 5 and "No dataset version 'traces-v9'" in unknown.stdout + unknown.stderr
+    no_project = cli(env, *args, "--dataset-version", "traces-v1")
+    assert no_project.code == 7 and "dataset_project" in no_project.stdout
+    both = cli(env, *args, "--dataset-version", "traces-v1", "--dataset-path", str(data))
+    assert both.code == 2 and "not allowed with argument" in both.stderr

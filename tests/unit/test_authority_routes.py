@@ -303,7 +303,41 @@ async def case_stop(h: Harness) -> tuple[str, dict[str, Any]]:
 
 # Routes whose answer, once authority passed, depends on a live trainer the harness does not run:
 # pausing a run no supervisor owns is a 409, which still proves the capability check let it through.
-STATEFUL = {("POST", "/v1/projects/{project}/runs/{run_id}/pause")}
+# Past the capability check these answer from state, not success: the pause targets a run no trainer runs,
+# and the bootstrap a device nothing listens for.
+BEYOND_AUTHORITY = {
+    ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): 409,
+    ("POST", "/v1/devices/{device_id}/bootstrap"): 503,
+}
+
+
+def _device_spec(h: Harness) -> dict[str, Any]:
+    key = h.tmp / "id_ed25519"
+    key.write_text("not a real key; the device is never reached\n")
+    # Port 1 on loopback refuses at once: preflight records "not ready", bootstrap answers 503.
+    return {"device_id": f"dev{next(_counter)}", "host": "127.0.0.1", "port": 1, "user": "u", "key_path": str(key)}
+
+
+async def _device(h: Harness) -> str:
+    spec = _device_spec(h)
+    await h.admin_call("POST", "/v1/devices", json=spec)
+    return str(spec["device_id"])
+
+
+async def case_device_add(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/devices", {"json": _device_spec(h)}
+
+
+async def case_device_remove(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/devices/{await _device(h)}", {}
+
+
+async def case_device_preflight(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/devices/{await _device(h)}/preflight", {}
+
+
+async def case_device_bootstrap(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/devices/{await _device(h)}/bootstrap", {"json": {}}
 
 
 async def case_budget_change(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -342,6 +376,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/auth/tokens/{token_id}/revoke"): case_revoke_token,
     ("POST", "/v1/authority/grants"): case_grant,
     ("POST", "/v1/authority/grants/{grant_id}/revoke"): case_revoke_grant,
+    ("POST", "/v1/devices"): case_device_add,
+    ("DELETE", "/v1/devices/{device_id}"): case_device_remove,
+    ("POST", "/v1/devices/{device_id}/preflight"): case_device_preflight,
+    ("POST", "/v1/devices/{device_id}/bootstrap"): case_device_bootstrap,
 }
 
 
@@ -387,7 +425,7 @@ async def test_a_mutating_route_answers_401_then_403_naming_the_capability_then_
 
     just_that = await harness.token([capability], actor_id=OWNER)
     allowed = await harness.client.request(method, path, headers={"Authorization": f"Bearer {just_that}"}, **kwargs)
-    if (method, template) in STATEFUL:
-        assert allowed.status_code == 409, allowed.text
+    if (method, template) in BEYOND_AUTHORITY:
+        assert allowed.status_code == BEYOND_AUTHORITY[(method, template)], allowed.text
     else:
         assert allowed.status_code < 300, allowed.text

@@ -1,0 +1,128 @@
+"""`bashgym device ...`: the SSH compute registry, preflight verdicts, and bootstrapping a host's venv."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from bashgym.daemon.cli import Ctx, command, done, no_args
+from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
+from bashgym.ledger.errors import InvalidInput
+
+
+def _name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="device id")
+
+
+def _add_args(parser: argparse.ArgumentParser) -> None:
+    _name(parser)
+    parser.add_argument("--host", required=True, help="host name or address")
+    parser.add_argument("--port", type=int, default=22, help="SSH port (default 22)")
+    parser.add_argument("--user", required=True, help="login user")
+    parser.add_argument("--key-path", required=True, help="private key file on the daemon's host (no passwords)")
+    parser.add_argument("--work-dir", default="bashgym-work", help="run directory root on the host (default: ~)")
+    parser.add_argument("--python", help="python with bashgym installed (default: WORK_DIR/venv/bin/python)")
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs a run occupies there, for GPU-hours")
+    parser.add_argument("--slots", type=int, default=1, help="runs the device takes at once")
+    parser.add_argument("--host-key", default="", help="pin the host key: 'ssh-ed25519 AAAA...'")
+    parser.add_argument("--known-hosts", default="", help="known_hosts file to verify the host key with")
+
+
+@command("device", "add", help="register an SSH compute device (device.manage); then run device preflight")(_add_args)
+async def device_add(ctx: Ctx) -> int:
+    a = ctx.args
+    spec: dict[str, Any] = {
+        "device_id": a.name,
+        "host": a.host,
+        "port": a.port,
+        "user": a.user,
+        "key_path": str(Path(a.key_path).expanduser().resolve()),
+        "work_dir": a.work_dir,
+        "python": a.python,
+        "gpus": a.gpus,
+        "slots": a.slots,
+        "host_key": a.host_key,
+        "known_hosts": str(Path(a.known_hosts).expanduser().resolve()) if a.known_hosts else "",
+    }
+    result = await ctx.client.request("POST", "/v1/devices", body=spec, params={"workspace": ctx.workspace})
+    return done(ctx, result, title=f"Device {a.name}")
+
+
+@command("device", "list", help="registered devices with their last preflight verdict")(no_args)
+async def device_list(ctx: Ctx) -> int:
+    result = await ctx.client.request("GET", "/v1/devices", params={"workspace": ctx.workspace})
+    if ctx.as_json:
+        return done(ctx, result)
+    rows = [
+        {
+            "device": d["device_id"],
+            "where": f"{d['user']}@{d['host']}:{d['port']}",
+            "gpus": d["gpus"],
+            "slots": d["slots"],
+            "ready": d["ready"],
+            "preflight_at": d["preflight_at"] or "never",
+        }
+        for d in result["devices"]
+    ]
+    return done(ctx, rows, title="Devices")
+
+
+def _remove_args(parser: argparse.ArgumentParser) -> None:
+    _name(parser)
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+@command("device", "remove", help="remove a device from the registry (device.manage)")(_remove_args)
+async def device_remove(ctx: Ctx) -> int:
+    a = ctx.args
+    if not a.yes and sys.stdin.isatty():
+        answer = await asyncio.to_thread(input, f"Remove device {a.name}? [y/N] ")
+        if answer.strip().lower() not in {"y", "yes"}:
+            print("Not removed.")
+            return EXIT_OK
+    result = await ctx.client.request("DELETE", f"/v1/devices/{a.name}", params={"workspace": ctx.workspace})
+    return done(ctx, result, title=f"Removed device {a.name}")
+
+
+@command("device", "preflight", help="check python, bashgym, torch, GPUs, disk and RAM on the host")(_name)
+async def device_preflight(ctx: Ctx) -> int:
+    a = ctx.args
+    result = await ctx.client.request(
+        "POST", f"/v1/devices/{a.name}/preflight", params={"workspace": ctx.workspace}, timeout_s=300
+    )
+    device = result["record"]
+    if ctx.as_json:
+        done(ctx, device)
+    else:
+        verdict = device["preflight"]
+        done(ctx, {"ready": verdict["ready"], **verdict["facts"]}, title=f"Preflight of {a.name}")
+        for reason in verdict["reasons"]:
+            print(f"  not ready: {reason}")
+    return EXIT_OK if device["ready"] else EXIT_RULE
+
+
+def _bootstrap_args(parser: argparse.ArgumentParser) -> None:
+    _name(parser)
+    parser.add_argument("--base-python", default="python3", help="python on the host that creates the venv")
+    parser.add_argument("--wheel", type=Path, help="a bashgym wheel to install, for hosts without a package index")
+    parser.add_argument("--pip-arg", action="append", default=[], help="extra pip argument (repeatable)")
+
+
+@command("device", "bootstrap", help="install this daemon's bashgym version into WORK_DIR/venv on the host")(
+    _bootstrap_args
+)
+async def device_bootstrap(ctx: Ctx) -> int:
+    a = ctx.args
+    body: dict[str, Any] = {"base_python": a.base_python, "pip_args": a.pip_arg}
+    if a.wheel is not None:
+        if not a.wheel.is_file():
+            raise InvalidInput(f"--wheel {a.wheel} is not a file.", hint="Build one with: pip wheel --no-deps .")
+        stored = await ctx.client.blob_upload(a.wheel)
+        body |= {"wheel_sha256": stored["sha256"], "wheel_name": a.wheel.name}
+    result = await ctx.client.request(
+        "POST", f"/v1/devices/{a.name}/bootstrap", body=body, params={"workspace": ctx.workspace}, timeout_s=3600
+    )
+    return done(ctx, result, title=f"Bootstrapped {a.name}")
