@@ -46,6 +46,21 @@ class AnomalyWatch:
         self._reported.update(a.kind for a in fresh)
         return fresh
 
+    def stalled(self, silent_s: float, step: int | None) -> list[Anomaly]:
+        """A running trainer that reported nothing for `silent_s` seconds (once per run)."""
+        if "no_progress" in self._reported:
+            return []
+        self._reported.add("no_progress")
+        minutes = silent_s / 60
+        return [
+            Anomaly(
+                "no_progress",
+                f"No metrics or protocol lines for {minutes:.0f} minutes; the trainer may be hung. "
+                "Check training.log, then stop or keep waiting.",
+                step,
+            )
+        ]
+
     def _loss(self, step: int, loss: float) -> list[Anomaly]:
         if not math.isfinite(loss):
             return [Anomaly("non_finite_loss", f"train.loss is {loss} at step {step}.", step)]

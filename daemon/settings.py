@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(4 * 1024**3, ge=1024, description="Largest dataset or model file upload.")
     grace_s: float = Field(10.0, gt=0, description="Seconds a child gets between SIGTERM and SIGKILL.")
     stale_after_s: float = Field(3600.0, gt=0, description="An active run silent this long is reported stale.")
+    no_progress_s: float = Field(
+        1800.0, gt=0, description="A running trainer silent this long gets a no_progress anomaly event."
+    )
     local_slots: int = Field(1, ge=1, le=64, description="Training runs the local lane runs at once.")
     trainer_python: str = Field("", description="Python that runs trainers (default: the daemon's own).")
     local_gpus: int = Field(0, ge=0, le=64, description="GPUs a local run occupies, for GPU-hour accounting.")

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import signal
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -118,6 +119,8 @@ class Supervisor:
         self._is_stopping = False
         self._last_error = ""
         self._metrics_seen = False
+        self._last_progress = time.monotonic()
+        self._last_step: int | None = None
 
     @property
     def command(self) -> list[str]:
@@ -177,11 +180,22 @@ class Supervisor:
         for batch in batches:
             await self.ledger.ingest_metrics(self.actor, h.workspace, h.project, batch)
         self._metrics_seen = self._metrics_seen or bool(records)
+        if records:
+            self._last_progress = time.monotonic()
+            self._last_step = records[-1][0]
         for step, values in records:
             for anomaly in self.watch.observe(step, values):
                 await self._append(
                     "run.anomaly", {"kind": anomaly.kind, "detail": anomaly.detail, "step": anomaly.step}
                 )
+
+    async def check_progress(self, limit_s: float) -> None:
+        """Record a `no_progress` anomaly when a running trainer has been silent longer than limit_s."""
+        silent = time.monotonic() - self._last_progress
+        if not self._is_running or self._is_stopping or silent < limit_s:
+            return
+        for anomaly in self.watch.stalled(silent, self._last_step):
+            await self._append("run.anomaly", {"kind": anomaly.kind, "detail": anomaly.detail, "step": anomaly.step})
 
     async def _record_exit(self, code: int | None) -> str:
         """Record how the trainer ended; `None` is a trainer killed before it could write its exit code."""

@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import sys
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
 from bashgym.trainers.specs import TrainingRequest
+
+log = logging.getLogger("bashgym.training")
 
 # NeMo Customizer fine-tunes supervised chat data; every other method needs a lane that runs our trainers.
 NEMO_STRATEGIES = frozenset({"sft"})
@@ -103,17 +106,38 @@ class TrainingService:
         run_id = supervisor.handle.run_id
         try:
             self._active[run_id] = supervisor
-            await work
+            async with self._watching(supervisor):
+                await work
         finally:
             self._active.pop(run_id, None)
             self._tasks.pop(run_id, None)
+
+    @contextlib.asynccontextmanager
+    async def _watching(self, supervisor: Supervisor) -> AsyncIterator[None]:
+        """While the supervisor works, check every so often that its trainer still makes progress."""
+        limit = self.settings.no_progress_s
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(min(limit / 4, 30.0))
+                try:
+                    await supervisor.check_progress(limit)
+                except Exception:  # a failed check must not end the run's supervision
+                    log.exception("Progress check of %s failed", supervisor.handle.run_id)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            yield
+        finally:
+            watcher.cancel()
 
     async def _follow(self, supervisor: Supervisor, pid: int, *, is_running: bool) -> None:
         run_id = supervisor.handle.run_id
         try:
             async with self._slots:
                 self._active[run_id] = supervisor
-                await supervisor.follow_existing(pid, is_running=is_running)
+                async with self._watching(supervisor):
+                    await supervisor.follow_existing(pid, is_running=is_running)
         finally:
             self._active.pop(run_id, None)
             self._tasks.pop(run_id, None)
@@ -389,7 +413,8 @@ class TrainingService:
         try:
             async with slots or contextlib.nullcontext():
                 self._active[run_id] = supervisor
-                await supervisor.run(resume=resume)
+                async with self._watching(supervisor):
+                    await supervisor.run(resume=resume)
         finally:
             self._active.pop(run_id, None)
             self._tasks.pop(run_id, None)
