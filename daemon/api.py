@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from bashgym.daemon.api_authority import authority_routes
 from bashgym.daemon.api_devices import device_routes
+from bashgym.daemon.api_evaluations import evaluation_routes, withhold_protected
 from bashgym.daemon.api_models import (
     AliasMove,
     AnnotationSpec,
@@ -60,6 +61,7 @@ def register_routes(app: FastAPI) -> None:
         _query_routes(),
         training_routes(),
         device_routes(),
+        evaluation_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them
     # plain APIRoutes (include_router wraps them in lazily resolved branches).
@@ -284,7 +286,8 @@ def _query_routes() -> APIRouter:
 
     @router.get("/projects/{project}/evaluations")
     async def evaluations(call: ReadCall, project: str, suite: str | None = None) -> Response:
-        return json_response(await call.services.ledger.list_evaluations(call.workspace, project, suite=suite))
+        listing = await call.services.ledger.list_evaluations(call.workspace, project, suite=suite)
+        return json_response(withhold_protected(call, project, listing))
 
     @router.get("/projects/{project}/compare")
     async def compare(

@@ -13,6 +13,7 @@ from typing import Any
 
 from bashgym.daemon.authority import RateLimiter
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
@@ -43,6 +44,14 @@ class Services:
     started_monotonic: float
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(600, 120))
     training: TrainingService | None = None
+    evaluations: EvaluationService | None = None
+
+    @property
+    def evaluator(self) -> EvaluationService:
+        """The evaluation service; made on first use where the caller (a test harness) supplied none."""
+        if self.evaluations is None:
+            self.evaluations = EvaluationService(self.settings, self.ledger, self.blobs)
+        return self.evaluations
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

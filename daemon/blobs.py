@@ -50,6 +50,16 @@ class BlobStore:
             tmp.unlink(missing_ok=True)
             raise
 
+    async def put_file(self, path: Path) -> tuple[str, int]:
+        """Store a local file; return its sha256 and size."""
+
+        async def chunks() -> AsyncIterator[bytes]:
+            with path.open("rb") as handle:
+                while chunk := handle.read(CHUNK):
+                    yield chunk
+
+        return await self.put_stream(chunks(), max_bytes=2**40)
+
     def _open_temp(self) -> tuple[BinaryIO, Path]:
         tmp_dir = self.root / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)

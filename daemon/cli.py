@@ -101,7 +101,15 @@ def _common() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bashgym.daemon import cli_auth, cli_budget, cli_commands, cli_devices, cli_ledger, cli_training  # noqa: F401
+    from bashgym.daemon import (  # noqa: F401
+        cli_auth,
+        cli_budget,
+        cli_commands,
+        cli_devices,
+        cli_evidence,
+        cli_ledger,
+        cli_training,
+    )
     from bashgym.daemon.version import bashgym_version
 
     common = _common()

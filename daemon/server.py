@@ -19,6 +19,7 @@ import uvicorn
 from bashgym.daemon.app import Services, create_app
 from bashgym.daemon.authority import RateLimiter, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -97,6 +98,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
             ) as ledger,
             TrainingService(settings, ledger, environ) as training,
+            EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir)) as evaluations,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             services = Services(
@@ -107,6 +109,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 started_monotonic=started,
                 limiter=RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst),
                 training=training,
+                evaluations=evaluations,
             )
             # Shutdown order: the API stops accepting (in _serve), then TrainingService stops its
             # trainers and records their outcomes, then the ledger closes last.

@@ -110,6 +110,8 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "device.registered": EntityRegistered,
     "device.removed": EntityRegistered,
     "device.preflight": DevicePreflight,
+    "runcard.created": EntityRegistered,
+    "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,
 }
 

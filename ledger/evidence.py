@@ -104,6 +104,7 @@ def record_eval_result(tx: Tx, ws: str, project: str, spec: EvalResultSpec) -> t
         raise not_found("evaluation suite", spec.suite_id, project, f"bashgym ledger evaluations --project {project}")
     if spec.run_id:
         get_run_row(tx.conn, ws, project, spec.run_id)
+    check_payload(spec.details, field="details")
     identity = spec.model_dump(exclude={"result_id"})
     result_id = spec.result_id or content_id("res", identity)
     row, replayed = tx.put(
@@ -119,6 +120,7 @@ def record_eval_result(tx: Tx, ws: str, project: str, spec: EvalResultSpec) -> t
             "metrics_json": canonical_json(spec.metrics),
             "sample_count": spec.sample_count,
             "is_simulation": int(spec.is_simulation),
+            "details_json": canonical_json(spec.details),
             "created_by": tx.actor.actor_id,
             "created_at": tx.now,
         },

@@ -184,6 +184,9 @@ class EvalResultSpec(Spec):
     metrics: dict[str, float] = Field(default_factory=dict)
     sample_count: Annotated[int, Field(ge=0)] = 0
     is_simulation: bool = False
+    # Per-task scores, breakdowns, the isolation obtained and the holdout gate; opened only with
+    # eval.protected when the suite is protected.
+    details: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("metrics")
     @classmethod

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bashgym.ledger import access, devices, evidence, integrity, lineage, queries, runs
+from bashgym.ledger import access, devices, evidence, integrity, lineage, queries, runcards, runs
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable
 from bashgym.ledger.migrations import migrate
@@ -242,6 +242,20 @@ class Ledger:
             return WriteResult(record=record, replayed=replayed, cursor=tx.last_cursor)
 
         return await self.write(actor, run)
+
+    # -- runcards ------------------------------------------------------------------------------
+
+    async def record_runcard(self, actor: Actor, ws: str, project: str, card: dict[str, Any]) -> WriteResult:
+        return await self._put(actor, lambda tx: runcards.record_runcard(tx, ws, project, card))
+
+    async def runcards_of_run(self, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: runcards.runcards_of_run(conn, ws, project, run_id))
+
+    async def get_runcard(self, ws: str, project: str, card_id: str) -> dict[str, Any]:
+        return await self.read(lambda conn: runcards.get_runcard(conn, ws, project, card_id))
+
+    async def comparisons_with_candidates(self, ws: str, project: str, result_ids: list[str]) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: runcards.comparisons_with_candidates(conn, ws, project, result_ids))
 
     # -- devices -------------------------------------------------------------------------------
 

@@ -308,7 +308,31 @@ async def case_stop(h: Harness) -> tuple[str, dict[str, Any]]:
 BEYOND_AUTHORITY = {
     ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): 409,
     ("POST", "/v1/devices/{device_id}/bootstrap"): 503,
+    ("POST", "/v1/projects/{project}/evaluations"): 409,  # the run has not completed
+    ("POST", "/v1/projects/{project}/evaluations/compare"): 422,  # results recorded without per-task scores
+    ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): 422,  # the gate blocks a run without evidence
 }
+
+
+async def case_evaluation_start(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    return f"/v1/projects/{project}/evaluations", {"json": {"run_id": run}}
+
+
+async def case_evaluation_compare(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, baseline, candidate = await _results(h)
+    body = {"baseline_result_id": baseline, "candidate_result_id": candidate}
+    return f"/v1/projects/{project}/evaluations/compare", {"json": body}
+
+
+async def case_runcard_create(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    return f"/v1/projects/{project}/runs/{run}/runcards", {"json": {"known_limitations": ["no evidence yet"]}}
+
+
+async def case_promote(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    return f"/v1/projects/{project}/runs/{run}/promote", {"json": {"alias": "champion"}}
 
 
 def _device_spec(h: Harness) -> dict[str, Any]:
@@ -380,6 +404,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("DELETE", "/v1/devices/{device_id}"): case_device_remove,
     ("POST", "/v1/devices/{device_id}/preflight"): case_device_preflight,
     ("POST", "/v1/devices/{device_id}/bootstrap"): case_device_bootstrap,
+    ("POST", "/v1/projects/{project}/evaluations"): case_evaluation_start,
+    ("POST", "/v1/projects/{project}/evaluations/compare"): case_evaluation_compare,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/runcards"): case_runcard_create,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): case_promote,
 }
 
 

@@ -44,10 +44,28 @@ def test_bot_imports_only_the_daemon_client_and_api_models() -> None:
     assert not bad
 
 
-def test_daemon_imports_only_ledger_and_trainer_specs() -> None:
-    allowed = ("bashgym.daemon", "bashgym.ledger", "bashgym.trainers.specs", "bashgym.trainers.contracts")
+# The trainer modules the daemon may use: request models and pure evidence code, none of which imports torch.
+TORCH_FREE = (
+    "bashgym.trainers.specs",
+    "bashgym.trainers.contracts",
+    "bashgym.trainers.evidence_math",
+    "bashgym.trainers.terminal_tasks",
+    "bashgym.trainers.sandbox",
+    "bashgym.trainers.evaluate",
+    "bashgym.trainers.canaries",
+)
+
+
+def test_daemon_imports_only_ledger_and_torch_free_trainer_modules() -> None:
+    allowed = ("bashgym.daemon", "bashgym.ledger", *TORCH_FREE)
     bad = {(p, n) for p, n in _bashgym_edges("daemon") if not n.startswith(allowed)}
     assert not bad
+
+
+def test_the_trainer_modules_the_daemon_uses_do_not_import_torch() -> None:
+    code = f"import sys; import {', '.join(TORCH_FREE)}; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_no_module_but_settings_reads_the_environment() -> None:

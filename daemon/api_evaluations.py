@@ -1,0 +1,192 @@
+"""Evidence routes: running evaluations, comparing results, RunCards, the promotion gate and decision."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from bashgym.daemon.app import json_response
+from bashgym.daemon.evaluations import CompareBody, EvalRunBody
+from bashgym.daemon.promotion import Evidence, build_runcard, gate, validate_runcard
+from bashgym.daemon.routing import Call, ReadCall, requires, written
+from bashgym.ledger.errors import RuleRejected
+from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
+from bashgym.ledger.runcards import CLAIM_TIERS, DECISIONS
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+EvalCall = Annotated[Call, requires("eval.run")]
+CardCall = Annotated[Call, requires("runcard.write")]
+DecideCall = Annotated[Call, requires("promotion.decide")]
+WITHHELD = {"withheld": "This suite is protected: per-task rows open only with eval.protected."}
+
+
+class RunCardBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    claim_tier: Literal["local_smoke", "narrow", "broad"] = "narrow"
+    decision: Literal["pending", "hold", "promote", "reject"] = "pending"
+    known_limitations: list[Annotated[str, Field(max_length=2000)]] = Field(default_factory=list, max_length=50)
+
+
+class DecideBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    alias: str = "champion"
+    model_version_id: str | None = None
+    override_reason: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
+
+
+assert set(RunCardBody.model_fields["claim_tier"].annotation.__args__) == set(CLAIM_TIERS)  # type: ignore[union-attr]
+assert set(RunCardBody.model_fields["decision"].annotation.__args__) == set(DECISIONS)  # type: ignore[union-attr]
+
+
+async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
+    ledger = call.services.ledger
+    run = await ledger.get_run(call.workspace, project, run_id)
+    listing = await ledger.list_evaluations(call.workspace, project)
+    results = [r for r in listing["results"] if r.get("run_id") == run_id]
+    comparisons = await ledger.comparisons_with_candidates(call.workspace, project, [r["result_id"] for r in results])
+    by_id = {r["result_id"]: r for r in listing["results"]}
+    baselines = {
+        c["baseline_result_id"]: by_id[c["baseline_result_id"]] for c in comparisons if c["baseline_result_id"] in by_id
+    }
+    suites = {s["suite_id"]: s for s in listing["suites"]}
+    runcards = await ledger.runcards_of_run(call.workspace, project, run_id)
+    ws = call.workspace
+
+    def lineage(conn: Any) -> tuple[str | None, str | None]:
+        env = conn.execute(
+            "SELECT runtime_digest FROM environments WHERE workspace_id = ? AND project_id = ? AND environment_id = ?",
+            (ws, project, run.get("environment_id")),
+        ).fetchone()
+        model = conn.execute(
+            "SELECT model_id FROM model_versions WHERE workspace_id = ? AND project_id = ? AND model_version_id = ?",
+            (ws, project, run.get("model_version_id")),
+        ).fetchone()
+        return (env[0] if env else None), (model[0] if model else None)
+
+    environment_digest, base_model_id = await ledger.read(lineage)
+    return Evidence(run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id)
+
+
+def withhold_protected(call: Call, project: str, listing: dict[str, Any]) -> dict[str, Any]:
+    """Per-task details of protected suites stay closed to principals without eval.protected."""
+    if call.principal.holds("eval.protected", project):
+        return listing
+    protected = {s["suite_id"] for s in listing.get("suites", []) if s.get("is_protected")}
+    results = [{**r, "details": WITHHELD} if r["suite_id"] in protected else r for r in listing.get("results", [])]
+    return {**listing, "results": results}
+
+
+def evaluation_routes() -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["evidence"])
+
+    @router.post("/projects/{project}/evaluations", status_code=202)
+    async def evaluation_start(call: EvalCall, project: str, body: EvalRunBody) -> Response:
+        started = await call.services.evaluator.start(call.actor, call.workspace, project, body)
+        return json_response(started, 202)
+
+    @router.get("/projects/{project}/evaluations/{evaluation_id}")
+    async def evaluation_status(call: ReadCall, project: str, evaluation_id: str) -> Response:
+        return json_response(call.services.evaluator.status(project, evaluation_id))
+
+    @router.post("/projects/{project}/evaluations/compare", status_code=201)
+    async def evaluation_compare(call: EvalCall, project: str, body: CompareBody) -> Response:
+        return json_response(await call.services.evaluator.compare(call.actor, call.workspace, project, body), 201)
+
+    @router.post("/projects/{project}/runs/{run_id}/runcards", status_code=201)
+    async def runcard_create(call: CardCall, project: str, run_id: str, body: RunCardBody) -> Response:
+        evidence = await gather_evidence(call, project, run_id)
+        card = build_runcard(
+            evidence,
+            claim_tier=body.claim_tier,
+            decision=body.decision,
+            limitations=body.known_limitations,
+            creator=call.principal.actor_id,
+        )
+        return written(await call.services.ledger.record_runcard(call.actor, call.workspace, project, card))
+
+    @router.get("/projects/{project}/runs/{run_id}/runcards")
+    async def runcard_list(call: ReadCall, project: str, run_id: str) -> Response:
+        return json_response({"runcards": await call.services.ledger.runcards_of_run(call.workspace, project, run_id)})
+
+    @router.get("/projects/{project}/runs/{run_id}/runcards/validate")
+    async def runcard_validate(call: ReadCall, project: str, run_id: str, promotion: bool = False) -> Response:
+        findings = validate_runcard(await gather_evidence(call, project, run_id), promotion=promotion)
+        return json_response(
+            {"run_id": run_id, "ok": not any(f["severity"] == "fail" for f in findings), "findings": findings}
+        )
+
+    @router.get("/projects/{project}/runs/{run_id}/gate")
+    async def promotion_gate(call: ReadCall, project: str, run_id: str) -> Response:
+        return json_response(gate(await gather_evidence(call, project, run_id)))
+
+    @router.post("/projects/{project}/runs/{run_id}/promote", status_code=201)
+    async def promotion_decide(call: DecideCall, project: str, run_id: str, body: DecideBody) -> Response:
+        evidence = await gather_evidence(call, project, run_id)
+        verdict = gate(evidence)
+        if not verdict["ship"] and body.override_reason is None:
+            raise RuleRejected(
+                f"The promotion gate blocks run {run_id}: {', '.join(b['code'] for b in verdict['blockers'])}.",
+                hint="bashgym promote gate --run RUN lists each blocker with its next action; an override needs "
+                "promotion.override and --override-reason.",
+                details=verdict,
+            )
+        if not verdict["ship"]:
+            call.principal.require("promotion.override", workspace_id=call.workspace, project_id=project)
+        ledger = call.services.ledger
+        version = body.model_version_id or await _register_run_model(call, project, evidence)
+        outcome = "promote" if verdict["ship"] else "override"
+        rationale = (
+            f"gate shipped run {run_id}"
+            if verdict["ship"]
+            else f"override of blockers {[b['code'] for b in verdict['blockers']]}: {body.override_reason}"
+        )
+        refs = [*(r["result_id"] for r in evidence.results), *(c["comparison_id"] for c in evidence.comparisons)]
+        refs += [card["card_id"] for card in evidence.runcards[:1]]
+        decision = await ledger.record_decision(
+            call.actor,
+            call.workspace,
+            project,
+            DecisionSpec(
+                decision_type="promotion",
+                outcome=outcome,
+                rationale=rationale,
+                run_id=run_id,
+                evidence_refs=refs[:200],
+            ),
+        )
+        moved = await ledger.move_alias(
+            call.actor,
+            call.workspace,
+            project,
+            AliasMove(alias=body.alias, model_version_id=version, decision_id=decision.record["decision_id"]),
+        )
+        return json_response({"gate": verdict, "decision": decision.record, "alias": moved.record}, 201)
+
+    return router
+
+
+async def _register_run_model(call: Call, project: str, evidence: Evidence) -> str:
+    """The run's kept model as a model version, with its lineage and file digests."""
+    run = evidence.run
+    if not run.get("artifacts"):
+        raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to promote.")
+    prefix = f"bashgym://runs/{run['run_id']}/"
+    spec = ModelVersionSpec.model_validate(
+        {
+            "model_version_id": f"mv-{run['run_id']}"[:128],
+            "model_id": evidence.base_model_id or "bashgym-model",
+            "source_uri": f"bashgym://runs/{run['run_id']}",
+            "parent_version_id": run.get("model_version_id"),
+            "files": [
+                {
+                    "path": a["uri"].removeprefix(prefix),
+                    "sha256": a["sha256"],
+                    "size_bytes": a["size_bytes"],
+                }
+                for a in run["artifacts"]
+            ],
+        }
+    )
+    written_version = await call.services.ledger.register_model_version(call.actor, call.workspace, project, spec)
+    return str(written_version.record["model_version_id"])

@@ -1,0 +1,229 @@
+"""`bashgym eval|runcard|promote ...`: evaluations, comparisons, RunCards and the promotion gate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from bashgym.daemon.cli import Ctx, command, done
+from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
+
+
+def _project(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+
+
+def _run(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    parser.add_argument("--run", required=True, help="run id")
+
+
+def _eval_args(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    parser.add_argument("--suite", default="bash-tasks-v1", help="suite id (default: the shipped bash-tasks-v1)")
+    subject = parser.add_mutually_exclusive_group(required=True)
+    subject.add_argument("--run", help="evaluate this completed run's model")
+    subject.add_argument("--model-version", help="evaluate a registered model version")
+    subject.add_argument("--gold", action="store_true", help="run the suite's gold solutions (its own pass rate)")
+    parser.add_argument("--samples", type=int, default=1, help="samples per task (n of pass@k)")
+    parser.add_argument("--split", choices=["all", "holdout"], default="all", help="which tasks")
+    parser.add_argument("--limit-tasks", type=int, help="only the first N tasks (a quick look, not evidence)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
+    parser.add_argument("--min-holdout-pass-at-1", type=float, default=0.0, help="the holdout gate's pass@1 bar")
+
+
+@command("eval", "run", help="evaluate a run, a model version or the gold solutions (eval.run); waits")(_eval_args)
+async def eval_run(ctx: Ctx) -> int:
+    a = ctx.args
+    body: dict[str, Any] = {
+        "suite_id": a.suite,
+        "run_id": a.run,
+        "model_version_id": a.model_version,
+        "gold": a.gold,
+        "samples": a.samples,
+        "split": a.split,
+        "limit_tasks": a.limit_tasks,
+        "temperature": a.temperature,
+        "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
+    }
+    params = {"workspace": ctx.workspace}
+    job = await ctx.client.request("POST", f"/v1/projects/{a.project}/evaluations", body=body, params=params)
+    shown = -1
+    while job["status"] in {"queued", "running"}:
+        await asyncio.sleep(0.5)
+        job = await ctx.client.request(
+            "GET", f"/v1/projects/{a.project}/evaluations/{job['evaluation_id']}", params=params
+        )
+        if job["done"] != shown and job["total"]:
+            shown = job["done"]
+            print(f"  {job['done']}/{job['total']} tasks", file=sys.stderr, flush=True)
+    if job["status"] != "completed":
+        done(ctx, job, title=f"Evaluation {job['evaluation_id']} failed")
+        return EXIT_RULE
+    listing = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/evaluations", params={**params, "suite": a.suite}
+    )
+    result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
+    if ctx.as_json:
+        return done(ctx, result)
+    details = result.get("details") or {}
+    shown_metrics = {k: round(v, 4) for k, v in sorted(result["metrics"].items())}
+    isolation = (details.get("isolation") or {}).get("level", "withheld")
+    canaries = (details.get("canaries") or {}).get("guard_rate")
+    return done(
+        ctx,
+        {"result_id": result["result_id"], **shown_metrics, "isolation": isolation, "canary_guard_rate": canaries},
+        title=f"Evaluation on {a.suite}",
+    )
+
+
+def _compare_args(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    parser.add_argument("--baseline", required=True, help="the pinned baseline's result id")
+    parser.add_argument("--candidate", required=True, help="the candidate's result id (same suite)")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+
+
+@command("eval", "compare", help="paired bootstrap 95% CI of the candidate's pass@1 delta (same suite only)")(
+    _compare_args
+)
+async def eval_compare(ctx: Ctx) -> int:
+    a = ctx.args
+    body = {"baseline_result_id": a.baseline, "candidate_result_id": a.candidate, "resamples": a.resamples}
+    result = await ctx.client.request(
+        "POST", f"/v1/projects/{a.project}/evaluations/compare", body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result, title="Comparison")
+
+
+def _results_args(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    parser.add_argument("--suite", help="only this suite")
+
+
+@command("eval", "results", help="evaluation results and comparisons of a project")(_results_args)
+async def eval_results(ctx: Ctx) -> int:
+    a = ctx.args
+    listing = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/evaluations", params={"workspace": ctx.workspace, "suite": a.suite}
+    )
+    if ctx.as_json:
+        return done(ctx, listing)
+    rows = [
+        {"result_id": r["result_id"], "suite": r["suite_id"], "run": r["run_id"], "pass@1": r["metrics"].get("pass@1")}
+        for r in listing["results"]
+    ]
+    return done(ctx, rows, title="Evaluation results")
+
+
+def _canary_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", help="task id to aim the canaries at (default: the suite's first)")
+
+
+@command("eval", "canaries", help="run the reward-hacking canaries here; exit 7 unless every one is caught")(
+    _canary_args
+)
+async def eval_canaries(ctx: Ctx) -> int:
+    from bashgym.trainers.canaries import run_canaries
+    from bashgym.trainers.terminal_tasks import default_suite
+
+    tasks = default_suite().tasks
+    task = next((t for t in tasks if t.task_id == ctx.args.task), None) if ctx.args.task else tasks[0]
+    if task is None:
+        print(f"error: no task {ctx.args.task!r} in the shipped suite.", file=sys.stderr)
+        return EXIT_RULE
+    report = await asyncio.to_thread(run_canaries, task)
+    if ctx.as_json:
+        done(ctx, report)
+    else:
+        rows = [
+            {"canary": name, **{k: v for k, v in r.items() if k != "reasons"}}
+            for name, r in report["categories"].items()
+        ]
+        done(ctx, rows, title=f"Canaries on {task.task_id} (isolation: {report['isolation']})")
+        print(f"guard rate: {report['guard_rate']:.2f}")
+    return EXIT_OK if report["guard_rate"] == 1.0 else EXIT_RULE
+
+
+def _card_args(parser: argparse.ArgumentParser) -> None:
+    _run(parser)
+    parser.add_argument("--claim-tier", choices=["local_smoke", "narrow", "broad"], default="narrow")
+    parser.add_argument("--decision", choices=["pending", "hold", "promote", "reject"], default="pending")
+    parser.add_argument("--limitation", action="append", default=[], help="a known limitation (repeatable)")
+
+
+@command("runcard", "create", help="record an immutable RunCard of a run's evidence (runcard.write)")(_card_args)
+async def runcard_create(ctx: Ctx) -> int:
+    a = ctx.args
+    body = {"claim_tier": a.claim_tier, "decision": a.decision, "known_limitations": a.limitation}
+    result = await ctx.client.request(
+        "POST", f"/v1/projects/{a.project}/runs/{a.run}/runcards", body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result["record"], title="RunCard")
+
+
+@command("runcard", "show", help="the run's RunCards, newest first")(_run)
+async def runcard_show(ctx: Ctx) -> int:
+    a = ctx.args
+    listing = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/runs/{a.run}/runcards", params={"workspace": ctx.workspace}
+    )
+    if ctx.as_json or not listing["runcards"]:
+        return done(ctx, listing, title=f"RunCards of {a.run}")
+    newest = listing["runcards"][0]
+    return done(ctx, {"card_id": newest["card_id"], **newest["card"]}, title=f"RunCard of {a.run}")
+
+
+def _validate_args(parser: argparse.ArgumentParser) -> None:
+    _run(parser)
+    parser.add_argument("--promotion", action="store_true", help="also apply the promotion gate's checks")
+
+
+@command("runcard", "validate", help="findings on the run's newest RunCard; exit 7 on any failing one")(_validate_args)
+async def runcard_validate(ctx: Ctx) -> int:
+    a = ctx.args
+    result = await ctx.client.request(
+        "GET",
+        f"/v1/projects/{a.project}/runs/{a.run}/runcards/validate",
+        params={"workspace": ctx.workspace, "promotion": str(a.promotion).lower()},
+    )
+    done(ctx, result if ctx.as_json else result["findings"], title=f"Findings on {a.run}")
+    return EXIT_OK if result["ok"] else EXIT_RULE
+
+
+@command("promote", "gate", help="does the run ship? blockers with codes and next actions; exit 7 unless it ships")(
+    _run
+)
+async def promote_gate(ctx: Ctx) -> int:
+    a = ctx.args
+    verdict = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/runs/{a.run}/gate", params={"workspace": ctx.workspace}
+    )
+    if ctx.as_json:
+        done(ctx, verdict)
+    else:
+        print(f"{a.run}: {'ship' if verdict['ship'] else 'blocked'}")
+        for blocker in verdict["blockers"]:
+            print(f"  {blocker['code']}: {blocker['message']}\n    next: {blocker['next_action']}")
+    return EXIT_OK if verdict["ship"] else EXIT_RULE
+
+
+def _decide_args(parser: argparse.ArgumentParser) -> None:
+    _run(parser)
+    parser.add_argument("--alias", default="champion", help="the model-version alias to move")
+    parser.add_argument("--model-version", help="the version to point it at (default: the run's own model)")
+    parser.add_argument("--override-reason", help="promote despite blockers (needs promotion.override)")
+
+
+@command("promote", "decide", help="move an alias to the run's model when the gate ships (promotion.decide)")(
+    _decide_args
+)
+async def promote_decide(ctx: Ctx) -> int:
+    a = ctx.args
+    body = {"alias": a.alias, "model_version_id": a.model_version, "override_reason": a.override_reason}
+    result = await ctx.client.request(
+        "POST", f"/v1/projects/{a.project}/runs/{a.run}/promote", body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result if ctx.as_json else result["alias"], title=f"{a.alias} moved")

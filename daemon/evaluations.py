@@ -1,0 +1,319 @@
+"""Evaluations as child processes: a model (or the gold solutions) on the shipped terminal-task suite,
+every attempt sandboxed; the result, its per-task scores and the canaries land in the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.settings import Settings
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
+from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
+from bashgym.ledger.tx import new_id
+from bashgym.trainers.evaluate import GOLD, EvalRequest
+from bashgym.trainers.evidence_math import paired_bootstrap
+from bashgym.trainers.terminal_tasks import SuiteDefinition, default_suite
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger("bashgym.evaluations")
+
+# The shipped suite's scoring contract: pass@1 decides; timeouts and tampering may not regress.
+TERMINAL_CONTRACT = {
+    "primary_metric": "pass@1",
+    "metrics": {
+        "pass@1": {"direction": "maximize"},
+        "mean_success": {"direction": "maximize"},
+        "timeout_rate": {"direction": "minimize", "max_regression": 0.05},
+        "tamper_rate": {"direction": "minimize", "max_regression": 0.0},
+    },
+}
+
+
+class EvalRunBody(BaseModel):
+    """What `bashgym eval run` asks for: one subject (a run, a model version, or the gold solutions)."""
+
+    model_config = ConfigDict(extra="forbid")
+    suite_id: str = "bash-tasks-v1"
+    run_id: str | None = None
+    model_version_id: str | None = None
+    gold: bool = False
+    samples: int = Field(1, ge=1, le=64)
+    split: Literal["all", "holdout"] = "all"
+    limit_tasks: int | None = Field(None, ge=1)
+    max_new_tokens: int = Field(48, ge=1, le=1024)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    seed: int = 0
+    min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class CompareBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    baseline_result_id: str
+    candidate_result_id: str
+    resamples: int = Field(2000, ge=100, le=100_000)
+    seed: int = 0
+
+
+class EvaluationService:
+    """Owns the evaluator child processes; their results are recorded when they finish."""
+
+    def __init__(self, settings: Settings, ledger: Ledger, blobs: BlobStore) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.blobs = blobs
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(1)
+
+    async def __aenter__(self) -> EvaluationService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def start(self, actor: Actor, ws: str, project: str, body: EvalRunBody) -> dict[str, Any]:
+        suite = default_suite()
+        if body.suite_id != suite.suite_id:
+            raise RuleRejected(
+                f"Suite {body.suite_id!r} is not a terminal-task suite this daemon runs; it runs {suite.suite_id!r}.",
+                hint="Record results of other suites with POST /v1/projects/{project}/eval-results.",
+            )
+        subjects = [body.run_id is not None, body.model_version_id is not None, body.gold]
+        if sum(subjects) != 1:
+            raise RuleRejected("Name exactly one of run_id, model_version_id or gold.", hint="bashgym eval run --run R")
+        await self._ensure_suite(actor, ws, project, suite)
+        model, attempt_id = await self._model_of(ws, project, body)
+        eval_id = new_id("eval")
+        eval_dir = self.settings.home / "evaluations" / eval_id
+        request = EvalRequest(
+            model=model,
+            samples=body.samples,
+            split=body.split,
+            limit_tasks=body.limit_tasks,
+            max_new_tokens=body.max_new_tokens,
+            temperature=body.temperature,
+            seed=body.seed,
+            min_holdout_pass_at_1=body.min_holdout_pass_at_1,
+        )
+        await asyncio.to_thread(_write, eval_dir / "eval_request.json", request.model_dump_json(indent=2))
+        job = {
+            "evaluation_id": eval_id,
+            "project_id": project,
+            "suite_id": suite.suite_id,
+            "run_id": body.run_id,
+            "model_version_id": body.model_version_id,
+            "gold": body.gold,
+            "status": "queued",
+            "done": 0,
+            "total": None,
+            "result_id": None,
+            "error": "",
+        }
+        self.jobs[eval_id] = job
+        task = asyncio.create_task(self._run(actor, ws, project, eval_dir, job, attempt_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return dict(job)
+
+    def status(self, project: str, eval_id: str) -> dict[str, Any]:
+        job = self.jobs.get(eval_id)
+        if job is None or job["project_id"] != project:
+            raise NotFound(
+                f"No evaluation {eval_id!r} in project {project!r} since the daemon started.",
+                hint="Finished evaluations are results: bashgym ledger evaluations --project P.",
+            )
+        return dict(job)
+
+    async def _ensure_suite(self, actor: Actor, ws: str, project: str, suite: SuiteDefinition) -> None:
+        spec = EvalSuiteSpec.model_validate(
+            {
+                "suite_id": suite.suite_id,
+                "kind": "terminal_tasks",
+                "scoring_contract": TERMINAL_CONTRACT,
+                "code_digest": suite.digest(),
+            }
+        )
+        await self.ledger.register_eval_suite(actor, ws, project, spec)
+
+    async def _model_of(self, ws: str, project: str, body: EvalRunBody) -> tuple[str, str | None]:
+        if body.gold:
+            return GOLD, None
+        if body.run_id is not None:
+            run = await self.ledger.get_run(ws, project, body.run_id)
+            if run["status"] != "completed":
+                raise Conflict(f"Run {body.run_id} is {run['status']}; only a completed run's model can be evaluated.")
+            run_dir = self.settings.runs_dir / body.run_id
+            for name in ("merged", "final"):
+                if await asyncio.to_thread((run_dir / name).is_dir):
+                    return str(run_dir / name), run["attempts"][-1]["attempt_id"]
+            raise RuleRejected(
+                f"Run {body.run_id} kept no model files in {run_dir}.",
+                hint="Evaluate a registered model version instead (--model-version).",
+            )
+        version = await self.ledger.read(
+            lambda conn: conn.execute(
+                "SELECT source_uri FROM model_versions WHERE workspace_id = ? AND project_id = ? "
+                "AND model_version_id = ?",
+                (ws, project, body.model_version_id),
+            ).fetchone()
+        )
+        if version is None:
+            raise NotFound(f"No model version {body.model_version_id!r} in project {project!r}.")
+        source = str(version[0]).removeprefix("file://")
+        if not await asyncio.to_thread(Path(source).is_dir):
+            raise RuleRejected(
+                f"Model version {body.model_version_id} lives at {version[0]}, which is not a directory here.",
+                hint="Evaluate it where its files are, or import it with bashgym model import.",
+            )
+        return source, None
+
+    async def _run(
+        self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
+    ) -> None:
+        try:
+            async with self._slots:
+                job["status"] = "running"
+                code = await self._child(eval_dir, job)
+                if code != 0:
+                    job["status"], job["error"] = "failed", job["error"] or f"evaluator exited with code {code}"
+                    return
+                job["result_id"] = await self._record(actor, ws, project, eval_dir, job, attempt_id)
+                job["status"] = "completed"
+        except asyncio.CancelledError:
+            job["status"], job["error"] = "failed", "the daemon stopped during the evaluation"
+            raise
+        except Exception as exc:  # recorded on the job: the caller polls it
+            log.exception("Evaluation %s failed", job["evaluation_id"])
+            job["status"], job["error"] = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+
+    async def _child(self, eval_dir: Path, job: dict[str, Any]) -> int:
+        python = self.settings.trainer_python or sys.executable
+        proc = await asyncio.create_subprocess_exec(
+            python,
+            "-u",
+            "-m",
+            "bashgym.trainers.evaluate",
+            str(eval_dir),
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        try:
+            async for raw in proc.stdout:
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                if line.get("event") == "started":
+                    job["total"], job["isolation"] = line.get("tasks"), line.get("isolation")
+                elif line.get("event") == "progress":
+                    job["done"] = line.get("done", job["done"])
+                elif line.get("event") == "failed":
+                    job["error"] = str(line.get("error", ""))[:2000]
+            return await proc.wait()
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+
+    async def _record(
+        self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
+    ) -> str:
+        summary = json.loads(await asyncio.to_thread((eval_dir / "summary.json").read_text))
+        attempts_sha, _ = await self.blobs.put_file(eval_dir / "attempts.jsonl")
+        overall, holdout = summary["overall"], summary["holdout"]
+        metrics = {k: float(v) for k, v in overall.items() if k.startswith("pass@") or k.endswith("_rate")}
+        metrics["mean_success"] = float(overall["mean_success"])
+        if holdout:
+            metrics |= {
+                f"holdout.{k}": float(v) for k, v in holdout.items() if k.startswith("pass@") or k.endswith("_rate")
+            }
+        details = {
+            "model": "gold" if job["gold"] else job["run_id"] or job["model_version_id"],
+            "samples": summary["samples"],
+            "isolation": summary["isolation"],
+            "per_task": {tid: {"family": t["family"], "pass@1": t["pass@1"]} for tid, t in overall["per_task"].items()},
+            "by_family": overall["by_family"],
+            "holdout_gate": summary["holdout_gate"],
+            "contamination": summary["contamination"],
+            "canaries": summary.get("canaries"),
+            "suite_digest": summary["suite_digest"],
+            "attempts_sha256": attempts_sha,
+        }
+        spec = EvalResultSpec(
+            suite_id=summary["suite_id"],
+            run_id=job["run_id"],
+            attempt_id=attempt_id,
+            model_version_id=job["model_version_id"],
+            metrics=metrics,
+            sample_count=int(overall["attempts"]),
+            details=details,
+        )
+        written = await self.ledger.record_eval_result(actor, ws, project, spec)
+        return str(written.record["result_id"])
+
+    async def compare(self, actor: Actor, ws: str, project: str, body: CompareBody) -> dict[str, Any]:
+        """Paired bootstrap of the primary metric over the tasks both results share, clustered by family."""
+        listing = await self.ledger.list_evaluations(ws, project)
+        by_id = {r["result_id"]: r for r in listing["results"]}
+        missing = [rid for rid in (body.baseline_result_id, body.candidate_result_id) if rid not in by_id]
+        if missing:
+            raise NotFound(f"No evaluation result {missing[0]!r} in project {project!r}.")
+        baseline, candidate = by_id[body.baseline_result_id], by_id[body.candidate_result_id]
+        if baseline["suite_id"] != candidate["suite_id"]:
+            raise RuleRejected(
+                f"Result {baseline['result_id']} is on suite {baseline['suite_id']!r} and {candidate['result_id']} on "
+                f"{candidate['suite_id']!r}; results compare only on the exact same suite.",
+                hint="Evaluate both models on one suite, then compare those results.",
+            )
+        base_tasks = (baseline.get("details") or {}).get("per_task") or {}
+        cand_tasks = (candidate.get("details") or {}).get("per_task") or {}
+        if not base_tasks or not cand_tasks:
+            raise RuleRejected(
+                "Both results need per-task scores to compare; one was recorded without them.",
+                hint="Re-run the evaluation with bashgym eval run.",
+            )
+        shared = sorted(set(base_tasks) & set(cand_tasks))
+        if not shared:
+            raise RuleRejected("The two results share no task; they cannot be paired.")
+        stats = paired_bootstrap(
+            {t: base_tasks[t]["pass@1"] for t in shared},
+            {t: cand_tasks[t]["pass@1"] for t in shared},
+            {t: base_tasks[t]["family"] for t in shared},
+            resamples=body.resamples,
+            seed=body.seed,
+        )
+        spec = ComparisonSpec(
+            baseline_result_id=baseline["result_id"],
+            candidate_result_id=candidate["result_id"],
+            primary_metric="pass@1",
+            delta=stats["delta"],
+            ci_low=stats["ci_low"],
+            ci_high=stats["ci_high"],
+            details={**stats, "paired_tasks": len(shared), "method": "paired cluster bootstrap by task_family"},
+        )
+        return (await self.ledger.record_comparison(actor, ws, project, spec)).record
+
+
+def _scores(summary: dict[str, Any], *, prefix: str) -> dict[str, float]:
+    """The rates and pass@k of a summary, as ledger metrics."""
+    return {
+        f"{prefix}{name}": float(value)
+        for name, value in summary.items()
+        if name.startswith("pass@") or name.endswith("_rate")
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

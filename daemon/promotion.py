@@ -1,0 +1,268 @@
+"""Evidence decides promotion: the RunCard built from the ledger, its findings, and the promotion gate.
+
+Pure functions over records the ledger returns, so every blocker is reachable by a test without a
+training run. The method minimums follow ../shared/RECIPES.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+TERMINAL_SUITE_KIND = "terminal_tasks"
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str  # "fail" | "warn"
+    message: str
+    next_action: str
+
+
+@dataclass
+class Evidence:
+    """Everything the gate reads about one run."""
+
+    run: dict[str, Any]
+    results: list[dict[str, Any]]  # the run's evaluation results (details included)
+    comparisons: list[dict[str, Any]]  # comparisons whose candidate is one of those results
+    baselines: dict[str, dict[str, Any]]  # result_id -> baseline result of each comparison
+    suites: dict[str, dict[str, Any]]  # suite_id -> suite record (scoring contract, kind)
+    runcards: list[dict[str, Any]]  # newest first
+    environment_digest: str | None = None
+    base_model_id: str | None = None
+
+
+def build_runcard(
+    evidence: Evidence, *, claim_tier: str, decision: str, limitations: list[str], creator: str
+) -> dict[str, Any]:
+    """The immutable card content; the ledger ids it by the sha256 of its canonical JSON."""
+    run = evidence.run
+    config = run.get("config") or {}
+    context = config.get("tracking_context") or {}
+    attempt = run["attempts"][-1] if run.get("attempts") else {}
+    return {
+        "schema": "bashgym.runcard/v1",
+        "run_id": run["run_id"],
+        "attempt_id": attempt.get("attempt_id"),
+        "project_id": run["project_id"],
+        "experiment_id": run.get("experiment_id"),
+        "method": run["method"],
+        "status": run["status"],
+        "is_simulation": bool(run.get("is_simulation")),
+        "base_model": config.get("base_model") or context.get("model_id"),
+        "base_model_version_id": run.get("model_version_id"),
+        "dataset_version_id": run.get("dataset_version_id"),
+        "dataset_digest": config.get("dataset_sha256") or context.get("dataset_content_digest"),
+        "compute_target": run.get("compute_target"),
+        "environment_id": run.get("environment_id"),
+        "environment_digest": evidence.environment_digest,
+        "request_digest": run.get("recipe_digest"),
+        "metric_summary": run.get("metric_summary") or {},
+        "evaluation_result_ids": sorted(r["result_id"] for r in evidence.results),
+        "comparison_ids": sorted(c["comparison_id"] for c in evidence.comparisons),
+        "artifacts": sorted(
+            (
+                {"kind": a["kind"], "uri": a["uri"], "sha256": a["sha256"], "size_bytes": a["size_bytes"]}
+                for a in run.get("artifacts") or []
+            ),
+            key=lambda a: a["uri"],
+        ),
+        "claim_tier": claim_tier,
+        "decision": decision,
+        "known_limitations": limitations,
+        "creator": creator,
+    }
+
+
+def gate(evidence: Evidence) -> dict[str, Any]:
+    """`ship` only when every check of the method's minimum evidence holds; blockers say what to do next."""
+    checks = _checks(evidence)
+    blockers = [f for f in checks if f.severity == "fail"]
+    warnings = [f for f in checks if f.severity == "warn"]
+    return {
+        "run_id": evidence.run["run_id"],
+        "method": evidence.run["method"],
+        "ship": not blockers,
+        "blockers": [asdict(f) for f in blockers],
+        "warnings": [asdict(f) for f in warnings],
+    }
+
+
+def validate_runcard(evidence: Evidence, *, promotion: bool) -> list[dict[str, Any]]:
+    """Findings on the newest card: what it lacks, and with `promotion` the gate's blockers too."""
+    findings: list[Finding] = []
+    if not evidence.runcards:
+        findings.append(
+            Finding("runcard_missing", "fail", "The run has no RunCard.", "bashgym runcard create --run RUN")
+        )
+    else:
+        card = evidence.runcards[0]["card"]
+        current = {r["result_id"] for r in evidence.results}
+        if set(card["evaluation_result_ids"]) != current:
+            findings.append(
+                Finding(
+                    "runcard_stale",
+                    "warn",
+                    "Evaluations were recorded after the newest RunCard; it does not list them.",
+                    "Create a new card: bashgym runcard create --run RUN",
+                )
+            )
+        if not card["known_limitations"]:
+            findings.append(
+                Finding("limitations_empty", "warn", "The card states no known limitations.", "Add --limitation TEXT.")
+            )
+    if promotion:
+        findings += [f for f in _checks(evidence) if f.code != "runcard_missing"]
+    return [asdict(f) for f in findings]
+
+
+def _checks(e: Evidence) -> list[Finding]:
+    run = e.run
+    found: list[Finding] = []
+
+    def fail(code: str, message: str, next_action: str) -> None:
+        found.append(Finding(code, "fail", message, next_action))
+
+    if run["status"] != "completed":
+        fail(
+            "run_not_completed",
+            f"The run is {run['status']}; only a completed run can ship.",
+            "Wait for it, or train again.",
+        )
+    if run.get("is_simulation") or any(r.get("is_simulation") for r in e.results):
+        fail(
+            "simulated",
+            "The run or an evaluation is a simulation; it proves wiring, never quality.",
+            "Train and evaluate for real.",
+        )
+    if e.runcards and e.runcards[0]["claim_tier"] == "local_smoke":
+        fail(
+            "smoke_claim",
+            "The RunCard claims local_smoke: a smoke run is not a quality claim.",
+            "Run the real recipe and card it as narrow or broad.",
+        )
+    if not run.get("metric_summary"):
+        fail(
+            "metrics_missing",
+            "The run has no training metrics in the ledger.",
+            "Check metrics.jsonl ingestion; retrain if it is missing.",
+        )
+    completed = [r for r in e.results if r["status"] == "completed"]
+    if not completed:
+        fail("no_evaluation", "The run has no completed evaluation.", "bashgym eval run --run RUN --suite SUITE")
+    if not e.comparisons:
+        fail(
+            "no_baseline_comparison",
+            "No comparison against a pinned baseline on the same suite.",
+            "bashgym eval compare --baseline RESULT --candidate RESULT",
+        )
+    else:
+        found += _comparison_checks(e)
+    if not e.runcards:
+        fail("runcard_missing", "The run has no RunCard.", "bashgym runcard create --run RUN")
+    found += _method_checks(e, completed)
+    return found
+
+
+def _comparison_checks(e: Evidence) -> list[Finding]:
+    found = []
+    if not any((c.get("delta") or 0) > 0 and c.get("ci_low") is not None and c["ci_low"] > 0 for c in e.comparisons):
+        best = max(e.comparisons, key=lambda c: c.get("delta") or 0)
+        found.append(
+            Finding(
+                "no_improvement",
+                "fail",
+                f"No comparison shows an improvement whose 95% CI excludes zero (best delta {best.get('delta')}, "
+                f"CI [{best.get('ci_low')}, {best.get('ci_high')}]).",
+                "Improve the model, or evaluate with more samples so the interval narrows.",
+            )
+        )
+    for comparison in e.comparisons:
+        candidate = next((r for r in e.results if r["result_id"] == comparison["candidate_result_id"]), None)
+        baseline = e.baselines.get(comparison["baseline_result_id"])
+        suite = e.suites.get(comparison["suite_id"])
+        if candidate is None or baseline is None or suite is None:
+            continue
+        for metric, contract in suite["scoring_contract"]["metrics"].items():
+            bound = contract.get("max_regression")
+            if bound is None or metric not in candidate["metrics"] or metric not in baseline["metrics"]:
+                continue
+            change = candidate["metrics"][metric] - baseline["metrics"][metric]
+            regression = -change if contract["direction"] == "maximize" else change
+            if regression > bound:
+                found.append(
+                    Finding(
+                        "protected_metric_regression",
+                        "fail",
+                        f"{metric} regressed by {regression:.4g} against baseline {baseline['result_id']} "
+                        f"on {suite['suite_id']}; the bound is {bound:g}.",
+                        "Fix the regression before promotion, or have a holder of promotion.override decide.",
+                    )
+                )
+    return found
+
+
+def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding]:
+    method = e.run["method"]
+    metrics = e.run.get("metric_summary") or {}
+    found: list[Finding] = []
+    terminal = [r for r in completed if (e.suites.get(r["suite_id"]) or {}).get("kind") == TERMINAL_SUITE_KIND]
+
+    def fail(code: str, message: str, next_action: str) -> None:
+        found.append(Finding(code, "fail", message, next_action))
+
+    gates = [r["details"].get("holdout_gate") for r in terminal if r.get("details")]
+    if method in {"sft", "grpo", "rlvr", "session_distillation"} and terminal:
+        if not any(g is not None for g in gates):
+            fail(
+                "holdout_missing",
+                "No terminal-task evaluation covered the holdout split.",
+                "bashgym eval run --split all",
+            )
+        elif not any(g and g["passed"] for g in gates):
+            fail(
+                "holdout_gate_failed",
+                "The holdout gate did not pass (pass@1, timeouts, tampering or contamination).",
+                "Inspect the gate's checks in the evaluation details.",
+            )
+    if method in {"grpo", "rlvr"}:
+        if not terminal:
+            fail(
+                "rollout_evaluation_missing",
+                f"{method} needs a terminal-task evaluation (rollout pass@k).",
+                "bashgym eval run --suite bash-tasks-v1",
+            )
+        canaries = [r["details"].get("canaries") for r in terminal if r.get("details")]
+        if not any(c and c.get("guard_rate") == 1.0 for c in canaries):
+            fail(
+                "canaries_unguarded",
+                "Reward-hacking canaries were not all caught in an evaluation.",
+                "Run the evaluation where the sandbox isolates (bashgym eval canaries).",
+            )
+        if "train.reward_std" not in metrics:
+            fail(
+                "reward_diagnostics_missing",
+                "No reward variance was logged during training.",
+                "Check the trainer's metrics; retrain.",
+            )
+    if method == "dpo" and not ({"train.dpo_accuracy", "train.dpo_margin"} & set(metrics)):
+        fail(
+            "preference_metrics_missing",
+            "No preference accuracy or reward margin was logged.",
+            "Check the DPO run's metrics.",
+        )
+    if method == "distillation" and len({c["baseline_result_id"] for c in e.comparisons}) < 2:
+        fail(
+            "distillation_baselines_missing",
+            "Distillation needs comparisons against both the base student and the teacher.",
+            "Evaluate both on the same suite and compare the student to each.",
+        )
+    if method == "session_distillation" and not any(m.startswith("train.session_distillation_") for m in metrics):
+        fail(
+            "masked_token_metrics_missing",
+            "No masked-token loss, KL or CE was logged.",
+            "Check the session-distillation run's metrics.",
+        )
+    return found

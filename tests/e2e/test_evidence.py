@@ -1,0 +1,115 @@
+"""Evidence end to end: the shipped suite evaluated through the CLI, comparisons, RunCards and the gate."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bashgym.trainers.tiny import build_tiny
+
+from tests.factories import sft_data, suite, tracking_context, training_request
+from tests.helpers import RunningDaemon, cli, running_daemon
+
+PROJECT = "nightly"
+
+
+@pytest.fixture(scope="module")
+def evidence_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with running_daemon(tmp_path_factory.mktemp("home")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def trained(evidence_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A completed tiny SFT run in project nightly."""
+    tmp = tmp_path_factory.mktemp("train")
+    tiny = build_tiny(tmp / "model")
+    with evidence_daemon.client() as client:
+        started = client.post("/v1/training/start", json=training_request(tiny, sft_data(tmp), max_steps=4))
+        assert started.status_code == 201, started.text
+        run_id = str(started.json()["run_id"])
+        deadline = time.monotonic() + 240
+        while (status := client.get(f"/v1/projects/{PROJECT}/runs/{run_id}").json()["status"]) not in {
+            "completed",
+            "failed",
+        }:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    assert status == "completed"
+    return run_id
+
+
+def evaluate(daemon: RunningDaemon, *subject: str) -> dict[str, Any]:
+    result = cli(daemon.env(), "eval", "run", "--project", PROJECT, *subject, "--json", timeout_s=600)
+    assert result.code == 0, result.stdout + result.stderr
+    return dict(json.loads(result.stdout))
+
+
+@pytest.mark.timeout(900)
+def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
+    evidence_daemon: RunningDaemon, trained: str
+) -> None:
+    gold = evaluate(evidence_daemon, "--gold")
+    details = gold["details"]
+    print(f"gold pass@1 {gold['metrics']['pass@1']} over {gold['sample_count']} attempts, "
+          f"isolation {details['isolation']['level']}")  # fmt: skip
+    assert gold["metrics"]["pass@1"] == 1.0 and gold["metrics"]["tamper_rate"] == 0.0
+    assert gold["sample_count"] >= 80 and len(details["by_family"]) >= 10
+    assert details["canaries"]["guard_rate"] == 1.0
+    assert details["holdout_gate"]["passed"] and details["contamination"] == []
+
+    tiny = evaluate(evidence_daemon, "--run", trained)
+    print(f"tiny model pass@1 {tiny['metrics']['pass@1']} on the same suite")
+    assert tiny["run_id"] == trained and tiny["attempt_id"] == f"{trained}.a1"
+    assert 0.0 <= tiny["metrics"]["pass@1"] <= 1.0 and "holdout.pass@1" in tiny["metrics"]
+
+    # The run's result is the candidate, the gold solutions the pinned baseline: a clear regression.
+    env = evidence_daemon.env()
+    compared = cli(
+        env, "eval", "compare", "--project", PROJECT, "--baseline", gold["result_id"],
+        "--candidate", tiny["result_id"], "--json",
+    )  # fmt: skip
+    assert compared.code == 0, compared.stderr
+    comparison = compared.json()["record"] if "record" in compared.json() else compared.json()
+    assert comparison["delta"] < 0 and comparison["ci_high"] < 0
+
+    card = cli(env, "runcard", "create", "--project", PROJECT, "--run", trained, "--limitation", "tiny model", "--json")
+    assert card.code == 0, card.stderr
+    assert card.json()["card"]["evaluation_result_ids"] == [tiny["result_id"]]
+    gate = cli(env, "promote", "gate", "--project", PROJECT, "--run", trained, "--json")
+    assert gate.code == 7
+    assert {b["code"] for b in gate.json()["blockers"]} == {"no_improvement"}
+    refused = cli(env, "promote", "decide", "--project", PROJECT, "--run", trained, "--alias", "champion")
+    assert refused.code == 7 and "no_improvement" in refused.stderr
+
+
+def test_results_on_different_suites_do_not_compare(evidence_daemon: RunningDaemon, trained: str) -> None:
+    with evidence_daemon.client() as client:
+        assert client.post(f"/v1/projects/{PROJECT}/eval-suites", json=suite("other-suite")).status_code in {200, 201}
+        other = client.post(
+            f"/v1/projects/{PROJECT}/eval-results",
+            json={"suite_id": "other-suite", "run_id": trained, "metrics": {"pass_at_1": 0.5}},
+        ).json()["record"]
+        listing = client.get(f"/v1/projects/{PROJECT}/evaluations", params={"suite": "bash-tasks-v1"}).json()
+        ours = listing["results"][0]["result_id"]
+        refused = client.post(
+            f"/v1/projects/{PROJECT}/evaluations/compare",
+            json={"baseline_result_id": ours, "candidate_result_id": other["result_id"]},
+        )
+    assert refused.status_code == 422
+    assert "exact same suite" in refused.json()["error"]["message"]
+
+
+def test_the_canaries_command_reports_every_category_caught(evidence_daemon: RunningDaemon) -> None:
+    result = cli(evidence_daemon.env(), "eval", "canaries", "--json")
+    assert result.code == 0, result.stdout + result.stderr
+    report = result.json()
+    print(f"canaries ran with isolation {report['isolation']}")
+    assert report["guard_rate"] == 1.0 and len(report["categories"]) >= 4
+
+
+def test_tracking_context_project_is_the_evidence_project() -> None:
+    assert tracking_context()["project_id"] == PROJECT

@@ -1,0 +1,152 @@
+"""The promotion gate: the happy path ships, every blocker is reachable, and a simulation never ships."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from bashgym.daemon.promotion import Evidence, build_runcard, gate, validate_runcard
+
+CONTRACT = {
+    "primary_metric": "pass@1",
+    "metrics": {
+        "pass@1": {"direction": "maximize"},
+        "tamper_rate": {"direction": "minimize", "max_regression": 0.0},
+    },
+}
+PASSED_GATE = {"passed": True, "checks": []}
+
+
+def result(result_id: str, pass_at_1: float, *, run_id: str | None = "run-1", **details: Any) -> dict[str, Any]:
+    return {
+        "result_id": result_id,
+        "suite_id": "bash-tasks-v1",
+        "run_id": run_id,
+        "status": "completed",
+        "is_simulation": False,
+        "metrics": {"pass@1": pass_at_1, "tamper_rate": 0.0},
+        "details": {"holdout_gate": PASSED_GATE, "canaries": {"guard_rate": 1.0}, **details},
+    }
+
+
+def shipping(method: str = "sft") -> Evidence:
+    metrics = {"train.loss": {"count": 10}, "train.reward_std": {"count": 10}, "train.dpo_accuracy": {"count": 5}}
+    metrics |= {"train.session_distillation_kl": {"count": 5}}
+    run = {
+        "run_id": "run-1",
+        "project_id": "p",
+        "method": method,
+        "status": "completed",
+        "is_simulation": False,
+        "metric_summary": metrics,
+        "attempts": [{"attempt_id": "run-1.a1"}],
+        "artifacts": [
+            {"kind": "adapter", "uri": "bashgym://runs/run-1/final/a.bin", "sha256": "0" * 64, "size_bytes": 3}
+        ],
+        "config": {"base_model": "tiny", "dataset_sha256": "1" * 64},
+    }
+    comparisons = [
+        {
+            "comparison_id": f"cmp-{i}",
+            "suite_id": "bash-tasks-v1",
+            "baseline_result_id": f"base-{i}",
+            "candidate_result_id": "cand",
+            "delta": 0.2,
+            "ci_low": 0.05,
+            "ci_high": 0.35,
+        }
+        for i in (1, 2)
+    ]
+    evidence = Evidence(
+        run=run,
+        results=[result("cand", 0.6)],
+        comparisons=comparisons,
+        baselines={"base-1": result("base-1", 0.4, run_id=None), "base-2": result("base-2", 0.5, run_id=None)},
+        suites={"bash-tasks-v1": {"suite_id": "bash-tasks-v1", "kind": "terminal_tasks", "scoring_contract": CONTRACT}},
+        runcards=[],
+    )
+    card = build_runcard(evidence, claim_tier="narrow", decision="pending", limitations=["tiny suite"], creator="a")
+    evidence.runcards = [{"card_id": "c1", "claim_tier": "narrow", "card": card}]
+    return evidence
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"])
+def test_complete_evidence_ships_for_every_method(method: str) -> None:
+    verdict = gate(shipping(method))
+    assert verdict["ship"], verdict["blockers"]
+
+
+def _set(path: str, value: Any) -> Callable[[Evidence], None]:
+    def apply(e: Evidence) -> None:
+        target: Any = e
+        *head, last = path.split(".")
+        for part in head:
+            target = (
+                getattr(target, part) if isinstance(target, Evidence) else target[int(part) if part.isdigit() else part]
+            )
+        if isinstance(target, Evidence):
+            setattr(target, last, value)
+        else:
+            target[int(last) if last.isdigit() else last] = value
+
+    return apply
+
+
+BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
+    "run_not_completed": ("sft", _set("run.status", "failed")),
+    "simulated": ("sft", _set("run.is_simulation", True)),
+    "smoke_claim": ("sft", _set("runcards.0.claim_tier", "local_smoke")),
+    "metrics_missing": ("sft", _set("run.metric_summary", {})),
+    "no_evaluation": ("sft", _set("results.0.status", "failed")),
+    "no_baseline_comparison": ("sft", _set("comparisons", [])),
+    "no_improvement": ("sft", lambda e: [c.update(ci_low=-0.01) for c in e.comparisons]),
+    "protected_metric_regression": ("sft", _set("results.0.metrics.tamper_rate", 0.1)),
+    "runcard_missing": ("sft", _set("runcards", [])),
+    "holdout_missing": ("sft", _set("results.0.details.holdout_gate", None)),
+    "holdout_gate_failed": ("sft", _set("results.0.details.holdout_gate", {"passed": False, "checks": []})),
+    "rollout_evaluation_missing": ("grpo", _set("suites.bash-tasks-v1.kind", "heldout_generation")),
+    "canaries_unguarded": ("rlvr", _set("results.0.details.canaries", {"guard_rate": 0.8})),
+    "reward_diagnostics_missing": ("grpo", lambda e: e.run["metric_summary"].pop("train.reward_std")),
+    "preference_metrics_missing": ("dpo", lambda e: e.run["metric_summary"].pop("train.dpo_accuracy")),
+    "distillation_baselines_missing": ("distillation", lambda e: e.comparisons.pop()),
+    "masked_token_metrics_missing": (
+        "session_distillation",
+        lambda e: e.run["metric_summary"].pop("train.session_distillation_kl"),
+    ),
+}
+
+
+@pytest.mark.parametrize("code", sorted(BREAKS))
+def test_each_blocker_is_reached_with_a_next_action(code: str) -> None:
+    method, breaking = BREAKS[code]
+    evidence = copy.deepcopy(shipping(method))
+    breaking(evidence)
+    verdict = gate(evidence)
+    assert not verdict["ship"]
+    blocker = next((b for b in verdict["blockers"] if b["code"] == code), None)
+    assert blocker is not None, verdict["blockers"]
+    assert blocker["message"] and blocker["next_action"]
+
+
+def test_a_simulated_evaluation_never_ships_either() -> None:
+    evidence = shipping()
+    evidence.results[0]["is_simulation"] = True
+    assert [b["code"] for b in gate(evidence)["blockers"]] == ["simulated"]
+
+
+def test_runcard_findings_name_staleness_and_the_gate_with_promotion() -> None:
+    evidence = shipping()
+    evidence.results.append(result("later", 0.7))
+    findings = validate_runcard(evidence, promotion=False)
+    assert [f["code"] for f in findings] == ["runcard_stale"]
+    evidence.comparisons = []
+    assert "no_baseline_comparison" in {f["code"] for f in validate_runcard(evidence, promotion=True)}
+
+
+def test_a_runcard_records_what_the_run_is_judged_by() -> None:
+    card = shipping().runcards[0]["card"]
+    assert card["evaluation_result_ids"] == ["cand"] and card["comparison_ids"] == ["cmp-1", "cmp-2"]
+    assert card["artifacts"][0]["sha256"] == "0" * 64 and card["dataset_digest"] == "1" * 64
+    assert (card["claim_tier"], card["decision"], card["known_limitations"]) == ("narrow", "pending", ["tiny suite"])

@@ -1,0 +1,206 @@
+"""`python -u -m bashgym.trainers.evaluate EVAL_DIR`: evaluate a model (or the gold solutions) on a
+terminal-task suite in this process, every attempt in the sandbox.
+
+EVAL_DIR holds `eval_request.json`; the evaluator writes `attempts.jsonl` (one judged attempt per
+line), `summary.json` (pass@k, per-family breakdown, timeout and tamper rates, the holdout split,
+its contamination check and gate, the isolation obtained) and `evaluation.log`, and prints one JSON
+protocol line per event on stdout: `started`, `progress`, `completed`, `failed`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GOLD = "gold"
+
+
+class EvalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str  # a model or adapter directory, or "gold" for the suite's own solutions
+    suite_path: str | None = None  # a suite JSON; None is the shipped bash-tasks suite
+    samples: int = Field(1, ge=1, le=64)
+    max_new_tokens: int = Field(48, ge=1, le=1024)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    seed: int = 0
+    split: Literal["all", "holdout"] = "all"
+    min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
+    limit_tasks: int | None = Field(None, ge=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bashgym.trainers.evaluate")
+    parser.add_argument("eval_dir", type=Path)
+    args = parser.parse_args(argv)
+    eval_dir: Path = args.eval_dir.resolve()
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    log_fd = os.open(eval_dir / "evaluation.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+
+    def emit(event: str, **fields: Any) -> None:
+        protocol.write(json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n")
+
+    try:
+        request = EvalRequest.model_validate_json((eval_dir / "eval_request.json").read_text())
+        summary = evaluate(request, eval_dir, emit)
+    except Exception as exc:
+        traceback.print_exc()
+        emit("failed", error=f"{type(exc).__name__}: {exc}"[:2000])
+        return 1
+    emit("completed", **{k: summary["overall"].get(k) for k in ("pass@1", "mean_success", "tamper_rate")})
+    return 0
+
+
+def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
+    from bashgym.trainers.evidence_math import Attempt, contamination, holdout_gate, holdout_split, summarize
+    from bashgym.trainers.sandbox import probe_isolation, run_attempt
+    from bashgym.trainers.terminal_tasks import default_suite, load_suite
+
+    suite = load_suite(Path(request.suite_path)) if request.suite_path else default_suite()
+    split = holdout_split(
+        {t.task_id: t.task_family for t in suite.tasks}, fraction=suite.holdout_fraction, seed=suite.split_seed
+    )
+    tasks = [t for t in suite.tasks if request.split == "all" or split[t.task_id] == "holdout"]
+    tasks = tasks[: request.limit_tasks] if request.limit_tasks else tasks
+    generate = _gold if request.model == GOLD else _sampler(request)
+    isolation = probe_isolation()
+    emit("started", suite_id=suite.suite_id, tasks=len(tasks), samples=request.samples, isolation=isolation.level)
+    results = []
+    with (eval_dir / "attempts.jsonl").open("w") as out:
+        answers: list[Any] = []
+        for number, task in enumerate(tasks, start=1):
+            if not answers:
+                answers = generate(tasks[number - 1 : number - 1 + BATCH], request.samples)
+            for index, (command, prompt_tokens, completion_tokens) in enumerate(answers.pop(0)):
+                result = run_attempt(
+                    task,
+                    command,
+                    attempt_index=index,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                )
+                record = {**result.to_json(), "split": split[task.task_id]}
+                out.write(json.dumps(record) + "\n")
+                results.append(record)
+            emit("progress", done=number, total=len(tasks), task_id=task.task_id)
+    attempts = [
+        Attempt(
+            task_id=r["task_id"],
+            task_family=r["task_family"],
+            attempt_index=r["attempt_index"],
+            passed=r["passed"],
+            reward=r["reward"],
+            verifier_status=r["verifier_status"],
+            timed_out=r["timed_out"],
+            duration_s=r["duration_s"],
+            split=r["split"],
+        )
+        for r in results
+    ]
+    overall = summarize(attempts)
+    holdout = (
+        summarize([a for a in attempts if a.split == "holdout"])
+        if any(a.split == "holdout" for a in attempts)
+        else None
+    )
+    contaminated = contamination({t.task_id: t.definition_digest() for t in suite.tasks}, split)
+    gate = (
+        holdout_gate(holdout, min_pass_at_1=request.min_holdout_pass_at_1, contaminated=contaminated)
+        if holdout is not None
+        else None
+    )
+    from bashgym.trainers.canaries import run_canaries
+
+    summary = {
+        "canaries": run_canaries(suite.tasks[0]),
+        "suite_id": suite.suite_id,
+        "suite_digest": suite.digest(),
+        "model": request.model,
+        "samples": request.samples,
+        "isolation": {"level": isolation.level, "detail": isolation.detail},
+        "overall": overall,
+        "holdout": holdout,
+        "holdout_gate": gate,
+        "contamination": contaminated,
+        "split": split,
+    }
+    (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+BATCH = 16  # prompts generated together; left padding keeps each one's continuation aligned
+
+
+def _gold(tasks: list[Any], samples: int) -> list[list[tuple[str, int, int]]]:
+    return [[(task.gold, 0, 0)] * samples for task in tasks]
+
+
+def _sampler(request: EvalRequest) -> Any:
+    """Sample `samples` completions per task from the model, a batch of prompts at a time; the command is
+    the completion's fenced block or first line."""
+    import torch
+    from bashgym.trainers.terminal_tasks import task_prompt
+    from bashgym.trainers.verifiers import extract_command
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(request.model)
+    tokenizer = AutoTokenizer.from_pretrained(request.model)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if (path / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(request.model)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(request.model)
+    model.eval()
+    torch.manual_seed(request.seed)
+
+    def generate(tasks: list[Any], samples: int) -> list[list[tuple[str, int, int]]]:
+        texts = [
+            str(
+                tokenizer.apply_chat_template(
+                    [{"role": "user", "content": task_prompt(t)}], add_generation_prompt=True, tokenize=False
+                )
+            )
+            for t in tasks
+        ]
+        batch: Any = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            output = model.generate(
+                **batch,
+                do_sample=request.temperature > 0,
+                temperature=request.temperature if request.temperature > 0 else None,
+                max_new_tokens=request.max_new_tokens,
+                num_return_sequences=samples,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        width = int(batch["input_ids"].shape[1])
+        answers: list[list[tuple[str, int, int]]] = []
+        for i in range(len(tasks)):
+            prompt_tokens = int(batch["attention_mask"][i].sum())
+            row = []
+            for j in range(samples):
+                new = output[i * samples + j][width:]
+                text = str(tokenizer.decode(new, skip_special_tokens=True))
+                row.append((extract_command(text), prompt_tokens, int((new != tokenizer.pad_token_id).sum())))
+            answers.append(row)
+        return answers
+
+    return generate
+
+
+if __name__ == "__main__":
+    sys.exit(main())
