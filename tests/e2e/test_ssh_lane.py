@@ -113,7 +113,8 @@ async def test_a_device_is_preflighted_then_trains_pauses_resumes_and_brings_ver
     run = await lane.wait_for(project, run_id, TERMINAL)
     assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
 
-    kinds = [e["event_type"] for e in (await lane.api.get(f"/v1/projects/{project}/events")).json()["events"]]
+    page = (await lane.api.get(f"/v1/projects/{project}/events", params={"limit": 1000})).json()
+    kinds = [e["event_type"] for e in page["events"]]
     assert {"run.started", "run.paused", "run.resumed", "run.checkpoint", "run.completed"} <= set(kinds)
     assert run["metric_summary"]["train.loss"]["count"] == 150, "streamed once each, across the pause"
     local_dir = lane.home / "runs" / run_id
