@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from bashgym.daemon.api_authority import authority_routes
 from bashgym.daemon.api_devices import device_routes
 from bashgym.daemon.api_evaluations import evaluation_routes, withhold_protected
+from bashgym.daemon.api_exchange import exchange_routes
 from bashgym.daemon.api_models import (
     AliasMove,
     AnnotationSpec,
@@ -62,6 +63,7 @@ def register_routes(app: FastAPI) -> None:
         training_routes(),
         device_routes(),
         evaluation_routes(),
+        exchange_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them
     # plain APIRoutes (include_router wraps them in lazily resolved branches).

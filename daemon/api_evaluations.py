@@ -51,20 +51,11 @@ async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
     }
     suites = {s["suite_id"]: s for s in listing["suites"]}
     runcards = await ledger.runcards_of_run(call.workspace, project, run_id)
-    ws = call.workspace
-
-    def lineage(conn: Any) -> tuple[str | None, str | None]:
-        env = conn.execute(
-            "SELECT runtime_digest FROM environments WHERE workspace_id = ? AND project_id = ? AND environment_id = ?",
-            (ws, project, run.get("environment_id")),
-        ).fetchone()
-        model = conn.execute(
-            "SELECT model_id FROM model_versions WHERE workspace_id = ? AND project_id = ? AND model_version_id = ?",
-            (ws, project, run.get("model_version_id")),
-        ).fetchone()
-        return (env[0] if env else None), (model[0] if model else None)
-
-    environment_digest, base_model_id = await ledger.read(lineage)
+    environment = await ledger.find_environment(call.workspace, project, run.get("environment_id"))
+    base_model_id = None
+    if run.get("model_version_id"):
+        base_model_id = (await ledger.get_model_version(call.workspace, project, run["model_version_id"]))["model_id"]
+    environment_digest = environment["runtime_digest"] if environment else None
     return Evidence(run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 from bashgym.daemon.cli import Ctx, command, done
@@ -227,3 +228,43 @@ async def promote_decide(ctx: Ctx) -> int:
         "POST", f"/v1/projects/{a.project}/runs/{a.run}/promote", body=body, params={"workspace": ctx.workspace}
     )
     return done(ctx, result if ctx.as_json else result["alias"], title=f"{a.alias} moved")
+
+
+def _export_args(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    parser.add_argument("--version", required=True, help="model version id")
+    parser.add_argument("--to", required=True, help="empty or new directory for the bundle (on the daemon's host)")
+    parser.add_argument("--license", default="unspecified", help="license recorded in the manifest")
+
+
+@command("model", "export", help="write a model version as a bundle with a sha256 manifest and its RunCard")(
+    _export_args
+)
+async def model_export(ctx: Ctx) -> int:
+    a = ctx.args
+    body = {"to": str(Path(a.to).expanduser().resolve()), "license": a.license}
+    result = await ctx.client.request(
+        "POST",
+        f"/v1/projects/{a.project}/model-versions/{a.version}/export",
+        body=body,
+        params={"workspace": ctx.workspace},
+    )
+    return done(ctx, result if ctx.as_json else {"bundle": result["bundle"], "files": len(result["manifest"]["files"])})
+
+
+def _import_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", help="bundle directory written by bashgym model export")
+    _project(parser)
+    parser.add_argument("--version", help="register under this id (default: the manifest's)")
+
+
+@command("model", "import", help="verify a bundle's manifest and register the model version (ledger.write)")(
+    _import_args
+)
+async def model_import(ctx: Ctx) -> int:
+    a = ctx.args
+    body = {"from_dir": str(Path(a.bundle).expanduser().resolve()), "model_version_id": a.version}
+    result = await ctx.client.request(
+        "POST", f"/v1/projects/{a.project}/model-versions/import", body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result["record"], title="Imported model version")

@@ -158,19 +158,13 @@ class EvaluationService:
                 f"Run {body.run_id} kept no model files in {run_dir}.",
                 hint="Evaluate a registered model version instead (--model-version).",
             )
-        version = await self.ledger.read(
-            lambda conn: conn.execute(
-                "SELECT source_uri FROM model_versions WHERE workspace_id = ? AND project_id = ? "
-                "AND model_version_id = ?",
-                (ws, project, body.model_version_id),
-            ).fetchone()
-        )
-        if version is None:
-            raise NotFound(f"No model version {body.model_version_id!r} in project {project!r}.")
-        source = str(version[0]).removeprefix("file://")
+        version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
+        source = str(version["source_uri"]).removeprefix("file://")
+        if source.startswith("bashgym://runs/"):
+            source = str(self.settings.runs_dir / source.removeprefix("bashgym://runs/") / "final")
         if not await asyncio.to_thread(Path(source).is_dir):
             raise RuleRejected(
-                f"Model version {body.model_version_id} lives at {version[0]}, which is not a directory here.",
+                f"Model version {body.model_version_id} lives at {version['source_uri']}, not a directory here.",
                 hint="Evaluate it where its files are, or import it with bashgym model import.",
             )
         return source, None

@@ -209,6 +209,27 @@ def _page_size(limit: int) -> int:
     return limit
 
 
+def get_model_version(conn: sqlite3.Connection, ws: str, project: str, version: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT * FROM model_versions WHERE workspace_id = ? AND project_id = ? AND model_version_id = ?",
+        (ws, project, version),
+    ).fetchone()
+    if row is None:
+        raise NotFound(
+            f"No model version {version!r} in project {project!r}.",
+            hint=f"See the project's models with bashgym ledger context --project {project}.",
+        )
+    return to_record(row)
+
+
+def find_environment(conn: sqlite3.Connection, ws: str, project: str, environment: str | None) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT * FROM environments WHERE workspace_id = ? AND project_id = ? AND environment_id = ?",
+        (ws, project, environment),
+    ).fetchone()
+    return to_record(row) if row else None
+
+
 def get_dataset_version(conn: sqlite3.Connection, ws: str, project: str, version: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT * FROM dataset_versions WHERE workspace_id = ? AND project_id = ? AND dataset_version_id = ?",

@@ -332,6 +332,12 @@ class Ledger:
     async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
         return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
 
+    async def get_model_version(self, ws: str, project: str, version: str) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.get_model_version(conn, ws, project, version))
+
+    async def find_environment(self, ws: str, project: str, environment: str | None) -> dict[str, Any] | None:
+        return await self.read(lambda conn: queries.find_environment(conn, ws, project, environment))
+
     async def get_dataset_version(self, ws: str, project: str, version: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_dataset_version(conn, ws, project, version))
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import sft_data, suite, tracking_context, training_request
+from tests.factories import sft_data, suite, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
 
 PROJECT = "nightly"
@@ -111,5 +112,39 @@ def test_the_canaries_command_reports_every_category_caught(evidence_daemon: Run
     assert report["guard_rate"] == 1.0 and len(report["categories"]) >= 4
 
 
-def test_tracking_context_project_is_the_evidence_project() -> None:
-    assert tracking_context()["project_id"] == PROJECT
+def test_a_model_travels_as_a_verified_bundle(evidence_daemon: RunningDaemon, trained: str, tmp_path: Path) -> None:
+    env = evidence_daemon.env()
+    with evidence_daemon.client() as client:
+        run = client.get(f"/v1/projects/{PROJECT}/runs/{trained}").json()
+        files = [
+            {
+                "path": a["uri"].removeprefix(f"bashgym://runs/{trained}/"),
+                "sha256": a["sha256"],
+                "size_bytes": a["size_bytes"],
+            }
+            for a in run["artifacts"]
+        ]
+        version = {
+            "model_version_id": "bash-tiny-v1",
+            "model_id": "bash-tiny",
+            "source_uri": f"bashgym://runs/{trained}",
+        }
+        assert client.post(f"/v1/projects/{PROJECT}/model-versions", json={**version, "files": files}).status_code in {
+            200,
+            201,
+        }
+        client.post("/v1/projects", json={"project_id": "consumer", "name": "Consumer"})
+    bundle = tmp_path / "bundle"
+    exported = cli(
+        env, "model", "export", "--project", PROJECT, "--version", "bash-tiny-v1", "--to", str(bundle), "--json"
+    )
+    assert exported.code == 0, exported.stderr
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["run_id"] == trained and manifest["dataset_digest"] and manifest["base_model"]
+    imported = cli(env, "model", "import", str(bundle), "--project", "consumer", "--json")
+    assert imported.code == 0, imported.stderr
+    assert imported.json()["model_id"] == "bash-tiny" and imported.json()["config_digest"]
+
+    (bundle / files[0]["path"]).write_bytes(b"tampered")
+    refused = cli(env, "model", "import", str(bundle), "--project", "consumer", "--version", "bash-tiny-v2")
+    assert refused.code == 7 and "does not match its manifest" in refused.stderr

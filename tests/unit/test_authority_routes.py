@@ -311,7 +311,21 @@ BEYOND_AUTHORITY = {
     ("POST", "/v1/projects/{project}/evaluations"): 409,  # the run has not completed
     ("POST", "/v1/projects/{project}/evaluations/compare"): 422,  # results recorded without per-task scores
     ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): 422,  # the gate blocks a run without evidence
+    ("POST", "/v1/projects/{project}/model-versions/{version}/export"): 422,  # its files are not on this host
+    ("POST", "/v1/projects/{project}/model-versions/import"): 422,  # no bundle at that path
 }
+
+
+async def case_model_export(h: Harness) -> tuple[str, dict[str, Any]]:
+    project = await _project(h)
+    version = {"model_version_id": "mv1", "model_id": "m", "source_uri": "file:///nonexistent/model"}
+    version["files"] = [{"path": "a.bin", "sha256": digest("a"), "size_bytes": 1}]
+    await h.admin_call("POST", f"/v1/projects/{project}/model-versions", json=version)
+    return f"/v1/projects/{project}/model-versions/mv1/export", {"json": {"to": str(h.tmp / f"out{next(_counter)}")}}
+
+
+async def case_model_import(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/model-versions/import", {"json": {"from_dir": "/nonexistent/bundle"}}
 
 
 async def case_evaluation_start(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -408,6 +422,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/evaluations/compare"): case_evaluation_compare,
     ("POST", "/v1/projects/{project}/runs/{run_id}/runcards"): case_runcard_create,
     ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): case_promote,
+    ("POST", "/v1/projects/{project}/model-versions/{version}/export"): case_model_export,
+    ("POST", "/v1/projects/{project}/model-versions/import"): case_model_import,
 }
 
 

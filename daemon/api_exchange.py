@@ -1,0 +1,110 @@
+"""Model exchange routes: export a model version as a verifiable bundle, import one with its lineage."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from bashgym.daemon.app import json_response
+from bashgym.daemon.model_exchange import export_bundle, verify_bundle
+from bashgym.daemon.routing import Call, requires, written
+from bashgym.ledger.errors import InvalidInput, NotFound
+from bashgym.ledger.models import ModelVersionSpec
+from bashgym.ledger.validation import Identifier
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+ExportCall = Annotated[Call, requires("artifact.publish_private")]
+WriteCall = Annotated[Call, requires("ledger.write")]
+RUNS = "bashgym://runs/"
+
+
+class ExportBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: Annotated[str, Field(min_length=1, max_length=4000)]
+    license: Annotated[str, Field(max_length=200)] = "unspecified"
+
+
+class ImportBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    from_dir: Annotated[str, Field(min_length=1, max_length=4000)]
+    model_version_id: Identifier | None = None
+
+
+def exchange_routes() -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["models"])
+
+    @router.post("/projects/{project}/model-versions/{version}/export", status_code=201)
+    async def model_export(call: ExportCall, project: str, version: str, body: ExportBody) -> Response:
+        ledger, ws = call.services.ledger, call.workspace
+        record = await ledger.get_model_version(ws, project, version)
+        source = str(record["source_uri"])
+        run_id = source.removeprefix(RUNS) if source.startswith(RUNS) else None
+        source_dir = call.services.settings.runs_dir / run_id if run_id else Path(source.removeprefix("file://"))
+        run = await ledger.get_run(ws, project, run_id) if run_id else None
+        cards = await ledger.runcards_of_run(ws, project, run_id) if run_id else []
+        lineage: dict[str, Any] = {
+            "model_version_id": version,
+            "model_id": record["model_id"],
+            "parent_version_id": record["parent_version_id"],
+            "base_model": (run or {}).get("config", {}).get("base_model"),
+            "dataset_version_id": (run or {}).get("dataset_version_id"),
+            "dataset_digest": (run or {}).get("config", {}).get("dataset_sha256"),
+            "run_id": run_id,
+            "method": (run or {}).get("method"),
+            "license": body.license,
+            "provenance": {
+                "workspace_id": ws,
+                "project_id": project,
+                "exported_by": call.principal.actor_id,
+                "exported_at": datetime.now(UTC).isoformat(),
+                "bashgym_version": call.services.version,
+                "runcard_id": cards[0]["card_id"] if cards else None,
+            },
+        }
+        target = _absolute(body.to)
+        manifest = await asyncio.to_thread(
+            export_bundle,
+            source_dir=source_dir,
+            files=record["files"],
+            target=target,
+            lineage=lineage,
+            runcard=cards[0]["card"] if cards else None,
+        )
+        return json_response({"bundle": str(target), "manifest": manifest}, 201)
+
+    @router.post("/projects/{project}/model-versions/import", status_code=201)
+    async def model_import(call: WriteCall, project: str, body: ImportBody) -> Response:
+        bundle = _absolute(body.from_dir)
+        if not await asyncio.to_thread(bundle.is_dir):
+            raise InvalidInput(f"{bundle} is not a directory on the daemon's host.", hint="Name an exported bundle.")
+        manifest, manifest_sha = await asyncio.to_thread(verify_bundle, bundle)
+        ledger = call.services.ledger
+        parent = manifest.get("parent_version_id")
+        if parent:
+            try:
+                await ledger.get_model_version(call.workspace, project, parent)
+            except NotFound:
+                parent = None  # its lineage stays in the manifest, which config_digest pins
+        spec = ModelVersionSpec(
+            model_version_id=body.model_version_id or manifest["model_version_id"],
+            model_id=manifest["model_id"],
+            source_uri=f"file://{bundle}",
+            source_revision=f"bundle:{manifest_sha[:12]}",
+            config_digest=manifest_sha,
+            parent_version_id=parent,
+            files=[f for f in manifest["files"] if f["path"] != "runcard.json"],
+        )
+        return written(await ledger.register_model_version(call.actor, call.workspace, project, spec))
+
+    return router
+
+
+def _absolute(path: str) -> Path:
+    """Paths name places on the daemon's host, absolutely: whose working directory would a relative one use?"""
+    if not path.startswith("/"):
+        raise InvalidInput(f"{path!r} is not an absolute path.", hint="The CLI resolves paths for you.")
+    return Path(path)
