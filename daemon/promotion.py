@@ -241,6 +241,18 @@ def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding
                 "Reward-hacking canaries were not all caught in an evaluation.",
                 "Run the evaluation where the sandbox isolates (bashgym eval canaries).",
             )
+        std = (metrics.get("train.reward_std") or {}).get("latest")
+        zero_share = (metrics.get("train.frac_zero_std_groups") or {}).get("latest")
+        if std == 0 or (zero_share is not None and zero_share >= 0.5):
+            found.append(
+                Finding(
+                    "reward_variance_collapsed",
+                    "warn",
+                    f"Reward variance collapsed (last reward_std {std}, zero-std group share {zero_share}); "
+                    "most groups taught nothing.",
+                    "Raise the sampling temperature or grpo_num_generations, or use harder tasks.",
+                )
+            )
         if "train.reward_std" not in metrics:
             fail(
                 "reward_diagnostics_missing",

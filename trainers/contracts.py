@@ -39,7 +39,7 @@ ErrorCode = Literal[
 ]
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
-DETERMINISTIC_KINDS: tuple[str, ...] = ("command", "exact_match")
+DETERMINISTIC_KINDS: tuple[str, ...] = ("command", "exact_match", "terminal_task")
 NONDETERMINISTIC_KINDS: tuple[str, ...] = ("llm_judge", "model")
 SPAN_POLICY = "target_span_only"
 # A chosen answer 20x the rejected one (or the reverse) teaches "be long" or "be short", not preference.

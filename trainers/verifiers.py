@@ -1,16 +1,14 @@
-"""Reward from verifiers: the interface GRPO and RLVR call, and the two verifier kinds rows can carry inline.
+"""Reward from verifiers: the interface GRPO and RLVR call, and the verifier kinds rows can carry.
 
-Isolation here is a scratch directory, a scrubbed environment and a timeout; the sandbox of the
-terminal-task environments (network namespace, resource limits, tamper checks) replaces `run_command`
-behind the same interface when it lands.
+`terminal_task` scores against a task of the shipped suite by id; `command` runs an inline check
+after the model's command; both run in the terminal-task sandbox (trainers/sandbox.py), so a reward
+is judged exactly as an evaluation is, tamper checks included. `exact_match` compares text.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 TIMEOUT_S = 10.0
@@ -41,30 +39,39 @@ def _normalise(text: str) -> str:
 
 
 def run_command(command: str, files: dict[str, str], check: str, *, timeout_s: float = TIMEOUT_S) -> bool:
-    """Run the model's command in a fresh scratch directory, then the check; passed when the check exits 0.
+    """Run the model's command in a sandbox holding `files`, then `check` in that directory; passed when
+    the check exits 0. The command is also left in `command.sh`, so a check may judge what was run."""
+    from bashgym.trainers.sandbox import run_attempt
+    from bashgym.trainers.terminal_tasks import TerminalTask
 
-    The command is also left in `command.sh`, so a check may judge what was run as well as its effects.
-    """
-    with tempfile.TemporaryDirectory(prefix="bashgym-verify-") as scratch:
-        root = Path(scratch)
-        for name, content in files.items():
-            target = (root / name).resolve()
-            if root.resolve() not in target.parents:
-                raise ValueError(f"verifier file {name!r} points outside the scratch directory")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-        (root / "command.sh").write_text(command + "\n")
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch, "LC_ALL": "C.UTF-8"}
-        try:
-            subprocess.run(
-                ["bash", "-c", command], cwd=scratch, env=env, timeout=timeout_s, capture_output=True, check=False
-            )
-            verdict = subprocess.run(
-                ["bash", "-c", check], cwd=scratch, env=env, timeout=timeout_s, capture_output=True, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return False
-        return verdict.returncode == 0
+    task = TerminalTask(
+        task_id="inline-000",
+        task_family="inline",
+        instruction="(an inline verifier)",
+        files={**files, "command.sh": command + "\n"},
+        verifier=f'cd "$SANDBOX" && {check}',
+        fixtures={},
+        gold="true",
+        timeout_s=timeout_s,
+    )
+    return run_attempt(task, command).passed
+
+
+@functools.cache
+def _suite_tasks() -> dict[str, Any]:
+    from bashgym.trainers.terminal_tasks import default_suite
+
+    return {task.task_id: task for task in default_suite().tasks}
+
+
+def run_task(task_id: str, command: str) -> bool:
+    """Run the model's command as an attempt of a shipped terminal task."""
+    from bashgym.trainers.sandbox import run_attempt
+
+    task = _suite_tasks().get(task_id)
+    if task is None:
+        raise ValueError(f"task_id {task_id!r} is not in the shipped terminal-task suite")
+    return run_attempt(task, command).passed
 
 
 def score(verifier: dict[str, Any], completion: Any) -> float:
@@ -75,7 +82,9 @@ def score(verifier: dict[str, Any], completion: Any) -> float:
         return float(_normalise(text) == _normalise(str(verifier.get("expected", ""))))
     if kind == "command":
         return float(run_command(extract_command(text), dict(verifier.get("files", {})), str(verifier["check"])))
-    raise ValueError(f"verifier kind {kind!r} has no runner here; use exact_match or command")
+    if kind == "terminal_task":
+        return float(run_task(str(verifier["task_id"]), extract_command(text)))
+    raise ValueError(f"verifier kind {kind!r} has no runner here; use exact_match, command or terminal_task")
 
 
 def reward_function(

@@ -150,3 +150,10 @@ def test_a_runcard_records_what_the_run_is_judged_by() -> None:
     assert card["evaluation_result_ids"] == ["cand"] and card["comparison_ids"] == ["cmp-1", "cmp-2"]
     assert card["artifacts"][0]["sha256"] == "0" * 64 and card["dataset_digest"] == "1" * 64
     assert (card["claim_tier"], card["decision"], card["known_limitations"]) == ("narrow", "pending", ["tiny suite"])
+
+
+def test_collapsed_reward_variance_is_a_warning_not_a_blocker() -> None:
+    evidence = shipping("grpo")
+    evidence.run["metric_summary"]["train.reward_std"] = {"count": 10, "latest": 0.0}
+    verdict = gate(evidence)
+    assert verdict["ship"] and [w["code"] for w in verdict["warnings"]] == ["reward_variance_collapsed"]
