@@ -33,6 +33,9 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit-tasks", type=int, help="only the first N tasks (a quick look, not evidence)")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     parser.add_argument("--min-holdout-pass-at-1", type=float, default=0.0, help="the holdout gate's pass@1 bar")
+    parser.add_argument(
+        "--dataset-path", help="held-out rows of the method's data (generation match and loss, or preference accuracy)"
+    )
 
 
 @command("eval", "run", help="evaluate a run, a model version or the gold solutions (eval.run); waits")(_eval_args)
@@ -48,6 +51,7 @@ async def eval_run(ctx: Ctx) -> int:
         "limit_tasks": a.limit_tasks,
         "temperature": a.temperature,
         "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
+        "dataset_path": str(Path(a.dataset_path).expanduser().resolve()) if a.dataset_path else None,
     }
     params = {"workspace": ctx.workspace}
     job = await ctx.client.request("POST", f"/v1/projects/{a.project}/evaluations", body=body, params=params)
@@ -64,7 +68,7 @@ async def eval_run(ctx: Ctx) -> int:
         done(ctx, job, title=f"Evaluation {job['evaluation_id']} failed")
         return EXIT_RULE
     listing = await ctx.client.request(
-        "GET", f"/v1/projects/{a.project}/evaluations", params={**params, "suite": a.suite}
+        "GET", f"/v1/projects/{a.project}/evaluations", params={**params, "suite": job["suite_id"]}
     )
     result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
     if ctx.as_json:
@@ -76,7 +80,7 @@ async def eval_run(ctx: Ctx) -> int:
     return done(
         ctx,
         {"result_id": result["result_id"], **shown_metrics, "isolation": isolation, "canary_guard_rate": canaries},
-        title=f"Evaluation on {a.suite}",
+        title=f"Evaluation on {job['suite_id']}",
     )
 
 

@@ -50,6 +50,28 @@ class EvalRunBody(BaseModel):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     seed: int = 0
     min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
+    # Held-out rows of the method's own data (absolute path on the daemon's host) instead of the task suite.
+    dataset_path: str | None = None
+
+
+HELDOUT_CONTRACTS = {
+    "generation": {
+        "primary_metric": "exact_match",
+        "metrics": {
+            "exact_match": {"direction": "maximize"},
+            "normalized_match": {"direction": "maximize"},
+            "heldout_loss": {"direction": "minimize"},
+        },
+    },
+    "preference": {
+        "primary_metric": "preference_accuracy",
+        "metrics": {
+            "preference_accuracy": {"direction": "maximize"},
+            "reward_margin": {"direction": "maximize"},
+            "heldout_loss": {"direction": "minimize"},
+        },
+    },
+}
 
 
 class CompareBody(BaseModel):
@@ -81,7 +103,15 @@ class EvaluationService:
 
     async def start(self, actor: Actor, ws: str, project: str, body: EvalRunBody) -> dict[str, Any]:
         suite = default_suite()
-        if body.suite_id != suite.suite_id:
+        if body.dataset_path is not None:
+            if body.gold:
+                raise RuleRejected("Held-out data has no gold solutions; evaluate a run or a model version.")
+            if not body.dataset_path.startswith("/") or not await asyncio.to_thread(Path(body.dataset_path).is_file):
+                raise RuleRejected(
+                    f"dataset_path {body.dataset_path!r} is not a file on the daemon's host.",
+                    hint="Pass an absolute path; the CLI resolves --dataset-path for you.",
+                )
+        elif body.suite_id != suite.suite_id:
             raise RuleRejected(
                 f"Suite {body.suite_id!r} is not a terminal-task suite this daemon runs; it runs {suite.suite_id!r}.",
                 hint="Record results of other suites with POST /v1/projects/{project}/eval-results.",
@@ -89,12 +119,15 @@ class EvaluationService:
         subjects = [body.run_id is not None, body.model_version_id is not None, body.gold]
         if sum(subjects) != 1:
             raise RuleRejected("Name exactly one of run_id, model_version_id or gold.", hint="bashgym eval run --run R")
-        await self._ensure_suite(actor, ws, project, suite)
+        if body.dataset_path is None:
+            await self._ensure_suite(actor, ws, project, suite)
         model, attempt_id = await self._model_of(ws, project, body)
         eval_id = new_id("eval")
         eval_dir = self.settings.home / "evaluations" / eval_id
         request = EvalRequest(
             model=model,
+            kind="heldout" if body.dataset_path else "terminal_tasks",
+            dataset_path=body.dataset_path,
             samples=body.samples,
             split=body.split,
             limit_tasks=body.limit_tasks,
@@ -107,7 +140,7 @@ class EvaluationService:
         job = {
             "evaluation_id": eval_id,
             "project_id": project,
-            "suite_id": suite.suite_id,
+            "suite_id": None if body.dataset_path else suite.suite_id,
             "run_id": body.run_id,
             "model_version_id": body.model_version_id,
             "gold": body.gold,
@@ -224,6 +257,8 @@ class EvaluationService:
         self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
     ) -> str:
         summary = json.loads(await asyncio.to_thread((eval_dir / "summary.json").read_text))
+        if summary.get("kind") in HELDOUT_CONTRACTS:
+            return await self._record_heldout(actor, ws, project, eval_dir, job, attempt_id, summary)
         attempts_sha, _ = await self.blobs.put_file(eval_dir / "attempts.jsonl")
         overall, holdout = summary["overall"], summary["holdout"]
         metrics = {k: float(v) for k, v in overall.items() if k.startswith("pass@") or k.endswith("_rate")}
@@ -251,6 +286,52 @@ class EvaluationService:
             model_version_id=job["model_version_id"],
             metrics=metrics,
             sample_count=int(overall["attempts"]),
+            details=details,
+        )
+        written = await self.ledger.record_eval_result(actor, ws, project, spec)
+        return str(written.record["result_id"])
+
+    async def _record_heldout(
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        eval_dir: Path,
+        job: dict[str, Any],
+        attempt_id: str | None,
+        summary: dict[str, Any],
+    ) -> str:
+        request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
+        data_sha, _ = await self.blobs.put_file(Path(str(request.dataset_path)))
+        suite_id = f"heldout-{summary['kind']}-{data_sha[:16]}"
+        suite = EvalSuiteSpec.model_validate(
+            {
+                "suite_id": suite_id,
+                "kind": f"heldout_{summary['kind']}",
+                "scoring_contract": HELDOUT_CONTRACTS[summary["kind"]],
+                "code_digest": data_sha,
+            }
+        )
+        await self.ledger.register_eval_suite(actor, ws, project, suite)
+        job["suite_id"] = suite_id
+        metrics = {k: float(v) for k, v in summary["metrics"].items() if v == v}  # NaN: no scored rows
+        details = {
+            "model": job["run_id"] or job["model_version_id"],
+            "kind": summary["kind"],
+            "dataset_sha256": data_sha,
+            "per_task": {
+                tid: {"family": t["family"], "pass@1": t["pass@1"]}
+                for tid, t in summary["per_task"].items()
+                if "pass@1" in t
+            },
+        }
+        spec = EvalResultSpec(
+            suite_id=suite_id,
+            run_id=job["run_id"],
+            attempt_id=attempt_id,
+            model_version_id=job["model_version_id"],
+            metrics=metrics,
+            sample_count=int(summary["rows"]),
             details=details,
         )
         written = await self.ledger.record_eval_result(actor, ws, project, spec)
@@ -287,10 +368,12 @@ class EvaluationService:
             resamples=body.resamples,
             seed=body.seed,
         )
+        suite = next((x for x in listing["suites"] if x["suite_id"] == baseline["suite_id"]), None)
+        primary = suite["scoring_contract"]["primary_metric"] if suite else "pass@1"
         spec = ComparisonSpec(
             baseline_result_id=baseline["result_id"],
             candidate_result_id=candidate["result_id"],
-            primary_metric="pass@1",
+            primary_metric=primary,
             delta=stats["delta"],
             ci_low=stats["ci_low"],
             ci_high=stats["ci_high"],

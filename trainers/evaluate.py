@@ -26,6 +26,8 @@ GOLD = "gold"
 class EvalRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     model: str  # a model or adapter directory, or "gold" for the suite's own solutions
+    kind: Literal["terminal_tasks", "heldout"] = "terminal_tasks"
+    dataset_path: str | None = None  # held-out rows, for kind "heldout"
     suite_path: str | None = None  # a suite JSON; None is the shipped bash-tasks suite
     samples: int = Field(1, ge=1, le=64)
     max_new_tokens: int = Field(48, ge=1, le=1024)
@@ -53,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         request = EvalRequest.model_validate_json((eval_dir / "eval_request.json").read_text())
+        if request.kind == "heldout":
+            summary = evaluate_heldout(request, eval_dir, emit)
+            emit("completed", **summary["metrics"])
+            return 0
         summary = evaluate(request, eval_dir, emit)
     except Exception as exc:
         traceback.print_exc()
@@ -60,6 +66,38 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     emit("completed", **{k: summary["overall"].get(k) for k in ("pass@1", "mean_success", "tamper_rate")})
     return 0
+
+
+def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
+    """A method's held-out rows: generation match and loss, or preference accuracy and margin."""
+    from bashgym.trainers.heldout_eval import evaluate_rows
+    from bashgym.trainers.modeling import load_rows
+
+    if not request.dataset_path:
+        raise ValueError("a held-out evaluation needs dataset_path")
+    rows = load_rows(request.dataset_path)[: request.limit_tasks]
+    model, tokenizer = _load(request)
+    emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run")
+    summary = evaluate_rows(model, tokenizer, rows, max_new_tokens=request.max_new_tokens, emit=emit)
+    (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _load(request: EvalRequest) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(request.model)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if (Path(request.model) / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(request.model)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(request.model)
+    model.eval()
+    return model, tokenizer
 
 
 def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
@@ -152,20 +190,8 @@ def _sampler(request: EvalRequest) -> Any:
     import torch
     from bashgym.trainers.terminal_tasks import task_prompt
     from bashgym.trainers.verifiers import extract_command
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(request.model)
-    tokenizer = AutoTokenizer.from_pretrained(request.model)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if (path / "adapter_config.json").exists():
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(request.model)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(request.model)
-    model.eval()
+    model, tokenizer = _load(request)
     torch.manual_seed(request.seed)
 
     def generate(tasks: list[Any], samples: int) -> list[list[tuple[str, int, int]]]:

@@ -148,3 +148,26 @@ def test_a_model_travels_as_a_verified_bundle(evidence_daemon: RunningDaemon, tr
     (bundle / files[0]["path"]).write_bytes(b"tampered")
     refused = cli(env, "model", "import", str(bundle), "--project", "consumer", "--version", "bash-tiny-v2")
     assert refused.code == 7 and "does not match its manifest" in refused.stderr
+
+
+def test_a_run_is_evaluated_on_held_out_rows_of_its_own_method(
+    evidence_daemon: RunningDaemon, trained: str, tmp_path: Path
+) -> None:
+    heldout = sft_data(tmp_path, rows=6)
+    result = evaluate(evidence_daemon, "--run", trained, "--dataset-path", str(heldout))
+    assert result["suite_id"].startswith("heldout-generation-")
+    assert {"exact_match", "normalized_match", "heldout_loss"} <= set(result["metrics"])
+    assert result["sample_count"] == 6 and result["metrics"]["heldout_loss"] > 0
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        "".join(
+            json.dumps(
+                {"prompt": f"Count the lines in notes{i}.txt", "chosen": f"wc -l notes{i}.txt", "rejected": "ls"}
+            )
+            + "\n"
+            for i in range(4)
+        )
+    )
+    preference = evaluate(evidence_daemon, "--run", trained, "--dataset-path", str(pairs))
+    assert preference["suite_id"].startswith("heldout-preference-")
+    assert 0.0 <= preference["metrics"]["preference_accuracy"] <= 1.0 and "reward_margin" in preference["metrics"]
