@@ -208,7 +208,13 @@ def _run_routes() -> APIRouter:
 
     @router.get("/projects/{project}/runs/{run_id}")
     async def show_run(call: ReadCall, project: str, run_id: str) -> Response:
-        return json_response(await call.services.ledger.get_run(call.workspace, project, run_id))
+        run = await call.services.ledger.get_run(call.workspace, project, run_id)
+        if run["evaluations"] and not call.principal.holds("eval.protected", project):
+            suites = (await call.services.ledger.list_evaluations(call.workspace, project))["suites"]
+            run["evaluations"] = withhold_protected(call, project, {"suites": suites, "results": run["evaluations"]})[
+                "results"
+            ]
+        return json_response(run)
 
     @router.post("/projects/{project}/runs/{run_id}/transitions", response_model=WriteResult)
     async def transition_run(call: WriteCall, project: str, run_id: str, body: RunTransition) -> Response:

@@ -171,3 +171,24 @@ def test_a_run_is_evaluated_on_held_out_rows_of_its_own_method(
     preference = evaluate(evidence_daemon, "--run", trained, "--dataset-path", str(pairs))
     assert preference["suite_id"].startswith("heldout-preference-")
     assert 0.0 <= preference["metrics"]["preference_accuracy"] <= 1.0 and "reward_margin" in preference["metrics"]
+
+
+def test_per_task_rows_of_a_protected_suite_open_only_with_eval_protected(
+    evidence_daemon: RunningDaemon, trained: str
+) -> None:
+    with evidence_daemon.client() as admin:
+        admin.post(f"/v1/projects/{PROJECT}/eval-suites", json=suite("sealed", is_protected=True))
+        admin.post(
+            f"/v1/projects/{PROJECT}/eval-results",
+            json={"suite_id": "sealed", "run_id": trained, "metrics": {"pass_at_1": 0.5}, "details": {"rows": [1, 2]}},
+        )
+        viewer = admin.post("/v1/auth/tokens", json={"actor_id": "vera", "profile": "viewer"}).json()["token"]
+        seen_by_admin = admin.get(f"/v1/projects/{PROJECT}/evaluations", params={"suite": "sealed"}).json()
+    with evidence_daemon.client(viewer) as client:
+        listing = client.get(f"/v1/projects/{PROJECT}/evaluations", params={"suite": "sealed"}).json()
+        run = client.get(f"/v1/projects/{PROJECT}/runs/{trained}").json()
+    assert seen_by_admin["results"][0]["details"] == {"rows": [1, 2]}
+    assert listing["results"][0]["metrics"] == {"pass_at_1": 0.5}, "results stay visible"
+    assert "withheld" in listing["results"][0]["details"]
+    sealed = next(r for r in run["evaluations"] if r["suite_id"] == "sealed")
+    assert "withheld" in sealed["details"]
