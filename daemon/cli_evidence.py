@@ -33,6 +33,7 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit-tasks", type=int, help="only the first N tasks (a quick look, not evidence)")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     parser.add_argument("--min-holdout-pass-at-1", type=float, default=0.0, help="the holdout gate's pass@1 bar")
+    parser.add_argument("--compute-target", default="local", help="local or ssh:<device_id>")
     parser.add_argument(
         "--dataset-path", help="held-out rows of the method's data (generation match and loss, or preference accuracy)"
     )
@@ -52,6 +53,7 @@ async def eval_run(ctx: Ctx) -> int:
         "temperature": a.temperature,
         "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
         "dataset_path": str(Path(a.dataset_path).expanduser().resolve()) if a.dataset_path else None,
+        "compute_target": a.compute_target,
     }
     params = {"workspace": ctx.workspace}
     job = await ctx.client.request("POST", f"/v1/projects/{a.project}/evaluations", body=body, params=params)

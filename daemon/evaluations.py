@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.lanes import read_from
 from bashgym.daemon.settings import Settings
+from bashgym.daemon.ssh import Device, RemoteRun
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
 from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
@@ -52,6 +54,7 @@ class EvalRunBody(BaseModel):
     min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
     # Held-out rows of the method's own data (absolute path on the daemon's host) instead of the task suite.
     dataset_path: str | None = None
+    compute_target: str = "local"  # or ssh:<device_id>: the evaluator runs on that device
 
 
 HELDOUT_CONTRACTS = {
@@ -136,6 +139,7 @@ class EvaluationService:
             seed=body.seed,
             min_holdout_pass_at_1=body.min_holdout_pass_at_1,
         )
+        device = await self._device_of(ws, body.compute_target)
         await asyncio.to_thread(_write, eval_dir / "eval_request.json", request.model_dump_json(indent=2))
         job = {
             "evaluation_id": eval_id,
@@ -144,6 +148,7 @@ class EvaluationService:
             "run_id": body.run_id,
             "model_version_id": body.model_version_id,
             "gold": body.gold,
+            "compute_target": body.compute_target,
             "status": "queued",
             "done": 0,
             "total": None,
@@ -151,7 +156,7 @@ class EvaluationService:
             "error": "",
         }
         self.jobs[eval_id] = job
-        task = asyncio.create_task(self._run(actor, ws, project, eval_dir, job, attempt_id))
+        task = asyncio.create_task(self._run(actor, ws, project, eval_dir, job, attempt_id, device))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return dict(job)
@@ -202,13 +207,35 @@ class EvaluationService:
             )
         return source, None
 
+    async def _device_of(self, ws: str, target: str) -> Device | None:
+        if target == "local":
+            return None
+        if not target.startswith("ssh:"):
+            raise RuleRejected(f"Evaluations run on `local` or `ssh:<device_id>`, not `{target}`.")
+        try:
+            record = await self.ledger.get_device(ws, target.removeprefix("ssh:"))
+        except NotFound as exc:
+            raise RuleRejected(exc.message, hint=exc.hint) from exc
+        if not record["ready"]:
+            raise RuleRejected(
+                f"Device {record['device_id']} is not ready.", hint=f"bashgym device preflight {record['device_id']}"
+            )
+        return Device.from_record(record)
+
     async def _run(
-        self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        eval_dir: Path,
+        job: dict[str, Any],
+        attempt_id: str | None,
+        device: Device | None = None,
     ) -> None:
         try:
             async with self._slots:
                 job["status"] = "running"
-                code = await self._child(eval_dir, job)
+                code = await (self._child(eval_dir, job) if device is None else self._remote(eval_dir, job, device))
                 if code != 0:
                     job["status"], job["error"] = "failed", job["error"] or f"evaluator exited with code {code}"
                     return
@@ -237,21 +264,46 @@ class EvaluationService:
         assert proc.stdout is not None
         try:
             async for raw in proc.stdout:
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if line.get("event") == "started":
-                    job["total"], job["isolation"] = line.get("tasks"), line.get("isolation")
-                elif line.get("event") == "progress":
-                    job["done"] = line.get("done", job["done"])
-                elif line.get("event") == "failed":
-                    job["error"] = str(line.get("error", ""))[:2000]
+                _observe(job, raw)
             return await proc.wait()
         except asyncio.CancelledError:
             proc.kill()
             await proc.wait()
             raise
+
+    async def _remote(self, eval_dir: Path, job: dict[str, Any], device: Device) -> int:
+        """The evaluator on an SSH device: upload the request, model and data, follow it, fetch its summary."""
+        request = json.loads(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
+        files: dict[str, Path] = {}
+        if request["model"] != GOLD:
+            files["model"], request["model"] = Path(request["model"]), "model"
+        if request.get("dataset_path"):
+            files["dataset.jsonl"], request["dataset_path"] = Path(request["dataset_path"]), "dataset.jsonl"
+        remote = RemoteRun(device, job["evaluation_id"], eval_dir)
+        await remote.open()
+        try:
+            await remote.upload(request, files, name="eval_request.json")
+            await remote.launch(resume=False, module="bashgym.trainers.evaluate")
+            offset = 0
+            while True:
+                code = await remote.exit_code()
+                await remote.sync()
+                data = await asyncio.to_thread(read_from, eval_dir / "protocol.jsonl", offset)
+                end = data.rfind(b"\n") + 1
+                offset += end
+                for raw in data[:end].splitlines():
+                    _observe(job, raw)
+                if code is not None:
+                    break
+                await asyncio.sleep(self.settings.ssh_poll_s)
+            if code == 0:
+                await remote.fetch("summary.json")
+                if request.get("kind", "terminal_tasks") == "terminal_tasks":
+                    await remote.fetch("attempts.jsonl")
+                await remote.remove()
+            return code
+        finally:
+            await remote.close()
 
     async def _record(
         self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
@@ -380,6 +432,20 @@ class EvaluationService:
             details={**stats, "paired_tasks": len(shared), "method": "paired cluster bootstrap by task_family"},
         )
         return (await self.ledger.record_comparison(actor, ws, project, spec)).record
+
+
+def _observe(job: dict[str, Any], raw: bytes) -> None:
+    """Apply one protocol line of the evaluator to the job's progress."""
+    try:
+        line = json.loads(raw)
+    except ValueError:
+        return
+    if line.get("event") == "started":
+        job["total"], job["isolation"] = line.get("tasks"), line.get("isolation")
+    elif line.get("event") == "progress":
+        job["done"] = line.get("done", job["done"])
+    elif line.get("event") == "failed":
+        job["error"] = str(line.get("error", ""))[:2000]
 
 
 def _scores(summary: dict[str, Any], *, prefix: str) -> dict[str, float]:

@@ -157,7 +157,7 @@ class SshSupervisor(Supervisor):
     async def _process_protocol(self) -> None:
         """Apply protocol lines past the recorded offset; the offset is saved so a restart repeats none."""
         offset = int(self.lane.data.get("protocol_offset", 0))
-        data = await asyncio.to_thread(_read_from, self.handle.run_dir / "protocol.jsonl", offset)
+        data = await asyncio.to_thread(read_from, self.handle.run_dir / "protocol.jsonl", offset)
         end = data.rfind(b"\n") + 1
         if end == 0:
             return
@@ -357,7 +357,7 @@ def _remote_request(run_dir: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     return request, files
 
 
-def _read_from(path: Path, offset: int) -> bytes:
+def read_from(path: Path, offset: int) -> bytes:
     try:
         with path.open("rb") as handle:
             handle.seek(offset)

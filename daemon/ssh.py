@@ -24,7 +24,7 @@ log = logging.getLogger("bashgym.ssh")
 CONNECT_TIMEOUT_S = 15.0
 MIN_DISK_GIB = 1.0
 # Files the trainer appends to, mirrored into the local run directory by byte offset.
-MIRRORED = ("protocol.jsonl", "metrics.jsonl", "training.log")
+MIRRORED = ("protocol.jsonl", "metrics.jsonl", "training.log", "evaluation.log")
 CHUNK = 256 * 1024
 
 
@@ -237,20 +237,27 @@ class RemoteRun:
         assert self.conn is not None and self.sftp is not None, "open() first"
         return self.conn, self.sftp
 
-    async def upload(self, request: dict[str, Any], files: dict[str, Path]) -> None:
-        """Put the request and its data files into `<work_dir>/<run_id>/`."""
+    async def upload(self, request: dict[str, Any], files: dict[str, Path], *, name: str = "request.json") -> None:
+        """Put the request and its data files (or directories) into `<work_dir>/<run_id>/`."""
         _, sftp = self._channel()
         await sftp.makedirs(self.remote_dir, exist_ok=True)
-        for name, path in files.items():
-            await sftp.put(str(path), f"{self.remote_dir}/{name}")
-        async with sftp.open(f"{self.remote_dir}/request.json", "w") as handle:
+        for target, path in files.items():
+            is_dir = await asyncio.to_thread(path.is_dir)
+            await sftp.put(str(path), f"{self.remote_dir}/{target}", recurse=is_dir)
+        async with sftp.open(f"{self.remote_dir}/{name}", "w") as handle:
             await handle.write(json.dumps(request, indent=2))
 
-    async def launch(self, *, resume: bool) -> int:
-        """Start the trainer detached in its own session; return its process group id."""
+    async def fetch(self, name: str) -> None:
+        """Copy one file of the remote directory into the local one."""
+        _, sftp = self._channel()
+        await sftp.get(f"{self.remote_dir}/{name}", str(self.local_dir / name))
+
+    async def launch(self, *, resume: bool, module: str = "bashgym.trainers") -> int:
+        """Start the trainer (or another bashgym child, by module) detached in its own session; return its
+        process group id."""
         conn, _ = self._channel()
         python = self.device.shell_path(self.device.python)
-        trainer = f'{python} -u -m bashgym.trainers "$PWD"' + (" --resume" if resume else "")
+        trainer = f'{python} -u -m {module} "$PWD"' + (" --resume" if resume else "")
         # The wrapper ignores the control signals so only the trainer answers them, then records the exit code.
         job = (
             f"trap '' USR1 TERM INT HUP; echo $$ > pgid; {trainer} >> protocol.jsonl 2>> training.log < /dev/null; "

@@ -305,3 +305,22 @@ async def test_bootstrap_installs_the_daemons_version_into_the_work_dir_venv(lan
     assert facts["bashgym"] == bashgym_version() and facts["executable"].endswith("work/venv/bin/python")
     # Without its dependencies torch does not import there, and the verdict says so.
     assert any("torch" in reason for reason in done.json()["device"]["preflight"]["reasons"])
+
+
+async def test_an_evaluation_runs_on_the_device_and_its_result_comes_home(lane: Lane) -> None:
+    await lane.api.post("/v1/projects", json={"project_id": "evals", "name": "Evals"})
+    await lane.api.post("/v1/devices", json=lane.device())
+    await lane.api.post("/v1/devices/gpu1/preflight")
+    body = {"gold": True, "limit_tasks": 6, "compute_target": "ssh:gpu1"}
+    job = (await lane.api.post("/v1/projects/evals/evaluations", json=body)).json()
+    async with asyncio.timeout(180):
+        while job["status"] in {"queued", "running"}:
+            await asyncio.sleep(0.3)
+            job = (await lane.api.get(f"/v1/projects/evals/evaluations/{job['evaluation_id']}")).json()
+    assert job["status"] == "completed", job["error"]
+    assert any("bashgym.trainers.evaluate" in command for command in lane.ssh.commands)
+    results = (await lane.api.get("/v1/projects/evals/evaluations")).json()["results"]
+    (result,) = [r for r in results if r["result_id"] == job["result_id"]]
+    assert result["metrics"]["pass@1"] == 1.0 and result["sample_count"] == 6
+    assert result["details"]["canaries"]["guard_rate"] == 1.0
+    assert not (lane.ssh.home / "work" / job["evaluation_id"]).exists(), "the device's copy is cleaned up"
