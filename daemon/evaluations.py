@@ -66,6 +66,15 @@ HELDOUT_CONTRACTS = {
             "heldout_loss": {"direction": "minimize"},
         },
     },
+    "session": {
+        "primary_metric": "target_likelihood",
+        "metrics": {
+            "target_likelihood": {"direction": "maximize"},
+            "masked_kl": {"direction": "minimize"},
+            "masked_ce": {"direction": "minimize"},
+            "masked_tokens": {"direction": "maximize"},
+        },
+    },
     "preference": {
         "primary_metric": "preference_accuracy",
         "metrics": {

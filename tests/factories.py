@@ -92,3 +92,26 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
         "tracking_context": context,
         **overrides,
     }
+
+
+def session_records(n: int) -> list[dict[str, Any]]:
+    records = []
+    for i in range(n):
+        target, hint, original = f"wc -l data{i}.txt", "Hint: wc counts lines. ", f"Count lines of data{i}.txt\n$ "
+        hinted = hint + original + target + "\n"
+        start = hinted.index(target)
+        records.append(
+            {
+                "record_id": f"r{i}",
+                "session_id": "s1",
+                "step_index": i,
+                "original_context": original,
+                "hinted_context": hinted,
+                "hint_text": hint,
+                "target_text": target,
+                "target_span": {"start": start, "end": start + len(target)},
+                "loss_mask": {"policy": "target_span_only"},
+                "reader_confidence": 0.9,
+            }
+        )
+    return records

@@ -1,5 +1,5 @@
 """Held-out evaluation on a method's own data: generation match and loss for supervised rows,
-preference accuracy and reward margin for pairs.
+preference accuracy and reward margin for pairs, masked-token KL/CE for session records.
 
 Rows take the dataset contracts' shapes: `messages` (the last assistant turn is the reference),
 `prompt` with `completion` or `teacher_response`, `text` (loss only), and `prompt` with `chosen`
@@ -39,6 +39,8 @@ def evaluate_rows(
     import torch
 
     is_preference = all({"prompt", "chosen", "rejected"} <= set(row) for row in rows)
+    if all("target_span" in row for row in rows):
+        return _session_rows(model, tokenizer, rows, emit)
     per_task: dict[str, dict[str, Any]] = {}
     losses: list[float] = []
     for index, row in enumerate(rows):
@@ -66,6 +68,40 @@ def evaluate_rows(
         "metrics": metrics,
         "per_task": per_task,
     }
+
+
+def _session_rows(model: Any, tokenizer: Any, rows: list[dict[str, Any]], emit: Emit) -> dict[str, Any]:
+    """Session records: the training objective's masked-token KL (teacher = the model on the hinted context)
+    and CE on the target span, with T = 1; the per-record score is exp(-CE), the target tokens' geometric
+    mean likelihood."""
+    import torch
+    import torch.nn.functional as F
+    from bashgym.trainers.strategies.session import _target_logits, collate, encode
+
+    per_task: dict[str, dict[str, Any]] = {}
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for index, row in enumerate(rows):
+        batch = collate([encode(row, tokenizer, 1024)], pad)
+        width = batch["target_ids"].size(1)
+        with torch.no_grad():
+            student = model(input_ids=batch["student_ids"], attention_mask=batch["student_mask"]).logits
+            teacher = model(input_ids=batch["teacher_ids"], attention_mask=batch["teacher_mask"]).logits
+        s_logp = F.log_softmax(_target_logits(student, batch["student_start"], width).float(), dim=-1)
+        t_logp = F.log_softmax(_target_logits(teacher, batch["teacher_start"], width).float(), dim=-1)
+        tokens = float(batch["target_mask"].sum())
+        kl = float((t_logp.exp() * (t_logp - s_logp)).sum(-1).sum()) / tokens
+        ce = float(F.nll_loss(s_logp.transpose(1, 2), batch["target_ids"], reduction="sum")) / tokens
+        task_id = f"row-{index:05d}"
+        per_task[task_id] = {"family": task_id, "pass@1": math.exp(-ce), "kl": kl, "ce": ce, "tokens": tokens}
+        emit("progress", done=index + 1, total=len(rows), task_id=task_id)
+    count = len(per_task)
+    metrics = {
+        "target_likelihood": sum(t["pass@1"] for t in per_task.values()) / count,
+        "masked_kl": sum(t["kl"] for t in per_task.values()) / count,
+        "masked_ce": sum(t["ce"] for t in per_task.values()) / count,
+        "masked_tokens": sum(t["tokens"] for t in per_task.values()),
+    }
+    return {"kind": "session", "rows": count, "metrics": metrics, "per_task": per_task}
 
 
 def _supervised(model: Any, tokenizer: Any, row: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:

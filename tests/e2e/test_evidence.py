@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import sft_data, suite, training_request
+from tests.factories import session_records, sft_data, suite, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
 
 PROJECT = "nightly"
@@ -192,3 +192,15 @@ def test_per_task_rows_of_a_protected_suite_open_only_with_eval_protected(
     assert "withheld" in listing["results"][0]["details"]
     sealed = next(r for r in run["evaluations"] if r["suite_id"] == "sealed")
     assert "withheld" in sealed["details"]
+
+
+def test_session_records_are_scored_on_the_masked_target_span(
+    evidence_daemon: RunningDaemon, trained: str, tmp_path: Path
+) -> None:
+    records = tmp_path / "sessions.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in session_records(3)))
+    result = evaluate(evidence_daemon, "--run", trained, "--dataset-path", str(records))
+    assert result["suite_id"].startswith("heldout-session-")
+    metrics = result["metrics"]
+    assert metrics["masked_kl"] >= 0 and metrics["masked_ce"] > 0 and metrics["masked_tokens"] > 0
+    assert 0 < metrics["target_likelihood"] <= 1

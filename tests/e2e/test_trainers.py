@@ -17,6 +17,8 @@ from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_FAILED, EXIT_PAUSED, sh
 from bashgym.trainers.tiny import build_tiny
 from safetensors.torch import load_file
 
+from tests.factories import session_records
+
 TRAINER = [sys.executable, "-u", "-m", "bashgym.trainers"]
 
 
@@ -29,29 +31,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
-
-
-def session_records(n: int) -> list[dict[str, Any]]:
-    records = []
-    for i in range(n):
-        target, hint, original = f"wc -l data{i}.txt", "Hint: wc counts lines. ", f"Count lines of data{i}.txt\n$ "
-        hinted = hint + original + target + "\n"
-        start = hinted.index(target)
-        records.append(
-            {
-                "record_id": f"r{i}",
-                "session_id": "s1",
-                "step_index": i,
-                "original_context": original,
-                "hinted_context": hinted,
-                "hint_text": hint,
-                "target_text": target,
-                "target_span": {"start": start, "end": start + len(target)},
-                "loss_mask": {"policy": "target_span_only"},
-                "reader_confidence": 0.9,
-            }
-        )
-    return records
 
 
 def dataset_for(strategy: str, tmp: Path) -> Path:
