@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.daemon.api_authority import authority_routes
+from bashgym.daemon.api_campaigns import campaign_routes
 from bashgym.daemon.api_devices import device_routes
 from bashgym.daemon.api_evaluations import evaluation_routes, withhold_protected
 from bashgym.daemon.api_exchange import exchange_routes
@@ -64,6 +65,7 @@ def register_routes(app: FastAPI) -> None:
         device_routes(),
         evaluation_routes(),
         exchange_routes(),
+        campaign_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them
     # plain APIRoutes (include_router wraps them in lazily resolved branches).

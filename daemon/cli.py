@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bashgym.daemon import (  # noqa: F401
         cli_auth,
         cli_budget,
+        cli_campaigns,
         cli_commands,
         cli_devices,
         cli_evidence,

@@ -66,6 +66,13 @@ class DevicePreflight(_Payload):
     reasons: list[str]
 
 
+class CampaignTransitioned(_Payload):
+    campaign_id: str
+    status: str
+    previous_status: str
+    reason: str = ""
+
+
 class RemoteLog(_Payload):
     """A status line a remote lane reported for a run (NeMo Customizer's status_logs)."""
 
@@ -111,6 +118,8 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "device.removed": EntityRegistered,
     "device.preflight": DevicePreflight,
     "runcard.created": EntityRegistered,
+    "campaign.created": EntityRegistered,
+    "campaign.transitioned": CampaignTransitioned,
     "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,
 }

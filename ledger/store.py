@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bashgym.ledger import access, devices, evidence, integrity, lineage, queries, runcards, runs
+from bashgym.ledger import access, campaigns, devices, evidence, integrity, lineage, queries, runcards, runs
+from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable
 from bashgym.ledger.migrations import migrate
@@ -242,6 +243,30 @@ class Ledger:
             return WriteResult(record=record, replayed=replayed, cursor=tx.last_cursor)
 
         return await self.write(actor, run)
+
+    # -- campaigns -----------------------------------------------------------------------------
+
+    async def create_campaign(self, actor: Actor, ws: str, project: str, spec: CampaignSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: campaigns.create_campaign(tx, ws, project, spec))
+
+    async def transition_campaign(
+        self, actor: Actor, ws: str, project: str, campaign_id: str, target: str, *, expected_version: int, reason: str
+    ) -> WriteResult:
+        return await self._put(
+            actor,
+            lambda tx: campaigns.transition_campaign(
+                tx, ws, project, campaign_id, target, expected_version=expected_version, reason=reason
+            ),
+        )
+
+    async def get_campaign(self, ws: str, project: str, campaign_id: str) -> dict[str, Any]:
+        return await self.read(lambda conn: campaigns.get_campaign(conn, ws, project, campaign_id))
+
+    async def list_campaigns(self, ws: str, project: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: campaigns.list_campaigns(conn, ws, project))
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        return await self.read(campaigns.list_schedules)
 
     # -- runcards ------------------------------------------------------------------------------
 

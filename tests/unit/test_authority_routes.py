@@ -316,6 +316,62 @@ BEYOND_AUTHORITY = {
 }
 
 
+def _campaign_spec(campaign_id: str) -> dict[str, Any]:
+    return {
+        "campaign_id": campaign_id,
+        "title": "T",
+        "objective": "O",
+        "suite_id": "bash-tasks-v1",
+        "starting_model_version_id": "mv",
+        "dataset_version_ids": ["dv"],
+        "base_recipe": {"strategy": "sft"},
+        "budget": {"runs": 2},
+    }
+
+
+async def _campaign(h: Harness, *actions: str) -> tuple[str, str]:
+    project, campaign = await _project(h), f"c{next(_counter)}"
+    await h.admin_call("POST", f"/v1/projects/{project}/campaigns", json=_campaign_spec(campaign))
+    for action in actions:
+        if action == "ready":  # validation needs the pinned model and data to exist
+            model = {"model_version_id": "mv", "model_id": "m", "source_uri": "hf://m"}
+            await h.admin_call("POST", f"/v1/projects/{project}/model-versions", json=model)
+            data = {
+                "dataset_version_id": "dv",
+                "dataset_id": "d",
+                "source_uri": "file:///d",
+                "content_digest": digest("d"),
+            }
+            await h.admin_call("POST", f"/v1/projects/{project}/dataset-versions", json=data)
+            action = "validate"
+        current = await h.admin_call("GET", f"/v1/projects/{project}/campaigns/{campaign}")
+        await h.admin_call(
+            "POST",
+            f"/v1/projects/{project}/campaigns/{campaign}/{action}",
+            json={"expected_version": current["version"]},
+        )
+    return project, campaign
+
+
+async def case_campaign_create(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/campaigns", {"json": _campaign_spec(f"c{next(_counter)}")}
+
+
+async def case_campaign_validate(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, campaign = await _campaign(h)
+    return f"/v1/projects/{project}/campaigns/{campaign}/validate", {"json": {"expected_version": 1}}
+
+
+async def case_campaign_control(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, campaign = await _campaign(h, "ready")
+    return f"/v1/projects/{project}/campaigns/{campaign}/start", {"json": {"expected_version": 2}}
+
+
+async def case_campaign_conclude(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, campaign = await _campaign(h, "ready", "start")
+    return f"/v1/projects/{project}/campaigns/{campaign}/conclude", {"json": {"expected_version": 3}}
+
+
 async def case_model_export(h: Harness) -> tuple[str, dict[str, Any]]:
     project = await _project(h)
     version = {"model_version_id": "mv1", "model_id": "m", "source_uri": "file:///nonexistent/model"}
@@ -424,6 +480,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): case_promote,
     ("POST", "/v1/projects/{project}/model-versions/{version}/export"): case_model_export,
     ("POST", "/v1/projects/{project}/model-versions/import"): case_model_import,
+    ("POST", "/v1/projects/{project}/campaigns"): case_campaign_create,
+    ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/validate"): case_campaign_validate,
+    ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/{action}"): case_campaign_control,
+    ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/conclude"): case_campaign_conclude,
 }
 
 

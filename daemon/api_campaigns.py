@@ -1,0 +1,101 @@
+"""Campaign routes: create, read, validate (draft -> ready) and the lifecycle actions, each checked against
+the campaign's version so concurrent changes never overwrite each other."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from bashgym.daemon.app import json_response
+from bashgym.daemon.campaigns import ACTIONS, open_budget, utc_now, validate
+from bashgym.daemon.routing import Call, ReadCall, requires, written
+from bashgym.ledger.campaign_specs import CampaignSpec
+from bashgym.ledger.errors import Conflict
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+CreateCall = Annotated[Call, requires("campaign.create")]
+ControlCall = Annotated[Call, requires("campaign.control")]
+ConcludeCall = Annotated[Call, requires("campaign.conclude")]
+
+
+class VersionedAction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    expected_version: int = Field(ge=1)
+    reason: Annotated[str, Field(max_length=2000)] = ""
+
+
+def campaign_routes() -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["campaigns"])
+
+    @router.post("/projects/{project}/campaigns", status_code=201)
+    async def campaign_create(call: CreateCall, project: str, body: CampaignSpec) -> Response:
+        return written(await call.services.ledger.create_campaign(call.actor, call.workspace, project, body))
+
+    @router.get("/projects/{project}/campaigns")
+    async def campaign_list(call: ReadCall, project: str) -> Response:
+        return json_response({"campaigns": await call.services.ledger.list_campaigns(call.workspace, project)})
+
+    @router.get("/projects/{project}/campaigns/{campaign_id}")
+    async def campaign_show(call: ReadCall, project: str, campaign_id: str) -> Response:
+        return json_response(await call.services.ledger.get_campaign(call.workspace, project, campaign_id))
+
+    @router.post("/projects/{project}/campaigns/{campaign_id}/validate")
+    async def campaign_validate(call: ControlCall, project: str, campaign_id: str, body: VersionedAction) -> Response:
+        ledger = call.services.ledger
+        campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
+        findings = await validate(ledger, call.workspace, project, campaign["spec"], now=utc_now())
+        if not findings and campaign["status"] == "draft":
+            campaign = (
+                await ledger.transition_campaign(
+                    call.actor,
+                    call.workspace,
+                    project,
+                    campaign_id,
+                    "ready",
+                    expected_version=body.expected_version,
+                    reason="validation passed",
+                )
+            ).record
+        return json_response({"campaign": campaign, "ok": not findings, "findings": findings})
+
+    async def act(call: Call, project: str, campaign_id: str, action: str, body: VersionedAction) -> Response:
+        ledger = call.services.ledger
+        campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
+        target, sources = ACTIONS[action]
+        if action == "resume" and campaign["status"] == "awaiting_authority":
+            target = campaign["resume_status"] or "active"
+        if campaign["status"] not in sources:
+            raise Conflict(
+                f"Campaign {campaign_id} is {campaign['status']}; {action} applies to {', '.join(sorted(sources))}.",
+                hint="bashgym campaign show tells its state; validate a draft before starting it.",
+            )
+        if action == "start":
+            await open_budget(ledger, call.actor, call.workspace, project, campaign)
+        result = await ledger.transition_campaign(
+            call.actor,
+            call.workspace,
+            project,
+            campaign_id,
+            target,
+            expected_version=body.expected_version,
+            reason=body.reason or f"{action} by {call.principal.actor_id}",
+        )
+        return written(result)
+
+    @router.post("/projects/{project}/campaigns/{campaign_id}/conclude")
+    async def campaign_conclude(call: ConcludeCall, project: str, campaign_id: str, body: VersionedAction) -> Response:
+        return await act(call, project, campaign_id, "conclude", body)
+
+    # After the fixed routes: a path parameter here would otherwise catch /validate and /conclude.
+    @router.post("/projects/{project}/campaigns/{campaign_id}/{action}")
+    async def campaign_control(
+        call: ControlCall,
+        project: str,
+        campaign_id: str,
+        action: Literal["start", "pause", "resume", "cancel"],
+        body: VersionedAction,
+    ) -> Response:
+        return await act(call, project, campaign_id, action, body)
+
+    return router

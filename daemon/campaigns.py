@@ -1,0 +1,145 @@
+"""Campaign validation (draft -> ready) and lifecycle actions on top of the ledger's state machine.
+
+Validation checks what a campaign pins before anything runs, each finding with a code and the
+next action: the suite, the starting model, every approved dataset version, the compute lane, the
+base recipe, the budget, the deadline and the report schedule.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import NotFound
+from bashgym.ledger.models import Actor, BudgetEntrySpec
+from bashgym.trainers.specs import TrainingRequest, parse_compute_target
+from bashgym.trainers.terminal_tasks import default_suite
+from pydantic import ValidationError
+
+# Placeholders for the fields each iteration fills in, so the base recipe validates on its own.
+_FILLED_PER_ITERATION = {"base_model": "campaign-model", "dataset_path": "campaign-data.jsonl"}
+
+ACTIONS = {
+    "start": ("active", {"ready"}),
+    "pause": ("paused", {"active"}),
+    "resume": ("active", {"paused", "awaiting_authority"}),
+    "cancel": ("cancelled", {"draft", "ready", "active", "paused", "awaiting_authority"}),
+    "conclude": ("completed", {"active", "paused"}),
+}
+
+
+def finding(code: str, message: str, next_action: str) -> dict[str, str]:
+    return {"code": code, "severity": "fail", "message": message, "next_action": next_action}
+
+
+async def validate(
+    ledger: Ledger, ws: str, project: str, spec: dict[str, Any], *, now: datetime
+) -> list[dict[str, str]]:
+    """Every reason the campaign cannot start yet; empty when it may."""
+    found: list[dict[str, str]] = []
+    suites = {s["suite_id"] for s in (await ledger.list_evaluations(ws, project))["suites"]}
+    if spec["suite_id"] not in suites | {default_suite().suite_id}:
+        found.append(
+            finding(
+                "suite_missing",
+                f"Evaluation suite {spec['suite_id']!r} is not registered in {project}.",
+                "Register it (POST /v1/projects/P/eval-suites) or pin bash-tasks-v1.",
+            )
+        )
+    try:
+        await ledger.get_model_version(ws, project, spec["starting_model_version_id"])
+    except NotFound:
+        found.append(
+            finding(
+                "model_missing",
+                f"Starting model version {spec['starting_model_version_id']!r} is not in {project}.",
+                "bashgym model register, then validate again.",
+            )
+        )
+    for version in spec["dataset_version_ids"]:
+        try:
+            await ledger.get_dataset_version(ws, project, version)
+        except NotFound:
+            found.append(
+                finding(
+                    "dataset_missing", f"Dataset version {version!r} is not in {project}.", "bashgym dataset register"
+                )
+            )
+    found += await _lane(ledger, ws, spec["compute_target"])
+    found += _recipe(spec)
+    budget = spec["budget"]
+    if not budget["runs"] and not budget["gpu_hours"]:
+        found.append(
+            finding(
+                "budget_missing",
+                "The campaign has no budget: neither runs nor GPU-hours are limited.",
+                "Set budget.runs and/or budget.gpu_hours in the spec.",
+            )
+        )
+    for where, deadline in (("budget", budget.get("deadline")), ("stop_rules", spec["stop_rules"].get("deadline"))):
+        if deadline and datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= now:
+            found.append(finding("deadline_past", f"{where}.deadline {deadline} has passed.", "Set a future deadline."))
+    if spec.get("report_schedule"):
+        found += _schedule(spec["report_schedule"])
+    return found
+
+
+async def _lane(ledger: Ledger, ws: str, target: str) -> list[dict[str, str]]:
+    try:
+        lane, device = parse_compute_target(target)
+    except ValueError as exc:
+        return [finding("compute_target_invalid", str(exc), "Use local, ssh:<device_id> or cloud:nemo-customizer.")]
+    if lane != "ssh":
+        return []
+    try:
+        record = await ledger.get_device(ws, str(device))
+    except NotFound:
+        return [finding("lane_not_ready", f"Device {device!r} is not registered.", "bashgym device add")]
+    if not record["ready"]:
+        return [finding("lane_not_ready", f"Device {device} is not ready.", f"bashgym device preflight {device}")]
+    return []
+
+
+def _recipe(spec: dict[str, Any]) -> list[dict[str, str]]:
+    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
+    try:
+        TrainingRequest.from_recipe(recipe)
+    except (ValidationError, ValueError) as exc:
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        return [finding("recipe_invalid", f"base_recipe: {message}", "Fix the base recipe; training plan checks one.")]
+    return []
+
+
+def _schedule(schedule: dict[str, Any]) -> list[dict[str, str]]:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(schedule["cron"], timezone=schedule["timezone"])
+    except Exception as exc:  # ValueError for the expression, ZoneInfoNotFoundError for the zone
+        return [
+            finding(
+                "schedule_invalid",
+                f"report_schedule {schedule['cron']!r} in {schedule['timezone']}: {exc}",
+                "Use five cron fields and an IANA time zone, e.g. `0 9 * * 1` in Europe/Paris.",
+            )
+        ]
+    return []
+
+
+async def open_budget(ledger: Ledger, actor: Actor, ws: str, project: str, campaign: dict[str, Any]) -> None:
+    """At start: the campaign's own budget scope gets its limit (once, idempotently)."""
+    budget = campaign["spec"]["budget"]
+    spec = BudgetEntrySpec(
+        entry_id=f"{campaign['campaign_id']}.limit",
+        scope=f"campaign-{campaign['campaign_id']}"[:128],
+        kind="limit",
+        gpu_hours=budget["gpu_hours"],
+        runs=budget["runs"],
+        reason=f"limit of campaign {campaign['campaign_id']}",
+    )
+    await ledger.add_budget_entry(actor, ws, project, spec)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,96 @@
+"""`bashgym campaign ...`: create a campaign from a spec file, validate it, and move it through its states."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bashgym.daemon.cli import Ctx, command, done, read_json_file
+from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
+
+
+def _project(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+
+
+def _campaign(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("campaign", help="campaign id")
+    _project(parser)
+
+
+def _where(ctx: Ctx, suffix: str = "") -> str:
+    return f"/v1/projects/{ctx.args.project}/campaigns{suffix}"
+
+
+def _create_args(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    parser.add_argument("--spec", required=True, type=Path, help="campaign spec (JSON)")
+
+
+@command("campaign", "create", help="create a draft campaign from a spec file (campaign.create)")(_create_args)
+async def campaign_create(ctx: Ctx) -> int:
+    spec = read_json_file(ctx.args.spec, what="campaign spec")
+    result = await ctx.client.request("POST", _where(ctx), body=spec, params={"workspace": ctx.workspace})
+    return done(ctx, result["record"], title=f"Campaign {result['record']['campaign_id']} (draft)")
+
+
+@command("campaign", "list", help="the project's campaigns and their states")(_project)
+async def campaign_list(ctx: Ctx) -> int:
+    listing = await ctx.client.request("GET", _where(ctx), params={"workspace": ctx.workspace})
+    if ctx.as_json:
+        return done(ctx, listing)
+    rows = [
+        {"campaign": c["campaign_id"], "status": c["status"], "version": c["version"], "title": c["title"]}
+        for c in listing["campaigns"]
+    ]
+    return done(ctx, rows, title="Campaigns")
+
+
+@command("campaign", "show", help="a campaign's state, version and pinned spec")(_campaign)
+async def campaign_show(ctx: Ctx) -> int:
+    campaign = await _current(ctx)
+    return done(ctx, campaign, title=f"Campaign {ctx.args.campaign}")
+
+
+async def _current(ctx: Ctx) -> dict[str, Any]:
+    return dict(
+        await ctx.client.request("GET", _where(ctx, f"/{ctx.args.campaign}"), params={"workspace": ctx.workspace})
+    )
+
+
+def _action_args(parser: argparse.ArgumentParser) -> None:
+    _campaign(parser)
+    parser.add_argument("--expected-version", type=int, help="fail (409) unless the campaign is at this version")
+    parser.add_argument("--reason", default="", help="recorded with the transition")
+
+
+async def _act(ctx: Ctx, action: str) -> int:
+    a = ctx.args
+    version = a.expected_version or (await _current(ctx))["version"]
+    body = {"expected_version": version, "reason": a.reason}
+    result = await ctx.client.request(
+        "POST", _where(ctx, f"/{a.campaign}/{action}"), body=body, params={"workspace": ctx.workspace}
+    )
+    if action == "validate":
+        done(
+            ctx, result if ctx.as_json else result["findings"] or [{"ok": "ready"}], title=f"Validation of {a.campaign}"
+        )
+        return EXIT_OK if result["ok"] else EXIT_RULE
+    return done(ctx, result["record"], title=f"Campaign {a.campaign}: {result['record']['status']}")
+
+
+def _register(action: str, help_text: str) -> None:
+    async def handler(ctx: Ctx) -> int:
+        return await _act(ctx, action)
+
+    handler.__name__ = f"campaign_{action}"
+    command("campaign", action, help=help_text)(_action_args)(handler)
+
+
+_register("validate", "check the campaign's pins; a passing draft becomes ready (exit 7 on findings)")
+_register("start", "start a ready campaign (campaign.control)")
+_register("pause", "pause an active campaign (campaign.control)")
+_register("resume", "resume a paused campaign, or one awaiting authority once satisfied (campaign.control)")
+_register("cancel", "cancel a campaign; terminal (campaign.control)")
+_register("conclude", "conclude an active or paused campaign as completed (campaign.conclude)")

@@ -1,0 +1,140 @@
+"""Campaign records: creation, the state machine with optimistic versions, and their schedules."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from bashgym.ledger.campaign_specs import CampaignSpec
+from bashgym.ledger.errors import Conflict, InvalidTransition, NotFound
+from bashgym.ledger.rows import require_project
+from bashgym.ledger.tx import Tx
+from bashgym.ledger.validation import canonical_json
+
+TERMINAL = frozenset({"completed", "exhausted", "failed", "cancelled"})
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "draft": frozenset({"ready", "cancelled"}),
+    "ready": frozenset({"draft", "active", "cancelled"}),
+    "active": frozenset({"paused", "awaiting_authority", "completed", "exhausted", "failed", "cancelled"}),
+    "paused": frozenset({"active", "awaiting_authority", "failed", "cancelled"}),
+    "awaiting_authority": frozenset({"active", "paused", "failed", "cancelled"}),
+    **{state: frozenset() for state in TERMINAL},
+}
+
+
+def create_campaign(tx: Tx, ws: str, project: str, spec: CampaignSpec) -> tuple[dict[str, Any], bool]:
+    require_project(tx.conn, ws, project)
+    spec_json = canonical_json(spec.model_dump(mode="json"))
+    existing = _row(tx.conn, ws, project, spec.campaign_id)
+    if existing is not None:
+        if existing["spec_json"] == spec_json:
+            return _record(existing), True
+        raise Conflict(
+            f"Campaign {spec.campaign_id!r} already exists with another spec.",
+            hint="Pick another campaign_id; a campaign's pins never change once created.",
+        )
+    tx.conn.execute(
+        "INSERT INTO campaigns (workspace_id, project_id, campaign_id, title, status, version, spec_json, created_by, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, 'draft', 1, ?, ?, ?, ?)",
+        (ws, project, spec.campaign_id, spec.title, spec_json, tx.actor.actor_id, tx.now, tx.now),
+    )
+    if spec.report_schedule is not None:
+        schedule = spec.report_schedule
+        tx.conn.execute(
+            "INSERT INTO schedules (workspace_id, project_id, schedule_id, campaign_id, kind, cron, timezone, channel, "
+            "created_at, updated_at) VALUES (?, ?, ?, ?, 'report', ?, ?, ?, ?, ?)",
+            (ws, project, f"{spec.campaign_id}.report", spec.campaign_id, schedule.cron, schedule.timezone,
+             schedule.channel, tx.now, tx.now),
+        )  # fmt: skip
+    tx.append_event(
+        "campaign.created",
+        workspace_id=ws,
+        project_id=project,
+        payload={"entity": "campaign", "entity_id": spec.campaign_id, "title": spec.title},
+    )
+    return get_campaign(tx.conn, ws, project, spec.campaign_id), False
+
+
+def transition_campaign(
+    tx: Tx, ws: str, project: str, campaign_id: str, target: str, *, expected_version: int, reason: str
+) -> tuple[dict[str, Any], bool]:
+    """Move a campaign to `target` if its version is `expected_version`; every move is an event."""
+    row = _row(tx.conn, ws, project, campaign_id)
+    if row is None:
+        raise _not_found(campaign_id, project)
+    if row["version"] != expected_version:
+        raise Conflict(
+            f"Campaign {campaign_id} is at version {row['version']}, not {expected_version}; someone changed it.",
+            hint="Read it again (bashgym campaign show) and retry with its current version.",
+            details={"version": row["version"], "status": row["status"]},
+        )
+    current = row["status"]
+    if target not in TRANSITIONS[current]:
+        allowed = ", ".join(sorted(TRANSITIONS[current])) or "nothing (it is terminal)"
+        raise InvalidTransition(
+            f"Campaign {campaign_id} cannot move from {current} to {target}.",
+            hint=f"From {current} it may move to {allowed}.",
+        )
+    # awaiting_authority remembers where to return; leaving it clears that.
+    resume = current if target == "awaiting_authority" else None
+    tx.conn.execute(
+        "UPDATE campaigns SET status = ?, resume_status = ?, version = version + 1, status_reason = ?, updated_at = ? "
+        "WHERE workspace_id = ? AND project_id = ? AND campaign_id = ?",
+        (target, resume, reason[:2000], tx.now, ws, project, campaign_id),
+    )
+    tx.append_event(
+        "campaign.transitioned",
+        workspace_id=ws,
+        project_id=project,
+        payload={"campaign_id": campaign_id, "status": target, "previous_status": current, "reason": reason[:2000]},
+    )
+    return get_campaign(tx.conn, ws, project, campaign_id), False
+
+
+def get_campaign(conn: sqlite3.Connection, ws: str, project: str, campaign_id: str) -> dict[str, Any]:
+    row = _row(conn, ws, project, campaign_id)
+    if row is None:
+        raise _not_found(campaign_id, project)
+    return _record(row)
+
+
+def list_campaigns(conn: sqlite3.Connection, ws: str, project: str) -> list[dict[str, Any]]:
+    require_project(conn, ws, project)
+    rows = conn.execute(
+        "SELECT * FROM campaigns WHERE workspace_id = ? AND project_id = ? ORDER BY created_at", (ws, project)
+    ).fetchall()
+    return [_record(row) for row in rows]
+
+
+def list_schedules(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    return [dict(row) for row in conn.execute("SELECT * FROM schedules ORDER BY schedule_id")]
+
+
+def _row(conn: sqlite3.Connection, ws: str, project: str, campaign_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM campaigns WHERE workspace_id = ? AND project_id = ? AND campaign_id = ?",
+        (ws, project, campaign_id),
+    ).fetchone()
+    return row
+
+
+def _record(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "campaign_id": row["campaign_id"],
+        "project_id": row["project_id"],
+        "title": row["title"],
+        "status": row["status"],
+        "resume_status": row["resume_status"],
+        "status_reason": row["status_reason"],
+        "version": row["version"],
+        "incumbent_iteration_id": row["incumbent_iteration_id"],
+        "spec": json.loads(row["spec_json"]),
+        "created_by": row["created_by"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def _not_found(campaign_id: str, project: str) -> NotFound:
+    return NotFound(f"No campaign {campaign_id!r} in project {project!r}.", hint="bashgym campaign list --project P")

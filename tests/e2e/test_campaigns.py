@@ -1,0 +1,91 @@
+"""Campaign records through the CLI: a draft validated to ready, versioned state changes, terminal states."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.factories import digest
+from tests.helpers import RunningDaemon, cli
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    return {
+        "campaign_id": "bash-q4",
+        "title": "Better bash commands",
+        "objective": "Raise pass@1 on the terminal-task suite without more timeouts.",
+        "suite_id": "bash-tasks-v1",
+        "starting_model_version_id": "tiny-v1",
+        "dataset_version_ids": ["traces-v1"],
+        "base_recipe": {"strategy": "sft", "max_steps": 4, "learning_rate": 5e-3},
+        "budget": {"runs": 4, "gpu_hours": 0},
+        "stop_rules": {"max_iterations": 3, "min_improvement": 0.01, "protected_metrics": {"timeout_rate": 0.05}},
+        "report_schedule": {"cron": "0 9 * * 1", "timezone": "Europe/Paris", "channel": "bash-research"},
+        **overrides,
+    }
+
+
+def write(tmp: Path, body: dict[str, Any]) -> str:
+    path = tmp / f"{body['campaign_id']}.json"
+    path.write_text(json.dumps(body))
+    return str(path)
+
+
+def test_a_draft_is_validated_to_ready_then_moves_only_by_its_current_version(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    env = daemon.env()
+    assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
+    created = cli(env, "campaign", "create", "--project", "nightly", "--spec", write(tmp_path, spec()), "--json")
+    assert created.code == 0, created.stderr
+    assert (created.json()["status"], created.json()["version"]) == ("draft", 1)
+
+    blocked = cli(env, "campaign", "validate", "bash-q4", "--project", "nightly", "--json")
+    assert blocked.code == 7
+    assert {f["code"] for f in blocked.json()["findings"]} == {"model_missing", "dataset_missing"}
+    assert all(f["next_action"] for f in blocked.json()["findings"])
+
+    with daemon.client() as client:
+        model = {"model_version_id": "tiny-v1", "model_id": "tiny", "source_uri": "hf://org/tiny"}
+        client.post("/v1/projects/nightly/model-versions", json=model)
+        data = {"dataset_version_id": "traces-v1", "dataset_id": "traces", "source_uri": "file:///d.jsonl"}
+        client.post("/v1/projects/nightly/dataset-versions", json={**data, "content_digest": digest("d")})
+    ready = cli(env, "campaign", "validate", "bash-q4", "--project", "nightly", "--json")
+    assert ready.code == 0, ready.stdout
+    assert ready.json()["campaign"]["status"] == "ready"
+
+    assert cli(env, "campaign", "start", "bash-q4", "--project", "nightly").code == 0
+    stale = cli(env, "campaign", "pause", "bash-q4", "--project", "nightly", "--expected-version", "2")
+    assert stale.code == 6 and "version" in stale.stderr
+    assert cli(env, "campaign", "pause", "bash-q4", "--project", "nightly", "--reason", "GPU maintenance").code == 0
+    assert cli(env, "campaign", "resume", "bash-q4", "--project", "nightly").code == 0
+    done = cli(env, "campaign", "conclude", "bash-q4", "--project", "nightly", "--json")
+    assert done.code == 0 and done.json()["status"] == "completed"
+    again = cli(env, "campaign", "resume", "bash-q4", "--project", "nightly")
+    assert again.code == 6 and "completed" in again.stderr
+
+    with daemon.client() as client:
+        events = client.get("/v1/projects/nightly/events", params={"limit": 500}).json()["events"]
+        budget = client.get("/v1/projects/nightly/budget", params={"scope": "campaign-bash-q4"})
+    moves = [e["payload"]["status"] for e in events if e["event_type"] == "campaign.transitioned"]
+    assert moves == ["ready", "active", "paused", "active", "completed"]
+    assert budget.status_code == 200
+
+
+def test_a_bad_schedule_lane_or_recipe_is_named_before_anything_runs(daemon: RunningDaemon, tmp_path: Path) -> None:
+    env = daemon.env()
+    cli(env, "project", "create", "--id", "nightly", "--name", "Nightly")
+    bad = spec(
+        campaign_id="bad",
+        compute_target="ssh:nowhere",
+        base_recipe={"strategy": "sft", "epochs": 2},
+        budget={"runs": 0, "gpu_hours": 0},
+        report_schedule={"cron": "61 9 * * 1", "timezone": "Mars/Base"},
+    )
+    assert cli(env, "campaign", "create", "--project", "nightly", "--spec", write(tmp_path, bad)).code == 0
+    result = cli(env, "campaign", "validate", "bad", "--project", "nightly", "--json")
+    codes = {f["code"] for f in result.json()["findings"]}
+    assert {"lane_not_ready", "recipe_invalid", "budget_missing", "schedule_invalid"} <= codes
+    recipe = next(f for f in result.json()["findings"] if f["code"] == "recipe_invalid")
+    assert "num_epochs" in recipe["message"]
