@@ -3,10 +3,10 @@ the campaign's version so concurrent changes never overwrite each other."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from bashgym.daemon.app import json_response
-from bashgym.daemon.campaigns import ACTIONS, open_budget, utc_now, validate
+from bashgym.daemon.campaigns import ACTIONS, check_proposal, open_budget, utc_now, validate
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.errors import Conflict
@@ -17,6 +17,20 @@ from starlette.responses import Response
 CreateCall = Annotated[Call, requires("campaign.create")]
 ControlCall = Annotated[Call, requires("campaign.control")]
 ConcludeCall = Annotated[Call, requires("campaign.conclude")]
+
+
+class Proposal(BaseModel):
+    """One candidate: exactly one primary variable changed from the base recipe, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    primary_variable: Annotated[str, Field(min_length=1, max_length=100)]
+    value: Any
+    rationale: Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+class Hypotheses(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hypotheses: list[Proposal] = Field(min_length=1, max_length=100)
 
 
 class VersionedAction(BaseModel):
@@ -82,6 +96,30 @@ def campaign_routes() -> APIRouter:
             reason=body.reason or f"{action} by {call.principal.actor_id}",
         )
         return written(result)
+
+    async def add(call: Call, project: str, campaign_id: str, proposals: list[Proposal]) -> Response:
+        ledger = call.services.ledger
+        campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
+        for proposal in proposals:
+            check_proposal(campaign["spec"], proposal.model_dump())
+        added = await ledger.add_iterations(
+            call.actor, call.workspace, project, campaign_id, [p.model_dump() for p in proposals]
+        )
+        return written(added)
+
+    @router.post("/projects/{project}/campaigns/{campaign_id}/propose", status_code=201)
+    async def campaign_propose(call: ControlCall, project: str, campaign_id: str, body: Proposal) -> Response:
+        return await add(call, project, campaign_id, [body])
+
+    @router.post("/projects/{project}/campaigns/{campaign_id}/queue", status_code=201)
+    async def campaign_queue(call: ControlCall, project: str, campaign_id: str, body: Hypotheses) -> Response:
+        return await add(call, project, campaign_id, body.hypotheses)
+
+    @router.get("/projects/{project}/campaigns/{campaign_id}/iterations")
+    async def campaign_iterations(call: ReadCall, project: str, campaign_id: str) -> Response:
+        await call.services.ledger.get_campaign(call.workspace, project, campaign_id)
+        iterations = await call.services.ledger.list_iterations(call.workspace, project, campaign_id)
+        return json_response({"campaign_id": campaign_id, "iterations": iterations})
 
     @router.post("/projects/{project}/campaigns/{campaign_id}/conclude")
     async def campaign_conclude(call: ConcludeCall, project: str, campaign_id: str, body: VersionedAction) -> Response:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import NotFound
+from bashgym.ledger.errors import NotFound, RuleRejected
 from bashgym.ledger.models import Actor, BudgetEntrySpec
 from bashgym.trainers.specs import TrainingRequest, parse_compute_target
 from bashgym.trainers.terminal_tasks import default_suite
@@ -125,6 +125,37 @@ def _schedule(schedule: dict[str, Any]) -> list[dict[str, str]]:
             )
         ]
     return []
+
+
+# What a candidate may not change: the campaign pins them, or each iteration fills them in.
+PINNED_FIELDS = frozenset(
+    {"strategy", "base_model", "dataset_path", "compute_target", "tracking_context", "correlation_id", "device_id"}
+)
+
+
+def check_proposal(spec: dict[str, Any], proposal: dict[str, Any]) -> None:
+    """One primary variable, a value that changes it, and a recipe that still validates."""
+    variable, value = proposal["primary_variable"], proposal["value"]
+    if variable == "dataset_version_id":
+        if value not in spec["dataset_version_ids"]:
+            raise RuleRejected(
+                f"Dataset version {value!r} is not approved for this campaign.",
+                hint=f"Use one of {', '.join(spec['dataset_version_ids'])}.",
+            )
+        return
+    if variable in PINNED_FIELDS or variable not in TrainingRequest.model_fields:
+        raise RuleRejected(
+            f"`{variable}` cannot be a candidate's primary variable.",
+            hint="Change one method field (learning_rate, num_epochs, lora_rank, ...) or dataset_version_id.",
+        )
+    if spec["base_recipe"].get(variable) == value:
+        raise RuleRejected(f"The base recipe already has {variable} = {value!r}; a candidate must change it.")
+    recipe = {**spec["base_recipe"], variable: value, **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
+    try:
+        TrainingRequest.from_recipe(recipe)
+    except (ValidationError, ValueError) as exc:
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise RuleRejected(f"With {variable} = {value!r} the recipe is invalid: {message}") from exc
 
 
 async def open_budget(ledger: Ledger, actor: Actor, ws: str, project: str, campaign: dict[str, Any]) -> None:

@@ -94,3 +94,37 @@ _register("pause", "pause an active campaign (campaign.control)")
 _register("resume", "resume a paused campaign, or one awaiting authority once satisfied (campaign.control)")
 _register("cancel", "cancel a campaign; terminal (campaign.control)")
 _register("conclude", "conclude an active or paused campaign as completed (campaign.conclude)")
+
+
+def _propose_args(parser: argparse.ArgumentParser) -> None:
+    _campaign(parser)
+    parser.add_argument(
+        "--recipe-change", required=True, type=Path, help='JSON: {"primary_variable", "value", "rationale"}'
+    )
+
+
+@command("campaign", "propose", help="add one candidate: one changed variable and its rationale (campaign.control)")(
+    _propose_args
+)
+async def campaign_propose(ctx: Ctx) -> int:
+    body = read_json_file(ctx.args.recipe_change, what="recipe change")
+    result = await ctx.client.request(
+        "POST", _where(ctx, f"/{ctx.args.campaign}/propose"), body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result["record"]["iterations"], title=f"Iterations of {ctx.args.campaign}")
+
+
+def _queue_args(parser: argparse.ArgumentParser) -> None:
+    _campaign(parser)
+    parser.add_argument("--hypotheses", required=True, type=Path, help="JSON list of recipe changes, run in order")
+
+
+@command("campaign", "queue", help="add a list of candidates, run one at a time in order (campaign.control)")(
+    _queue_args
+)
+async def campaign_queue(ctx: Ctx) -> int:
+    body = {"hypotheses": read_json_file(ctx.args.hypotheses, what="hypotheses")}
+    result = await ctx.client.request(
+        "POST", _where(ctx, f"/{ctx.args.campaign}/queue"), body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result["record"]["iterations"], title=f"Iterations of {ctx.args.campaign}")

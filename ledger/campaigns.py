@@ -138,3 +138,59 @@ def _record(row: sqlite3.Row) -> dict[str, Any]:
 
 def _not_found(campaign_id: str, project: str) -> NotFound:
     return NotFound(f"No campaign {campaign_id!r} in project {project!r}.", hint="bashgym campaign list --project P")
+
+
+def add_iterations(
+    tx: Tx, ws: str, project: str, campaign_id: str, proposals: list[dict[str, Any]]
+) -> tuple[dict[str, Any], bool]:
+    """Append candidate iterations (queued, in order); each names one primary variable and its rationale."""
+    campaign = get_campaign(tx.conn, ws, project, campaign_id)
+    if campaign["status"] in TERMINAL:
+        raise InvalidTransition(
+            f"Campaign {campaign_id} is {campaign['status']}; a terminal campaign takes no candidates.",
+            hint="Create a new campaign.",
+        )
+    (last,) = tx.conn.execute(
+        "SELECT COALESCE(MAX(number), 0) FROM campaign_iterations WHERE workspace_id = ? AND project_id = ? "
+        "AND campaign_id = ?",
+        (ws, project, campaign_id),
+    ).fetchone()
+    added = []
+    for offset, proposal in enumerate(proposals, start=1):
+        number = last + offset
+        iteration_id = f"{campaign_id}.i{number}"
+        tx.conn.execute(
+            "INSERT INTO campaign_iterations (workspace_id, project_id, campaign_id, iteration_id, number, kind, "
+            "stage, primary_variable, recipe_change_json, rationale, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, 'candidate', 'queued', ?, ?, ?, ?, ?)",
+            (ws, project, campaign_id, iteration_id, number, proposal["primary_variable"],
+             canonical_json({proposal["primary_variable"]: proposal["value"]}), proposal["rationale"], tx.now, tx.now),
+        )  # fmt: skip
+        tx.append_event(
+            "campaign.iteration_added",
+            workspace_id=ws,
+            project_id=project,
+            payload={"entity": "campaign_iteration", "entity_id": iteration_id, "campaign_id": campaign_id},
+        )
+        added.append(iteration_id)
+    return {
+        "campaign_id": campaign_id,
+        "added": added,
+        "iterations": list_iterations(tx.conn, ws, project, campaign_id),
+    }, False
+
+
+def list_iterations(conn: sqlite3.Connection, ws: str, project: str, campaign_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT * FROM campaign_iterations WHERE workspace_id = ? AND project_id = ? AND campaign_id = ? "
+        "ORDER BY number",
+        (ws, project, campaign_id),
+    ).fetchall()
+    return [
+        {
+            key.removesuffix("_json"): (json.loads(row[key]) if key.endswith("_json") else row[key])
+            for key in row.keys()  # noqa: SIM118 - iterating a Row yields its values
+            if key not in {"workspace_id", "project_id"}
+        }
+        for row in rows
+    ]

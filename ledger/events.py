@@ -119,6 +119,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "device.preflight": DevicePreflight,
     "runcard.created": EntityRegistered,
     "campaign.created": EntityRegistered,
+    "campaign.iteration_added": EntityRegistered,
     "campaign.transitioned": CampaignTransitioned,
     "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,

@@ -265,6 +265,14 @@ class Ledger:
     async def list_campaigns(self, ws: str, project: str) -> list[dict[str, Any]]:
         return await self.read(lambda conn: campaigns.list_campaigns(conn, ws, project))
 
+    async def add_iterations(
+        self, actor: Actor, ws: str, project: str, campaign_id: str, proposals: list[dict[str, Any]]
+    ) -> WriteResult:
+        return await self._put(actor, lambda tx: campaigns.add_iterations(tx, ws, project, campaign_id, proposals))
+
+    async def list_iterations(self, ws: str, project: str, campaign_id: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: campaigns.list_iterations(conn, ws, project, campaign_id))
+
     async def list_schedules(self) -> list[dict[str, Any]]:
         return await self.read(campaigns.list_schedules)
 

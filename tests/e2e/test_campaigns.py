@@ -89,3 +89,43 @@ def test_a_bad_schedule_lane_or_recipe_is_named_before_anything_runs(daemon: Run
     assert {"lane_not_ready", "recipe_invalid", "budget_missing", "schedule_invalid"} <= codes
     recipe = next(f for f in result.json()["findings"] if f["code"] == "recipe_invalid")
     assert "num_epochs" in recipe["message"]
+
+
+def test_candidates_change_exactly_one_variable_and_queue_in_order(daemon: RunningDaemon, tmp_path: Path) -> None:
+    env = daemon.env()
+    cli(env, "project", "create", "--id", "nightly", "--name", "Nightly")
+    assert cli(env, "campaign", "create", "--project", "nightly", "--spec", write(tmp_path, spec())).code == 0
+    change = tmp_path / "lr.json"
+    change.write_text(json.dumps({"primary_variable": "learning_rate", "value": 1e-3, "rationale": "5e-3 overshoots"}))
+    proposed = cli(
+        env, "campaign", "propose", "bash-q4", "--project", "nightly", "--recipe-change", str(change), "--json"
+    )
+    assert proposed.code == 0, proposed.stderr
+    hypotheses = tmp_path / "queue.json"
+    hypotheses.write_text(
+        json.dumps(
+            [
+                {"primary_variable": "lora_rank", "value": 8, "rationale": "smaller adapter generalises"},
+                {"primary_variable": "dataset_version_id", "value": "traces-v1", "rationale": "the approved data"},
+            ]
+        )
+    )
+    queued = cli(env, "campaign", "queue", "bash-q4", "--project", "nightly", "--hypotheses", str(hypotheses), "--json")
+    assert queued.code == 0, queued.stderr
+    iterations = queued.json()
+    assert [(i["number"], i["primary_variable"], i["stage"]) for i in iterations] == [
+        (1, "learning_rate", "queued"),
+        (2, "lora_rank", "queued"),
+        (3, "dataset_version_id", "queued"),
+    ]
+    assert iterations[0]["recipe_change"] == {"learning_rate": 1e-3}
+
+    for bad, why in (
+        ({"primary_variable": "base_model", "value": "other", "rationale": "r"}, "cannot be a candidate"),
+        ({"primary_variable": "learning_rate", "value": 5e-3, "rationale": "r"}, "must change it"),
+        ({"primary_variable": "dataset_version_id", "value": "secret-v9", "rationale": "r"}, "not approved"),
+        ({"primary_variable": "num_epochs", "value": -1, "rationale": "r"}, "recipe is invalid"),
+    ):
+        change.write_text(json.dumps(bad))
+        refused = cli(env, "campaign", "propose", "bash-q4", "--project", "nightly", "--recipe-change", str(change))
+        assert refused.code == 7 and why in refused.stderr, refused.stderr

@@ -372,6 +372,18 @@ async def case_campaign_conclude(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{project}/campaigns/{campaign}/conclude", {"json": {"expected_version": 3}}
 
 
+async def case_campaign_propose(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, campaign = await _campaign(h)
+    body = {"primary_variable": "learning_rate", "value": 1e-3, "rationale": "lower"}
+    return f"/v1/projects/{project}/campaigns/{campaign}/propose", {"json": body}
+
+
+async def case_campaign_queue(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, campaign = await _campaign(h)
+    body = {"hypotheses": [{"primary_variable": "lora_rank", "value": 8, "rationale": "smaller"}]}
+    return f"/v1/projects/{project}/campaigns/{campaign}/queue", {"json": body}
+
+
 async def case_model_export(h: Harness) -> tuple[str, dict[str, Any]]:
     project = await _project(h)
     version = {"model_version_id": "mv1", "model_id": "m", "source_uri": "file:///nonexistent/model"}
@@ -484,6 +496,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/validate"): case_campaign_validate,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/{action}"): case_campaign_control,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/conclude"): case_campaign_conclude,
+    ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/propose"): case_campaign_propose,
+    ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/queue"): case_campaign_queue,
 }
 
 
