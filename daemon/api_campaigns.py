@@ -3,13 +3,15 @@ the campaign's version so concurrent changes never overwrite each other."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import asyncio
+from typing import Annotated, Any, Literal, get_args
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.campaigns import ACTIONS, check_proposal, open_budget, utc_now, validate
+from bashgym.daemon.reports import campaign_report
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.errors import Conflict
+from bashgym.ledger.errors import Conflict, NotFound
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -31,6 +33,14 @@ class Proposal(BaseModel):
 class Hypotheses(BaseModel):
     model_config = ConfigDict(extra="forbid")
     hypotheses: list[Proposal] = Field(min_length=1, max_length=100)
+
+
+ReportFormat = Literal["md", "json", "png"]
+
+
+class ReportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    formats: list[ReportFormat] = Field(default_factory=lambda: list(get_args(ReportFormat)), min_length=1)
 
 
 class VersionedAction(BaseModel):
@@ -120,6 +130,32 @@ def campaign_routes() -> APIRouter:
         await call.services.ledger.get_campaign(call.workspace, project, campaign_id)
         iterations = await call.services.ledger.list_iterations(call.workspace, project, campaign_id)
         return json_response({"campaign_id": campaign_id, "iterations": iterations})
+
+    @router.post("/projects/{project}/campaigns/{campaign_id}/reports", status_code=201)
+    async def campaign_report_create(
+        call: ControlCall, project: str, campaign_id: str, body: ReportRequest
+    ) -> Response:
+        reports_dir = call.services.settings.home / "reports"
+        manifest = await campaign_report(
+            call.services.ledger,
+            reports_dir,
+            call.actor,
+            call.workspace,
+            project,
+            campaign_id,
+            formats=set(body.formats),
+        )
+        return json_response(manifest, 201)
+
+    @router.get("/projects/{project}/reports/{report_id}/{name}")
+    async def report_file(call: ReadCall, project: str, report_id: str, name: str) -> Response:
+        report = await call.services.ledger.get_report(call.workspace, project, report_id)
+        if name != "manifest.json" and name not in {f["name"] for f in report["manifest"].get("files", [])}:
+            raise NotFound(f"Report {report_id} has no file {name!r}.", hint="Its manifest lists the files.")
+        path = call.services.settings.home / "reports" / report_id / name
+        data = await asyncio.to_thread(path.read_bytes)
+        media = {"md": "text/markdown", "json": "application/json", "png": "image/png"}[name.rsplit(".", 1)[-1]]
+        return Response(content=data, media_type=media)
 
     @router.post("/projects/{project}/campaigns/{campaign_id}/conclude")
     async def campaign_conclude(call: ConcludeCall, project: str, campaign_id: str, body: VersionedAction) -> Response:

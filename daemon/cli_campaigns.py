@@ -128,3 +128,28 @@ async def campaign_queue(ctx: Ctx) -> int:
         "POST", _where(ctx, f"/{ctx.args.campaign}/queue"), body=body, params={"workspace": ctx.workspace}
     )
     return done(ctx, result["record"]["iterations"], title=f"Iterations of {ctx.args.campaign}")
+
+
+def _report_args(parser: argparse.ArgumentParser) -> None:
+    _campaign(parser)
+    parser.add_argument("--format", default="md,json,png", help="comma-separated: md, json, png")
+    parser.add_argument("--out", type=Path, help="directory to save the files in (default ./reports/<report_id>)")
+
+
+@command("campaign", "report", help="render the campaign report (Markdown, PNG charts, JSON, manifest) and save it")(
+    _report_args
+)
+async def campaign_report(ctx: Ctx) -> int:
+    a = ctx.args
+    formats = [f.strip() for f in a.format.split(",") if f.strip()]
+    params = {"workspace": ctx.workspace}
+    manifest = await ctx.client.request(
+        "POST", _where(ctx, f"/{a.campaign}/reports"), body={"formats": formats}, params=params
+    )
+    out = a.out or Path("reports") / manifest["report_id"]
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in [*manifest["files"], {"name": "manifest.json"}]:
+        where = f"/v1/projects/{a.project}/reports/{manifest['report_id']}/{entry['name']}"
+        data = await ctx.client.raw("GET", where, params=params)
+        (out / entry["name"]).write_bytes(data)
+    return done(ctx, {**manifest, "saved_to": str(out)}, title=f"Report {manifest['report_id']}")

@@ -94,6 +94,16 @@ class DaemonClient:
             raise _error_of(response)
         return response.json()
 
+    async def raw(self, method: str, path: str, *, params: dict[str, Any] | None = None) -> bytes:
+        """A response body as bytes (report files, charts)."""
+        try:
+            response = await self._http.request(method, path, params=_clean(params))
+        except httpx.TransportError as exc:
+            raise DaemonUnreachable(self.api, type(exc).__name__) from exc
+        if response.status_code >= 400:
+            raise _error_of(response)
+        return response.content
+
     # -- system ----------------------------------------------------------------------------------
 
     async def health(self) -> Health:

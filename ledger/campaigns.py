@@ -194,3 +194,27 @@ def list_iterations(conn: sqlite3.Connection, ws: str, project: str, campaign_id
         }
         for row in rows
     ]
+
+
+def budget_entries(conn: sqlite3.Connection, ws: str, project: str, scope: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT kind, gpu_hours, runs, created_at FROM budget_entries WHERE workspace_id = ? AND project_id = ? "
+        "AND scope = ? ORDER BY id",
+        (ws, project, scope),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def mark_schedule_fired(tx: Tx, ws: str, project: str, schedule_id: str, at: str) -> tuple[dict[str, Any], bool]:
+    tx.conn.execute(
+        "UPDATE schedules SET last_fired_at = ?, updated_at = ? WHERE workspace_id = ? AND project_id = ? "
+        "AND schedule_id = ?",
+        (at, tx.now, ws, project, schedule_id),
+    )
+    row = tx.conn.execute(
+        "SELECT * FROM schedules WHERE workspace_id = ? AND project_id = ? AND schedule_id = ?",
+        (ws, project, schedule_id),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"No schedule {schedule_id!r} in project {project!r}.")
+    return dict(row), False

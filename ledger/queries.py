@@ -209,6 +209,15 @@ def _page_size(limit: int) -> int:
     return limit
 
 
+def get_report(conn: sqlite3.Connection, ws: str, project: str, report_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT * FROM reports WHERE workspace_id = ? AND project_id = ? AND report_id = ?", (ws, project, report_id)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"No report {report_id!r} in project {project!r}.")
+    return to_record(row)
+
+
 def get_model_version(conn: sqlite3.Connection, ws: str, project: str, version: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT * FROM model_versions WHERE workspace_id = ? AND project_id = ? AND model_version_id = ?",

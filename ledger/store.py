@@ -273,6 +273,12 @@ class Ledger:
     async def list_iterations(self, ws: str, project: str, campaign_id: str) -> list[dict[str, Any]]:
         return await self.read(lambda conn: campaigns.list_iterations(conn, ws, project, campaign_id))
 
+    async def budget_entries(self, ws: str, project: str, scope: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: campaigns.budget_entries(conn, ws, project, scope))
+
+    async def mark_schedule_fired(self, actor: Actor, ws: str, project: str, schedule_id: str, at: str) -> WriteResult:
+        return await self._put(actor, lambda tx: campaigns.mark_schedule_fired(tx, ws, project, schedule_id, at))
+
     async def list_schedules(self) -> list[dict[str, Any]]:
         return await self.read(campaigns.list_schedules)
 
@@ -364,6 +370,9 @@ class Ledger:
 
     async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
         return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
+
+    async def get_report(self, ws: str, project: str, report_id: str) -> dict[str, Any]:
+        return await self.read(lambda conn: queries.get_report(conn, ws, project, report_id))
 
     async def get_model_version(self, ws: str, project: str, version: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_model_version(conn, ws, project, version))

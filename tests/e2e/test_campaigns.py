@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,27 @@ def test_candidates_change_exactly_one_variable_and_queue_in_order(daemon: Runni
         change.write_text(json.dumps(bad))
         refused = cli(env, "campaign", "propose", "bash-q4", "--project", "nightly", "--recipe-change", str(change))
         assert refused.code == 7 and why in refused.stderr, refused.stderr
+
+
+def test_a_report_is_markdown_charts_and_json_under_a_manifest_without_local_paths(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    env = daemon.env()
+    cli(env, "project", "create", "--id", "nightly", "--name", "Nightly")
+    cli(env, "campaign", "create", "--project", "nightly", "--spec", write(tmp_path, spec()))
+    out = tmp_path / "report"
+    made = cli(env, "campaign", "report", "bash-q4", "--project", "nightly", "--out", str(out), "--json")
+    assert made.code == 0, made.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    names = {f["name"] for f in manifest["files"]}
+    assert names == {"report.md", "snapshot.json", "metric.png", "loss.png", "budget.png"}
+    for entry in manifest["files"]:
+        data = (out / entry["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["size_bytes"]
+        assert str(daemon.home).encode() not in data and str(tmp_path).encode() not in data
+    assert (out / "metric.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (out / "report.md").read_text()
+    assert "Engineering evidence only" in markdown and "validate" in markdown
+    with daemon.client() as client:
+        events = client.get("/v1/projects/nightly/events", params={"limit": 500}).json()["events"]
+    assert any(e["event_type"] == "report.recorded" for e in events)
