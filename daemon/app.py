@@ -14,6 +14,7 @@ from typing import Any
 from bashgym.daemon.authority import RateLimiter
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evaluations import EvaluationService
+from bashgym.daemon.scheduler import ReportScheduler
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
@@ -45,6 +46,7 @@ class Services:
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(600, 120))
     training: TrainingService | None = None
     evaluations: EvaluationService | None = None
+    scheduler: ReportScheduler | None = None
 
     @property
     def evaluator(self) -> EvaluationService:

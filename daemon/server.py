@@ -21,6 +21,7 @@ from bashgym.daemon.authority import RateLimiter, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.lockfile import HomeLock
+from bashgym.daemon.scheduler import ReportScheduler
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
@@ -99,6 +100,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             ) as ledger,
             TrainingService(settings, ledger, environ) as training,
             EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir)) as evaluations,
+            ReportScheduler(ledger, settings.home / "reports") as scheduler,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             services = Services(
@@ -110,6 +112,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 limiter=RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst),
                 training=training,
                 evaluations=evaluations,
+                scheduler=scheduler,
             )
             # Shutdown order: the API stops accepting (in _serve), then TrainingService stops its
             # trainers and records their outcomes, then the ledger closes last.
