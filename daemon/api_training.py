@@ -162,8 +162,9 @@ def training_routes() -> APIRouter:
         return json_response({"run_id": run_id, "lines": [redact_text(line) for line in lines]})
 
     @router.get("/projects/{project}/budget")
-    async def budget_show(call: ReadCall, project: str) -> Response:
-        return json_response(await call.services.ledger.budget_summary(call.workspace, project))
+    async def budget_show(call: ReadCall, project: str, scope: str = "project") -> Response:
+        """A project's budget, or a campaign's (scope `campaign-<id>`)."""
+        return json_response(await call.services.ledger.budget_summary(call.workspace, project, scope))
 
     @router.post("/projects/{project}/budget/{kind}", status_code=201)
     async def budget_change(

@@ -19,6 +19,7 @@ import uvicorn
 from bashgym.daemon.app import Services, create_app
 from bashgym.daemon.authority import RateLimiter, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.campaign_runner import CampaignRunner
 from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.scheduler import ReportScheduler
@@ -101,6 +102,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             TrainingService(settings, ledger, environ) as training,
             EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir)) as evaluations,
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
+            CampaignRunner(settings, ledger, training, evaluations),
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             services = Services(

@@ -54,6 +54,14 @@ class TrainingWindow(Spec):
     timezone: Annotated[str, Field(max_length=64)] = "UTC"
 
 
+class CampaignEvaluation(Spec):
+    """How each iteration is evaluated on the pinned suite."""
+
+    samples: Annotated[int, Field(ge=1, le=64)] = 1
+    limit_tasks: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
+
+
 class CampaignSpec(Spec):
     campaign_id: Identifier
     title: Name
@@ -71,3 +79,4 @@ class CampaignSpec(Spec):
     stop_rules: StopRules = Field(default_factory=StopRules)
     report_schedule: ReportSchedule | None = None
     training_window: TrainingWindow | None = None
+    evaluation: CampaignEvaluation = Field(default_factory=CampaignEvaluation)

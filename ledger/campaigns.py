@@ -218,3 +218,70 @@ def mark_schedule_fired(tx: Tx, ws: str, project: str, schedule_id: str, at: str
     if row is None:
         raise NotFound(f"No schedule {schedule_id!r} in project {project!r}.")
     return dict(row), False
+
+
+ITERATION_FIELDS = frozenset({"run_id", "result_id", "comparison_id", "decision", "reason_code"})
+
+
+def add_baseline(tx: Tx, ws: str, project: str, campaign_id: str) -> tuple[dict[str, Any], bool]:
+    """Iteration 0: the starting model evaluated on the pinned suite, once per campaign."""
+    existing = tx.conn.execute(
+        "SELECT iteration_id FROM campaign_iterations WHERE workspace_id = ? AND project_id = ? AND campaign_id = ? "
+        "AND kind = 'baseline'",
+        (ws, project, campaign_id),
+    ).fetchone()
+    if existing is not None:
+        return {"iteration_id": existing[0]}, True
+    iteration_id = f"{campaign_id}.i0"
+    tx.conn.execute(
+        "INSERT INTO campaign_iterations (workspace_id, project_id, campaign_id, iteration_id, number, kind, stage, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, 0, 'baseline', 'evaluate', ?, ?)",
+        (ws, project, campaign_id, iteration_id, tx.now, tx.now),
+    )
+    tx.append_event(
+        "campaign.iteration_added",
+        workspace_id=ws,
+        project_id=project,
+        payload={"entity": "campaign_iteration", "entity_id": iteration_id, "campaign_id": campaign_id},
+    )
+    return {"iteration_id": iteration_id}, False
+
+
+def update_iteration(
+    tx: Tx, ws: str, project: str, campaign_id: str, iteration_id: str, stage: str, fields: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    """Move an iteration to its next stage (recording run, result, comparison, decision); each move is an event."""
+    unknown = set(fields) - ITERATION_FIELDS
+    if unknown:
+        raise ValueError(f"not iteration fields: {sorted(unknown)}")
+    assignments = ", ".join(f"{name} = ?" for name in fields)
+    tx.conn.execute(
+        f"UPDATE campaign_iterations SET stage = ?, {assignments + ', ' if assignments else ''}updated_at = ? "
+        "WHERE workspace_id = ? AND project_id = ? AND campaign_id = ? AND iteration_id = ?",
+        (stage, *fields.values(), tx.now, ws, project, campaign_id, iteration_id),
+    )
+    tx.append_event(
+        "campaign.stage",
+        workspace_id=ws,
+        project_id=project,
+        run_id=fields.get("run_id"),
+        payload={
+            "campaign_id": campaign_id,
+            "iteration_id": iteration_id,
+            "stage": stage,
+            "decision": fields.get("decision") or "",
+            "reason_code": fields.get("reason_code") or "",
+        },
+    )
+    if fields.get("decision") in {"keep", "baseline"}:
+        tx.conn.execute(
+            "UPDATE campaigns SET incumbent_iteration_id = ?, updated_at = ? WHERE workspace_id = ? AND project_id = ? "
+            "AND campaign_id = ?",
+            (iteration_id, tx.now, ws, project, campaign_id),
+        )
+    return {"iteration_id": iteration_id, "stage": stage, **fields}, False
+
+
+def active_campaigns(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM campaigns WHERE status = 'active' ORDER BY created_at").fetchall()
+    return [{**_record(row), "workspace_id": row["workspace_id"]} for row in rows]

@@ -73,6 +73,14 @@ class CampaignTransitioned(_Payload):
     reason: str = ""
 
 
+class CampaignStage(_Payload):
+    campaign_id: str
+    iteration_id: str
+    stage: str
+    decision: str = ""
+    reason_code: str = ""
+
+
 class RemoteLog(_Payload):
     """A status line a remote lane reported for a run (NeMo Customizer's status_logs)."""
 
@@ -121,6 +129,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "campaign.created": EntityRegistered,
     "campaign.iteration_added": EntityRegistered,
     "campaign.transitioned": CampaignTransitioned,
+    "campaign.stage": CampaignStage,
     "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bashgym.ledger.errors import NotFound
+from bashgym.ledger.errors import IdentityConflict, NotFound
 from bashgym.ledger.models import (
     REQUIRED_CONTEXT_FIELDS,
     UNASSIGNED,
@@ -184,31 +184,41 @@ def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) 
             experiment_id=ctx.experiment_id, name=ctx.experiment_name, objective=ctx.objective, task_type=ctx.task_type
         ),
     )
-    register_model_version(
-        tx,
-        ws,
-        project,
-        ModelVersionSpec(
-            model_version_id=ctx.model_version_id,
-            model_id=ctx.model_id,
-            source_uri=ctx.model_source_uri,
-            source_revision=ctx.model_source_revision,
-            config_digest=ctx.model_config_digest,
-        ),
-    )
-    register_dataset_version(
-        tx,
-        ws,
-        project,
-        DatasetVersionSpec(
-            dataset_version_id=ctx.dataset_version_id,
-            dataset_id=ctx.dataset_id,
-            source_uri=ctx.dataset_source_uri,
-            content_digest=ctx.dataset_content_digest,
-            split_manifest=ctx.dataset_split_manifest,
-            row_counts=ctx.dataset_row_counts,
-        ),
-    )
+    model_key = {"workspace_id": ws, "project_id": project, "model_version_id": ctx.model_version_id}
+    model_facts = {
+        "model_id": ctx.model_id,
+        "source_uri": ctx.model_source_uri,
+        "config_digest": ctx.model_config_digest,
+    }
+    if not _refers(tx, "model_versions", model_key, model_facts, f"Model version {ctx.model_version_id!r}"):
+        register_model_version(
+            tx,
+            ws,
+            project,
+            ModelVersionSpec(
+                model_version_id=ctx.model_version_id,
+                model_id=ctx.model_id,
+                source_uri=ctx.model_source_uri,
+                source_revision=ctx.model_source_revision,
+                config_digest=ctx.model_config_digest,
+            ),
+        )
+    data_key = {"workspace_id": ws, "project_id": project, "dataset_version_id": ctx.dataset_version_id}
+    data_facts = {"dataset_id": ctx.dataset_id, "content_digest": ctx.dataset_content_digest}
+    if not _refers(tx, "dataset_versions", data_key, data_facts, f"Dataset version {ctx.dataset_version_id!r}"):
+        register_dataset_version(
+            tx,
+            ws,
+            project,
+            DatasetVersionSpec(
+                dataset_version_id=ctx.dataset_version_id,
+                dataset_id=ctx.dataset_id,
+                source_uri=ctx.dataset_source_uri,
+                content_digest=ctx.dataset_content_digest,
+                split_manifest=ctx.dataset_split_manifest,
+                row_counts=ctx.dataset_row_counts,
+            ),
+        )
     register_environment(
         tx,
         ws,
@@ -220,3 +230,22 @@ def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) 
             hardware=ctx.environment_hardware,
         ),
     )
+
+
+def _refers(tx: Tx, table: str, key: dict[str, Any], facts: dict[str, Any], label: str) -> bool:
+    """True when the context names an existing version whose facts agree: a reference, not a new record.
+
+    A version registered on its own (with file digests, a parent) is referenced by a tracking context
+    that states its identifying facts; a context stating other facts under the same id is a conflict.
+    """
+    row = tx.fetch_one(table, key)
+    if row is None:
+        return False
+    differing = sorted(name for name, value in facts.items() if row[name] and row[name] != value)
+    if differing:
+        raise IdentityConflict(
+            f"{label} already exists with different {', '.join(differing)}.",
+            fields=differing,
+            hint="Name a new version id for different content, or state the registered values.",
+        )
+    return True

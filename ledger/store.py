@@ -279,6 +279,19 @@ class Ledger:
     async def mark_schedule_fired(self, actor: Actor, ws: str, project: str, schedule_id: str, at: str) -> WriteResult:
         return await self._put(actor, lambda tx: campaigns.mark_schedule_fired(tx, ws, project, schedule_id, at))
 
+    async def add_baseline(self, actor: Actor, ws: str, project: str, campaign_id: str) -> WriteResult:
+        return await self._put(actor, lambda tx: campaigns.add_baseline(tx, ws, project, campaign_id))
+
+    async def update_iteration(
+        self, actor: Actor, ws: str, project: str, campaign_id: str, iteration_id: str, stage: str, **fields: Any
+    ) -> WriteResult:
+        return await self._put(
+            actor, lambda tx: campaigns.update_iteration(tx, ws, project, campaign_id, iteration_id, stage, fields)
+        )
+
+    async def active_campaigns(self) -> list[dict[str, Any]]:
+        return await self.read(campaigns.active_campaigns)
+
     async def list_schedules(self) -> list[dict[str, Any]]:
         return await self.read(campaigns.list_schedules)
 

@@ -110,7 +110,14 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
         {t.task_id: t.task_family for t in suite.tasks}, fraction=suite.holdout_fraction, seed=suite.split_seed
     )
     tasks = [t for t in suite.tasks if request.split == "all" or split[t.task_id] == "holdout"]
-    tasks = tasks[: request.limit_tasks] if request.limit_tasks else tasks
+    if request.limit_tasks:  # a quick look still covers every family: take tasks round-robin across them
+        rank = {t.task_id: i for i, t in enumerate(tasks)}
+        order: dict[str, int] = {}
+        nth = []
+        for task in tasks:
+            order[task.task_family] = order.get(task.task_family, -1) + 1
+            nth.append((order[task.task_family], rank[task.task_id], task))
+        tasks = [task for _, _, task in sorted(nth, key=lambda x: (x[0], x[1]))][: request.limit_tasks]
     generate = _gold if request.model == GOLD else _sampler(request)
     isolation = probe_isolation()
     emit("started", suite_id=suite.suite_id, tasks=len(tasks), samples=request.samples, isolation=isolation.level)

@@ -1,0 +1,351 @@
+"""The campaign runner: advances every active campaign one stage at a time through the normal training
+supervisors and evaluation runners, recording each stage in the ledger so a restart resumes there.
+
+Iteration stages: the baseline `evaluate -> evaluating -> decided`; a candidate
+`queued -> training -> evaluate -> evaluating -> compare -> decided`. Advancement is event-driven
+(the loop wakes on any ledger event) with an interval tick as a safety net. A finished stage is never
+repeated; an evaluation interrupted by a restart runs again, since its result was never recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import platform
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
+from bashgym.daemon.settings import Settings
+from bashgym.daemon.training import TrainingService
+from bashgym.daemon.version import bashgym_version
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import BashGymError
+from bashgym.ledger.models import Actor, BudgetEntrySpec
+from bashgym.trainers.specs import TrainingRequest
+
+log = logging.getLogger("bashgym.campaigns")
+ACTOR = Actor(actor_id="system:campaign-runner", credential_kind="system", capability="campaign.control")
+TERMINAL_RUN = {"completed", "failed", "cancelled"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    keep: bool
+    reason_code: str
+
+
+def decide(
+    comparison: dict[str, Any],
+    candidate: dict[str, float],
+    incumbent: dict[str, float],
+    *,
+    direction: str,
+    min_improvement: float,
+    protected: dict[str, float],
+) -> Decision:
+    """Keep only a real improvement: positive, at least min_improvement, CI clear of zero, no protected regression."""
+    sign = 1.0 if direction == "maximize" else -1.0
+    delta = sign * float(comparison.get("delta") or 0.0)
+    low, high = comparison.get("ci_low"), comparison.get("ci_high")
+    if delta <= 0:
+        return Decision(False, "no_improvement")
+    if delta < min_improvement:
+        return Decision(False, "below_min_improvement")
+    excludes_zero = low is not None and high is not None and (low > 0 if sign > 0 else high < 0)
+    if not excludes_zero:
+        return Decision(False, "ci_includes_zero")
+    for metric, bound in sorted(protected.items()):
+        if metric in candidate and metric in incumbent:
+            # Protected metrics are rates where lower is better (timeouts, tampering) unless named otherwise.
+            regression = candidate[metric] - incumbent[metric]
+            if regression > bound:
+                return Decision(False, f"protected_regression:{metric}")
+    return Decision(True, "improved")
+
+
+class CampaignRunner:
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        training: TrainingService,
+        evaluations: EvaluationService,
+        *,
+        tick_s: float = 5.0,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.training = training
+        self.evaluations = evaluations
+        self.blobs = BlobStore(settings.artifacts_dir)
+        self.tick_s = tick_s
+        self._eval_jobs: dict[str, str] = {}  # iteration id -> evaluation id (this daemon's life only)
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> CampaignRunner:
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            cursor = self.ledger.last_cursor
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("Campaign tick failed")
+            await self.ledger.wait_for_events(cursor, self.tick_s)
+            await asyncio.sleep(0.2)  # let the burst of events a stage writes settle
+
+    async def tick(self) -> None:
+        for campaign in await self.ledger.active_campaigns():
+            try:
+                await self.advance(campaign)
+            except BashGymError as exc:
+                log.warning("Campaign %s: %s", campaign["campaign_id"], exc.message)
+
+    async def advance(self, campaign: dict[str, Any]) -> None:
+        ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+        await self.ledger.add_baseline(ACTOR, ws, project, cid)
+        iterations = await self.ledger.list_iterations(ws, project, cid)
+        current = next((i for i in iterations if i["stage"] != "decided"), None)
+        if current is None:
+            return
+        if current["kind"] == "candidate" and await self._stop_rule(campaign, iterations):
+            return
+        step = getattr(self, f"_stage_{current['stage']}")
+        await step(campaign, current, iterations)
+
+    # -- stages ----------------------------------------------------------------------------------
+
+    async def _stage_evaluate(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        spec = campaign["spec"]
+        evaluation = spec.get("evaluation") or {}
+        body = EvalRunBody(
+            suite_id=spec["suite_id"],
+            run_id=it["run_id"] if it["kind"] == "candidate" else None,
+            model_version_id=spec["starting_model_version_id"] if it["kind"] == "baseline" else None,
+            samples=evaluation.get("samples", 1),
+            limit_tasks=evaluation.get("limit_tasks"),
+            temperature=evaluation.get("temperature", 0.7),
+            compute_target=spec["compute_target"] if spec["compute_target"].startswith("ssh:") else "local",
+        )
+        job = await self.evaluations.start(ACTOR, campaign["workspace_id"], campaign["project_id"], body)
+        self._eval_jobs[it["iteration_id"]] = job["evaluation_id"]
+        await self._move(campaign, it, "evaluating")
+
+    async def _stage_evaluating(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        job = self.evaluations.jobs.get(self._eval_jobs.get(it["iteration_id"], ""))
+        if job is None:  # the daemon restarted mid-evaluation: nothing was recorded, so run it again
+            await self._move(campaign, it, "evaluate")
+            return
+        if job["status"] in {"queued", "running"}:
+            return
+        if job["status"] != "completed":
+            if it["kind"] == "baseline":
+                await self._end(campaign, "failed", f"the baseline evaluation failed: {job['error']}")
+            else:
+                await self._move(campaign, it, "decided", decision="discard", reason_code="evaluation_failed")
+            return
+        if it["kind"] == "baseline":
+            await self._move(
+                campaign, it, "decided", result_id=job["result_id"], decision="baseline", reason_code="pinned"
+            )
+        else:
+            await self._move(campaign, it, "compare", result_id=job["result_id"])
+
+    async def _stage_compare(self, campaign: dict[str, Any], it: dict[str, Any], its: list[dict[str, Any]]) -> None:
+        ws, project, spec = campaign["workspace_id"], campaign["project_id"], campaign["spec"]
+        incumbent = next(i for i in its if i["iteration_id"] == campaign["incumbent_iteration_id"])
+        comparison = await self.evaluations.compare(
+            ACTOR,
+            ws,
+            project,
+            CompareBody(baseline_result_id=incumbent["result_id"], candidate_result_id=it["result_id"]),
+        )
+        listing = await self.ledger.list_evaluations(ws, project)
+        metrics = {r["result_id"]: r["metrics"] for r in listing["results"]}
+        rules = spec["stop_rules"]
+        verdict = decide(
+            comparison,
+            metrics.get(it["result_id"], {}),
+            metrics.get(incumbent["result_id"], {}),
+            direction=spec["direction"],
+            min_improvement=rules["min_improvement"],
+            protected=rules["protected_metrics"],
+        )
+        await self._move(
+            campaign,
+            it,
+            "decided",
+            comparison_id=comparison["comparison_id"],
+            decision="keep" if verdict.keep else "discard",
+            reason_code=verdict.reason_code,
+        )
+
+    async def _stage_queued(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+        scope = f"campaign-{cid}"[:128]
+        budget = await self.ledger.budget_summary(ws, project, scope)
+        if budget.get("has_limit") and budget["limit"]["runs"] and budget["remaining"]["runs"] < 1:
+            await self._authority(campaign, f"budget_overrun: the campaign's {budget['limit']['runs']} runs are spent")
+            return
+        try:
+            request = await self._request(campaign, it)
+            started = await self.training.start(ACTOR, ws, request)
+        except BashGymError as exc:
+            if exc.code == "budget_exceeded":
+                await self._authority(campaign, f"budget_overrun: {exc.message}")
+                return
+            await self._move(campaign, it, "decided", decision="discard", reason_code="launch_refused")
+            log.warning("Campaign %s: candidate %s refused: %s", cid, it["iteration_id"], exc.message)
+            return
+        reserve = BudgetEntrySpec(
+            entry_id=f"{it['iteration_id']}.reserve", scope=scope, kind="reserve", runs=1, run_id=started["run_id"]
+        )
+        await self.ledger.add_budget_entry(ACTOR, ws, project, reserve)
+        await self._move(campaign, it, "training", run_id=started["run_id"])
+
+    async def _stage_training(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+        run = await self.ledger.get_run(ws, project, it["run_id"])
+        if run["status"] not in TERMINAL_RUN:
+            return
+        scope = f"campaign-{cid}"[:128]
+        gpus = self.settings.local_gpus if campaign["spec"]["compute_target"] == "local" else 1
+        hours = _hours(run.get("started_at"), run.get("ended_at")) * gpus
+        for kind, amount in (("release", 0.0), ("settle", hours)):
+            entry = BudgetEntrySpec(
+                entry_id=f"{it['iteration_id']}.{kind}",
+                scope=scope,
+                kind=kind,
+                runs=1,
+                gpu_hours=amount,
+                run_id=run["run_id"],
+            )
+            await self.ledger.add_budget_entry(ACTOR, ws, project, entry)
+        if run["status"] == "completed" and not run.get("is_simulation"):
+            await self._move(campaign, it, "evaluate")
+        else:
+            await self._move(campaign, it, "decided", decision="discard", reason_code=f"run_{run['status']}")
+
+    # -- rules and moves -------------------------------------------------------------------------
+
+    async def _stop_rule(self, campaign: dict[str, Any], iterations: list[dict[str, Any]]) -> bool:
+        rules = campaign["spec"]["stop_rules"]
+        decided = [i for i in iterations if i["kind"] == "candidate" and i["stage"] == "decided"]
+        reason = None
+        if len(decided) >= rules["max_iterations"]:
+            reason = f"max_iterations: {len(decided)} candidates decided"
+        elif rules.get("max_consecutive_discards"):
+            streak = 0
+            for it in reversed(decided):
+                if it["decision"] != "discard":
+                    break
+                streak += 1
+            if streak >= rules["max_consecutive_discards"]:
+                reason = f"max_consecutive_discards: {streak} in a row"
+        deadline = rules.get("deadline")
+        if reason is None and deadline and datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= datetime.now(UTC):
+            reason = "deadline: the campaign's deadline passed"
+        if reason is None:
+            return False
+        await self._end(campaign, "exhausted", reason)
+        return True
+
+    async def _move(self, campaign: dict[str, Any], it: dict[str, Any], stage: str, **fields: Any) -> None:
+        await self.ledger.update_iteration(
+            ACTOR,
+            campaign["workspace_id"],
+            campaign["project_id"],
+            campaign["campaign_id"],
+            it["iteration_id"],
+            stage,
+            **fields,
+        )
+        if stage == "decided" and it["kind"] == "candidate":
+            iterations = await self.ledger.list_iterations(
+                campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+            )
+            await self._stop_rule(campaign, iterations)
+
+    async def _end(self, campaign: dict[str, Any], status: str, reason: str) -> None:
+        current = await self.ledger.get_campaign(
+            campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+        )
+        if current["status"] != "active":
+            return
+        await self.ledger.transition_campaign(
+            ACTOR,
+            campaign["workspace_id"],
+            campaign["project_id"],
+            campaign["campaign_id"],
+            status,
+            expected_version=current["version"],
+            reason=reason,
+        )
+
+    async def _authority(self, campaign: dict[str, Any], reason: str) -> None:
+        await self._end(campaign, "awaiting_authority", reason)
+
+    async def _request(self, campaign: dict[str, Any], it: dict[str, Any]) -> TrainingRequest:
+        """The candidate's training request: the base recipe with its one change, on pinned model and data,
+        with a complete tracking context so the run is official and lands in the campaign's project."""
+        ws, project, spec = campaign["workspace_id"], campaign["project_id"], campaign["spec"]
+        change = dict(it["recipe_change"])
+        dataset_version = change.pop("dataset_version_id", spec["dataset_version_ids"][0])
+        model = await self.ledger.get_model_version(ws, project, spec["starting_model_version_id"])
+        data = await self.ledger.get_dataset_version(ws, project, dataset_version)
+        if not self.blobs.has(data["content_digest"]):
+            raise BashGymError(
+                f"Dataset version {dataset_version} has no stored content to train on.",
+                hint="Register it with bashgym dataset register.",
+            )
+        project_record = await self.ledger.get_project(ws, project)
+        runtime = hashlib.sha256(f"bashgym {bashgym_version()} python {platform.python_version()}".encode()).hexdigest()
+        context = {
+            "workspace_id": ws,
+            "project_id": project,
+            "project_display_name": project_record["name"],
+            "experiment_id": f"campaign-{campaign['campaign_id']}"[:128],
+            "experiment_name": campaign["title"][:200],
+            "objective": spec["objective"],
+            "task_type": "campaign",
+            "model_id": model["model_id"],
+            "model_version_id": model["model_version_id"],
+            "model_source_uri": model["source_uri"],
+            "model_config_digest": model["config_digest"] or hashlib.sha256(model["source_uri"].encode()).hexdigest(),
+            "dataset_id": data["dataset_id"],
+            "dataset_version_id": data["dataset_version_id"],
+            "dataset_source_uri": data["source_uri"],
+            "dataset_content_digest": data["content_digest"],
+            "environment_id": f"campaign-{spec['compute_target'].replace(':', '-')}"[:128],
+            "environment_runtime_digest": runtime,
+            "campaign_id": campaign["campaign_id"],
+        }
+        source = str(model["source_uri"]).removeprefix("file://")
+        recipe = {
+            **spec["base_recipe"],
+            **change,
+            "base_model": source,
+            "dataset_path": str(self.blobs.path_for(data["content_digest"])),
+            "compute_target": spec["compute_target"],
+            "tracking_context": context,
+            "correlation_id": it["iteration_id"],
+        }
+        return TrainingRequest.from_recipe(recipe)
+
+
+def _hours(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    seconds = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
+    return max(seconds.total_seconds(), 0.0) / 3600

@@ -1,0 +1,43 @@
+"""Keep or discard: only a positive improvement of at least min_improvement, with a CI clear of zero and
+no protected metric regressing beyond its bound, keeps a candidate."""
+
+from __future__ import annotations
+
+import pytest
+from bashgym.daemon.campaign_runner import decide
+
+RULES = {"direction": "maximize", "min_improvement": 0.05, "protected": {"timeout_rate": 0.02}}
+CLEAN = {"pass@1": 0.5, "timeout_rate": 0.0}
+SLOW = {**CLEAN, "timeout_rate": 0.1}
+
+
+def test_a_real_improvement_is_kept() -> None:
+    verdict = decide({"delta": 0.2, "ci_low": 0.1, "ci_high": 0.3}, CLEAN, CLEAN, **RULES)
+    assert (verdict.keep, verdict.reason_code) == (True, "improved")
+
+
+@pytest.mark.parametrize(
+    ("comparison", "candidate", "reason"),
+    [
+        ({"delta": -0.1, "ci_low": -0.2, "ci_high": 0.0}, CLEAN, "no_improvement"),
+        ({"delta": 0.0, "ci_low": -0.1, "ci_high": 0.1}, CLEAN, "no_improvement"),
+        ({"delta": 0.02, "ci_low": 0.01, "ci_high": 0.03}, CLEAN, "below_min_improvement"),
+        ({"delta": 0.2, "ci_low": -0.05, "ci_high": 0.4}, CLEAN, "ci_includes_zero"),
+        (
+            {"delta": 0.2, "ci_low": 0.1, "ci_high": 0.3},
+            {**CLEAN, "timeout_rate": 0.1},
+            "protected_regression:timeout_rate",
+        ),
+    ],
+)
+def test_everything_else_is_discarded_with_its_reason(
+    comparison: dict[str, float], candidate: dict[str, float], reason: str
+) -> None:
+    verdict = decide(comparison, candidate, CLEAN, **RULES)
+    assert (verdict.keep, verdict.reason_code) == (False, reason)
+
+
+def test_for_a_metric_to_minimise_a_negative_delta_is_the_improvement() -> None:
+    rules = {**RULES, "direction": "minimize"}
+    assert decide({"delta": -0.2, "ci_low": -0.3, "ci_high": -0.1}, CLEAN, CLEAN, **rules).keep
+    assert not decide({"delta": 0.2, "ci_low": 0.1, "ci_high": 0.3}, CLEAN, CLEAN, **rules).keep
