@@ -117,6 +117,7 @@ class BudgetChange(BaseModel):
     gpu_hours: float = Field(0.0, allow_inf_nan=False)
     runs: int = 0
     reason: str = Field(min_length=1, max_length=2000)
+    scope: str = Field("project", pattern=r"^(project|campaign-[A-Za-z0-9][A-Za-z0-9_.:-]*)$")
 
 
 def _service(call: Call) -> TrainingService:
@@ -171,10 +172,15 @@ def training_routes() -> APIRouter:
         call: AmendCall, project: str, kind: Literal["limit", "amend"], body: BudgetChange
     ) -> Response:
         spec = BudgetEntrySpec(
-            entry_id=new_id(f"budget-{kind}"), kind=kind, gpu_hours=body.gpu_hours, runs=body.runs, reason=body.reason
+            entry_id=new_id(f"budget-{kind}"),
+            scope=body.scope,
+            kind=kind,
+            gpu_hours=body.gpu_hours,
+            runs=body.runs,
+            reason=body.reason,
         )
         await call.services.ledger.add_budget_entry(call.actor, call.workspace, project, spec)
-        return json_response(await call.services.ledger.budget_summary(call.workspace, project), 201)
+        return json_response(await call.services.ledger.budget_summary(call.workspace, project, body.scope), 201)
 
     return router
 

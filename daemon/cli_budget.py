@@ -9,12 +9,17 @@ from bashgym.daemon.cli import Ctx, command, done
 
 def _project(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--campaign", help="a campaign's own budget instead of the project's")
+
+
+def _scope(ctx: Ctx) -> str:
+    return f"campaign-{ctx.args.campaign}" if ctx.args.campaign else "project"
 
 
 @command("budget", "show", help="limits, amendments, reservations, settled use and what remains")(_project)
 async def budget_show(ctx: Ctx) -> int:
     result = await ctx.client.request(
-        "GET", f"/v1/projects/{ctx.args.project}/budget", params={"workspace": ctx.workspace}
+        "GET", f"/v1/projects/{ctx.args.project}/budget", params={"workspace": ctx.workspace, "scope": _scope(ctx)}
     )
     return done(ctx, result, title=f"Budget of {ctx.args.project}")
 
@@ -31,7 +36,7 @@ async def _change(ctx: Ctx, kind: str) -> int:
     result = await ctx.client.request(
         "POST",
         f"/v1/projects/{a.project}/budget/{kind}",
-        body={"gpu_hours": a.gpu_hours, "runs": a.runs, "reason": a.reason},
+        body={"gpu_hours": a.gpu_hours, "runs": a.runs, "reason": a.reason, "scope": _scope(ctx)},
         params={"workspace": ctx.workspace},
     )
     return done(ctx, result, title=f"Budget of {a.project}")

@@ -141,6 +141,8 @@ class Supervisor:
             start_new_session=True,
         )
         self._pid = self.proc.pid
+        # Recorded at once: a daemon killed before the trainer writes its own state still finds it.
+        await asyncio.to_thread(_write_pid, self.handle.run_dir, self.proc.pid)
         try:
             await self._follow()
             code = await self.proc.wait()
@@ -363,6 +365,20 @@ def is_trainer_alive(pid: int, run_dir: Path) -> bool:
         return False
     is_zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
     return not is_zombie and b"bashgym.trainers" in cmdline and str(run_dir).encode() in cmdline
+
+
+def _write_pid(run_dir: Path, pid: int) -> None:
+    tmp = run_dir / "trainer.pid.tmp"
+    tmp.write_text(str(pid))
+    tmp.replace(run_dir / "trainer.pid")
+
+
+def spawned_pid(run_dir: Path) -> int | None:
+    """The pid the daemon spawned the run's trainer with, if it got that far."""
+    try:
+        return int((run_dir / "trainer.pid").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
-from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive
+from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
 from bashgym.ledger.lineage import parse_context
@@ -58,7 +58,8 @@ class TrainingService:
 
     async def reconcile(self) -> None:
         """After a start, resolve every run the last daemon left active: re-attach a live trainer, record
-        the outcome a finished one left, and mark the unprovable `unknown`. Nothing is relaunched."""
+        the outcome a finished one left, start one that never started, and mark the unprovable `unknown`.
+        Nothing that ran is relaunched."""
         for run in await self.ledger.active_runs():
             run_dir = self.settings.runs_dir / run["run_id"]
             if not (run_dir / "request.json").exists():
@@ -75,11 +76,15 @@ class TrainingService:
                 await self._reattach_remote(handle, actor, lane)
                 continue
             supervisor = self._supervisor(handle, actor)
-            pid = state.get("pid")
+            pid = state.get("pid") or await asyncio.to_thread(spawned_pid, run_dir)
             if isinstance(pid, int) and is_trainer_alive(pid, run_dir):
                 self._tasks[handle.run_id] = self._group.create_task(
                     self._follow(supervisor, pid, is_running=run["status"] == "running")
                 )
+            elif run["status"] == "queued" and pid is None:
+                # It never started: the daemon stopped while it waited for a slot. Starting it now is its
+                # first launch, not a relaunch.
+                self._launch(handle, actor, resume=False)
             elif run["status"] != "paused" or state.get("status") != "paused":
                 await supervisor.resolve_from_state()
 

@@ -7,8 +7,8 @@ from bashgym.ledger.errors import InvalidTransition
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"preparing", "running", "failed", "cancelled"}),
-    "preparing": frozenset({"running", "failed", "cancelled"}),
+    "queued": frozenset({"preparing", "running", "unknown", "failed", "cancelled"}),
+    "preparing": frozenset({"running", "unknown", "failed", "cancelled"}),
     "running": frozenset({"paused", "unknown", "completed", "failed", "cancelled"}),
     "paused": frozenset({"running", "failed", "cancelled"}),
     "unknown": frozenset({"running", "completed", "failed", "cancelled"}),

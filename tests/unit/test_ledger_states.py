@@ -28,6 +28,8 @@ ALLOWED = {
     ("queued", "running"),
     ("queued", "failed"),
     ("queued", "cancelled"),
+    ("queued", "unknown"),  # after a restart that cannot prove how a launch went
+    ("preparing", "unknown"),
     ("preparing", "running"),
     ("preparing", "failed"),
     ("preparing", "cancelled"),
