@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal, get_args
 
+from bashgym.daemon import research
 from bashgym.daemon.app import json_response
 from bashgym.daemon.campaigns import ACTIONS, check_proposal, open_budget, utc_now, validate
 from bashgym.daemon.reports import campaign_report
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.errors import Conflict, NotFound
+from bashgym.ledger.errors import Conflict, InvalidInput, NotFound
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -130,6 +131,28 @@ def campaign_routes() -> APIRouter:
         await call.services.ledger.get_campaign(call.workspace, project, campaign_id)
         iterations = await call.services.ledger.list_iterations(call.workspace, project, campaign_id)
         return json_response({"campaign_id": campaign_id, "iterations": iterations})
+
+    @router.get("/projects/{project}/campaigns/{campaign_id}/state")
+    async def research_state(call: ReadCall, project: str, campaign_id: str) -> Response:
+        return json_response(await research.state(call.services.ledger, call.workspace, project, campaign_id))
+
+    @router.get("/projects/{project}/campaigns/{campaign_id}/wait")
+    async def research_wait(
+        call: ReadCall,
+        project: str,
+        campaign_id: str,
+        after_cursor: int = 0,
+        timeout: float = 30.0,  # noqa: ASYNC109
+    ) -> Response:
+        """Long-poll; `timeout` is the caller's wait budget, passed on to research.wait."""
+        if not 0 <= timeout <= 600:
+            raise InvalidInput(f"timeout is {timeout}; it must be between 0 and 600 seconds.")
+        ledger = call.services.ledger
+        await ledger.get_campaign(call.workspace, project, campaign_id)
+        answer = await research.wait(
+            ledger, call.workspace, project, campaign_id, after_cursor=after_cursor, timeout_s=timeout
+        )
+        return json_response(answer)
 
     @router.post("/projects/{project}/campaigns/{campaign_id}/reports", status_code=201)
     async def campaign_report_create(

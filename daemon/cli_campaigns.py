@@ -153,3 +153,39 @@ async def campaign_report(ctx: Ctx) -> int:
         data = await ctx.client.raw("GET", where, params=params)
         (out / entry["name"]).write_bytes(data)
     return done(ctx, {**manifest, "saved_to": str(out)}, title=f"Report {manifest['report_id']}")
+
+
+def _research_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--campaign", required=True, help="campaign id")
+    _project(parser)
+
+
+@command("research", "state", help="where a campaign stands: phase, incumbent, latest decision, budget, next action")(
+    _research_args
+)
+async def research_state(ctx: Ctx) -> int:
+    a = ctx.args
+    result = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/campaigns/{a.campaign}/state", params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result, title=f"Research state of {a.campaign}")
+
+
+def _wait_args(parser: argparse.ArgumentParser) -> None:
+    _research_args(parser)
+    parser.add_argument("--after-cursor", type=int, default=0, help="the next_cursor of the previous wait")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (at most 600)")
+
+
+@command("research", "wait", help="wait for the campaign to change: terminal, action_required, changed or timeout")(
+    _wait_args
+)
+async def research_wait(ctx: Ctx) -> int:
+    a = ctx.args
+    result = await ctx.client.request(
+        "GET",
+        f"/v1/projects/{a.project}/campaigns/{a.campaign}/wait",
+        params={"workspace": ctx.workspace, "after_cursor": a.after_cursor, "timeout": a.timeout},
+        timeout_s=a.timeout + 30,
+    )
+    return done(ctx, result, title=f"{a.campaign}: {result['outcome']}")

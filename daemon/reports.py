@@ -98,13 +98,13 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
         "anomalies": anomalies,
         "loss_curves": curves,
         "evidence": "model_quality" if quality else "engineering_only",
-        "next_action": _next_action(campaign["status"], rows),
+        "next_action": next_action(campaign["status"], rows),
         "generated_at": datetime.now().astimezone().isoformat(),
     }
     return dict(redact(snapshot))
 
 
-def _next_action(status: str, rows: list[dict[str, Any]]) -> dict[str, str]:
+def next_action(status: str, rows: list[dict[str, Any]]) -> dict[str, str]:
     if status == "draft":
         return {"code": "validate", "detail": "Validate the campaign: bashgym campaign validate."}
     if status == "ready":

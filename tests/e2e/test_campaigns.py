@@ -154,3 +154,25 @@ def test_a_report_is_markdown_charts_and_json_under_a_manifest_without_local_pat
     with daemon.client() as client:
         events = client.get("/v1/projects/nightly/events", params={"limit": 500}).json()["events"]
     assert any(e["event_type"] == "report.recorded" for e in events)
+
+
+def test_research_state_and_wait_follow_the_campaign_without_skipping_a_change(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    env = daemon.env()
+    cli(env, "project", "create", "--id", "nightly", "--name", "Nightly")
+    cli(env, "campaign", "create", "--project", "nightly", "--spec", write(tmp_path, spec()))
+    where = ["--campaign", "bash-q4", "--project", "nightly"]
+    state = cli(env, "research", "state", *where, "--json").json()
+    assert (state["phase"], state["next_action"]["code"]) == ("draft", "validate")
+    assert state["incumbent"] is None and state["budget"]["limit"] is not None
+
+    quiet = cli(env, "research", "wait", *where, "--after-cursor", str(state["cursor"]), "--timeout", "0.5", "--json")
+    assert quiet.json() == {"outcome": "timeout", "next_cursor": state["cursor"]}
+    cli(env, "campaign", "cancel", "bash-q4", "--project", "nightly", "--reason", "superseded")
+    changed = cli(env, "research", "wait", *where, "--after-cursor", str(state["cursor"]), "--timeout", "5", "--json")
+    assert changed.json()["outcome"] == "terminal" and changed.json()["next_cursor"] > state["cursor"]
+    after = cli(
+        env, "research", "wait", *where, "--after-cursor", str(changed.json()["next_cursor"]), "--timeout", "0.5"
+    )
+    assert after.code == 0 and "timeout" in after.stdout
