@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from bashgym.daemon import research
 from bashgym.daemon.app import json_response
-from bashgym.daemon.campaigns import ACTIONS, check_proposal, open_budget, utc_now, validate
+from bashgym.daemon.campaigns import ACTIONS, check_proposal, open_budget, schedule_findings, utc_now, validate
 from bashgym.daemon.reports import campaign_report
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.campaign_specs import CampaignSpec
@@ -42,6 +42,13 @@ ReportFormat = Literal["md", "json", "png"]
 class ReportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     formats: list[ReportFormat] = Field(default_factory=lambda: list(get_args(ReportFormat)), min_length=1)
+
+
+class ScheduleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cron: Annotated[str, Field(min_length=9, max_length=200)]
+    timezone: Annotated[str, Field(max_length=64)] = "UTC"
+    channel: Annotated[str, Field(max_length=200)] = ""
 
 
 class VersionedAction(BaseModel):
@@ -153,6 +160,91 @@ def campaign_routes() -> APIRouter:
             ledger, call.workspace, project, campaign_id, after_cursor=after_cursor, timeout_s=timeout
         )
         return json_response(answer)
+
+    @router.get("/projects/{project}/campaigns/{campaign_id}/doctor")
+    async def campaign_doctor(call: ReadCall, project: str, campaign_id: str) -> Response:
+        ledger, principal = call.services.ledger, call.principal
+        campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
+        checks = [
+            {"check": f["code"], "ok": False, "detail": f["message"], "next_action": f["next_action"]}
+            for f in await validate(ledger, call.workspace, project, campaign["spec"], now=utc_now())
+        ]
+        if not checks:
+            checks.append(
+                {"check": "pins", "ok": True, "detail": "model, data, suite, lane, recipe, budget", "next_action": ""}
+            )
+        for capability in ("campaign.control", "campaign.conclude", "budget.amend"):
+            held = principal.holds(capability, project)
+            checks.append(
+                {
+                    "check": f"authority:{capability}",
+                    "ok": held,
+                    "detail": f"{principal.actor_id} {'holds' if held else 'lacks'} {capability}",
+                    "next_action": "" if held else "Ask a holder of authority.manage for it.",
+                }
+            )
+        scheduler = call.services.scheduler
+        running = scheduler is not None and scheduler.running
+        checks.append(
+            {
+                "check": "scheduler",
+                "ok": running,
+                "detail": "running" if running else "not running in this daemon",
+                "next_action": "" if running else "Restart the daemon (bashgym daemon).",
+            }
+        )
+        budget = await ledger.budget_summary(call.workspace, project, f"campaign-{campaign_id}"[:128])
+        spent = budget.get("has_limit") and budget["limit"]["runs"] and budget["remaining"]["runs"] < 1
+        checks.append(
+            {
+                "check": "budget_remaining",
+                "ok": not spent,
+                "detail": f"remaining {budget.get('remaining')}" if budget.get("has_limit") else "opens at start",
+                "next_action": "bashgym budget amend --campaign C --runs N" if spent else "",
+            }
+        )
+        waiting = campaign["status"] == "awaiting_authority"
+        checks.append(
+            {
+                "check": "state",
+                "ok": not waiting and campaign["status"] not in {"failed"},
+                "detail": f"{campaign['status']}: {campaign['status_reason']}".rstrip(": "),
+                "next_action": "Satisfy the reason, then bashgym campaign resume." if waiting else "",
+            }
+        )
+        return json_response({"campaign_id": campaign_id, "ok": all(c["ok"] for c in checks), "checks": checks})
+
+    @router.post("/projects/{project}/campaigns/{campaign_id}/schedule", status_code=201)
+    async def schedule_set(call: ControlCall, project: str, campaign_id: str, body: ScheduleBody) -> Response:
+        problems = schedule_findings(body.model_dump())
+        if problems:
+            raise InvalidInput(problems[0]["message"], hint=problems[0]["next_action"])
+        written_schedule = await call.services.ledger.set_schedule(
+            call.actor,
+            call.workspace,
+            project,
+            campaign_id,
+            cron=body.cron,
+            timezone=body.timezone,
+            channel=body.channel,
+        )
+        if call.services.scheduler is not None:
+            await call.services.scheduler.sync()
+        return written(written_schedule)
+
+    @router.get("/projects/{project}/campaigns/{campaign_id}/schedule")
+    async def schedule_show(call: ReadCall, project: str, campaign_id: str) -> Response:
+        await call.services.ledger.get_campaign(call.workspace, project, campaign_id)
+        rows = [
+            s
+            for s in await call.services.ledger.list_schedules()
+            if (s["workspace_id"], s["project_id"], s["campaign_id"]) == (call.workspace, project, campaign_id)
+        ]
+        jobs = {j["id"]: j["next_run_time"] for j in call.services.scheduler.jobs()} if call.services.scheduler else {}
+        for row in rows:
+            upcoming = jobs.get(row["schedule_id"])
+            row["next_fire_time"] = upcoming.isoformat() if upcoming else None
+        return json_response({"campaign_id": campaign_id, "schedules": rows})
 
     @router.post("/projects/{project}/campaigns/{campaign_id}/reports", status_code=201)
     async def campaign_report_create(

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.campaigns import in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -193,6 +194,8 @@ class CampaignRunner:
 
     async def _stage_queued(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
         ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+        if not in_training_window(campaign["spec"].get("training_window"), datetime.now(UTC)):
+            return  # the next tick inside the window launches it
         scope = f"campaign-{cid}"[:128]
         budget = await self.ledger.budget_summary(ws, project, scope)
         if budget.get("has_limit") and budget["limit"]["runs"] and budget["remaining"]["runs"] < 1:
@@ -253,9 +256,10 @@ class CampaignRunner:
                 streak += 1
             if streak >= rules["max_consecutive_discards"]:
                 reason = f"max_consecutive_discards: {streak} in a row"
-        deadline = rules.get("deadline")
-        if reason is None and deadline and datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= datetime.now(UTC):
-            reason = "deadline: the campaign's deadline passed"
+        now = datetime.now(UTC)
+        for deadline in (rules.get("deadline"), campaign["spec"]["budget"].get("deadline")):
+            if reason is None and deadline and datetime.fromisoformat(deadline.replace("Z", "+00:00")) <= now:
+                reason = f"deadline: the campaign's deadline {deadline} passed"
         if reason is None:
             return False
         await self._end(campaign, "exhausted", reason)

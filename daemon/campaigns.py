@@ -82,6 +82,11 @@ async def validate(
             found.append(finding("deadline_past", f"{where}.deadline {deadline} has passed.", "Set a future deadline."))
     if spec.get("report_schedule"):
         found += _schedule(spec["report_schedule"])
+    if spec.get("training_window"):
+        try:
+            in_training_window(spec["training_window"], now)
+        except (KeyError, ValueError) as exc:
+            found.append(finding("training_window_invalid", f"training_window: {exc}", "Use an IANA time zone."))
     return found
 
 
@@ -109,6 +114,21 @@ def _recipe(spec: dict[str, Any]) -> list[dict[str, str]]:
         message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         return [finding("recipe_invalid", f"base_recipe: {message}", "Fix the base recipe; training plan checks one.")]
     return []
+
+
+def in_training_window(window: dict[str, Any] | None, now: datetime) -> bool:
+    """Whether training may start now; a window may wrap past midnight (22:00 to 06:00)."""
+    if not window:
+        return True
+    from zoneinfo import ZoneInfo
+
+    local = now.astimezone(ZoneInfo(window["timezone"])).strftime("%H:%M")
+    start, end = str(window["start"]), str(window["end"])
+    return start <= local < end if start <= end else local >= start or local < end
+
+
+def schedule_findings(schedule: dict[str, Any]) -> list[dict[str, str]]:
+    return _schedule(schedule)
 
 
 def _schedule(schedule: dict[str, Any]) -> list[dict[str, str]]:

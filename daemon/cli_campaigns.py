@@ -189,3 +189,41 @@ async def research_wait(ctx: Ctx) -> int:
         timeout_s=a.timeout + 30,
     )
     return done(ctx, result, title=f"{a.campaign}: {result['outcome']}")
+
+
+@command(
+    "campaign", "doctor", help="check the campaign's pins, authority, scheduler, budget and state; exit 7 unless ok"
+)(_campaign)
+async def campaign_doctor(ctx: Ctx) -> int:
+    result = await ctx.client.request(
+        "GET", _where(ctx, f"/{ctx.args.campaign}/doctor"), params={"workspace": ctx.workspace}
+    )
+    done(ctx, result if ctx.as_json else result["checks"], title=f"Doctor of {ctx.args.campaign}")
+    return EXIT_OK if result["ok"] else EXIT_RULE
+
+
+def _schedule_set_args(parser: argparse.ArgumentParser) -> None:
+    _campaign(parser)
+    parser.add_argument("--cron", required=True, help="five fields, e.g. '0 9 * * 1'")
+    parser.add_argument("--timezone", default="UTC", help="IANA time zone, e.g. Europe/Paris")
+    parser.add_argument("--channel", default="", help="where the report is posted (Discord channel)")
+
+
+@command("campaign", "schedule", "set", help="set the campaign's report schedule (campaign.control)")(
+    _schedule_set_args
+)
+async def campaign_schedule_set(ctx: Ctx) -> int:
+    a = ctx.args
+    body = {"cron": a.cron, "timezone": a.timezone, "channel": a.channel}
+    result = await ctx.client.request(
+        "POST", _where(ctx, f"/{a.campaign}/schedule"), body=body, params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result["record"], title=f"Report schedule of {a.campaign}")
+
+
+@command("campaign", "schedule", "show", help="the campaign's report schedule and its next firing")(_campaign)
+async def campaign_schedule_show(ctx: Ctx) -> int:
+    result = await ctx.client.request(
+        "GET", _where(ctx, f"/{ctx.args.campaign}/schedule"), params={"workspace": ctx.workspace}
+    )
+    return done(ctx, result if ctx.as_json else result["schedules"], title=f"Schedules of {ctx.args.campaign}")

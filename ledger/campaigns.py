@@ -285,3 +285,29 @@ def update_iteration(
 def active_campaigns(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute("SELECT * FROM campaigns WHERE status = 'active' ORDER BY created_at").fetchall()
     return [{**_record(row), "workspace_id": row["workspace_id"]} for row in rows]
+
+
+def set_schedule(
+    tx: Tx, ws: str, project: str, campaign_id: str, *, cron: str, timezone: str, channel: str
+) -> tuple[dict[str, Any], bool]:
+    """Create or change the campaign's report schedule; the scheduler rebuilds its job from this row."""
+    get_campaign(tx.conn, ws, project, campaign_id)
+    schedule_id = f"{campaign_id}.report"
+    tx.conn.execute(
+        "INSERT INTO schedules (workspace_id, project_id, schedule_id, campaign_id, kind, cron, timezone, channel, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, 'report', ?, ?, ?, ?, ?) "
+        "ON CONFLICT (workspace_id, project_id, schedule_id) DO UPDATE SET cron = excluded.cron, "
+        "timezone = excluded.timezone, channel = excluded.channel, updated_at = excluded.updated_at",
+        (ws, project, schedule_id, campaign_id, cron, timezone, channel, tx.now, tx.now),
+    )
+    tx.append_event(
+        "campaign.schedule_set",
+        workspace_id=ws,
+        project_id=project,
+        payload={"entity": "schedule", "entity_id": schedule_id, "campaign_id": campaign_id, "cron": cron},
+    )
+    row = tx.conn.execute(
+        "SELECT * FROM schedules WHERE workspace_id = ? AND project_id = ? AND schedule_id = ?",
+        (ws, project, schedule_id),
+    ).fetchone()
+    return dict(row), False

@@ -128,6 +128,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "runcard.created": EntityRegistered,
     "campaign.created": EntityRegistered,
     "campaign.iteration_added": EntityRegistered,
+    "campaign.schedule_set": EntityRegistered,
     "campaign.transitioned": CampaignTransitioned,
     "campaign.stage": CampaignStage,
     "promotion.gated": EntityRegistered,

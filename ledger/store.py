@@ -292,6 +292,16 @@ class Ledger:
     async def active_campaigns(self) -> list[dict[str, Any]]:
         return await self.read(campaigns.active_campaigns)
 
+    async def set_schedule(
+        self, actor: Actor, ws: str, project: str, campaign_id: str, *, cron: str, timezone: str, channel: str
+    ) -> WriteResult:
+        return await self._put(
+            actor,
+            lambda tx: campaigns.set_schedule(
+                tx, ws, project, campaign_id, cron=cron, timezone=timezone, channel=channel
+            ),
+        )
+
     async def list_schedules(self) -> list[dict[str, Any]]:
         return await self.read(campaigns.list_schedules)
 

@@ -176,3 +176,23 @@ def test_research_state_and_wait_follow_the_campaign_without_skipping_a_change(
         env, "research", "wait", *where, "--after-cursor", str(changed.json()["next_cursor"]), "--timeout", "0.5"
     )
     assert after.code == 0 and "timeout" in after.stdout
+
+
+def test_doctor_names_each_check_and_the_schedule_can_be_set_and_shown(daemon: RunningDaemon, tmp_path: Path) -> None:
+    env = daemon.env()
+    cli(env, "project", "create", "--id", "nightly", "--name", "Nightly")
+    cli(env, "campaign", "create", "--project", "nightly", "--spec", write(tmp_path, spec(report_schedule=None)))
+    where = ["bash-q4", "--project", "nightly"]
+    doctor = cli(env, "campaign", "doctor", *where, "--json")
+    assert doctor.code == 7
+    checks = {c["check"]: c for c in doctor.json()["checks"]}
+    assert not checks["model_missing"]["ok"] and checks["model_missing"]["next_action"]
+    assert checks["scheduler"]["ok"] and checks["authority:campaign.control"]["ok"] and checks["budget_remaining"]["ok"]
+
+    assert cli(env, "campaign", "schedule", "show", *where, "--json").json()["schedules"] == []
+    bad = cli(env, "campaign", "schedule", "set", *where, "--cron", "0 25 * * *")
+    assert bad.code == 7 and "cron" in bad.stderr
+    made = cli(env, "campaign", "schedule", "set", *where, "--cron", "0 9 * * 1", "--timezone", "Europe/Paris")
+    assert made.code == 0, made.stderr
+    (shown,) = cli(env, "campaign", "schedule", "show", *where, "--json").json()["schedules"]
+    assert shown["cron"] == "0 9 * * 1" and shown["next_fire_time"] is not None

@@ -389,6 +389,11 @@ async def case_campaign_report(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{project}/campaigns/{campaign}/reports", {"json": {"formats": ["md", "json"]}}
 
 
+async def case_campaign_schedule(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, campaign = await _campaign(h)
+    return f"/v1/projects/{project}/campaigns/{campaign}/schedule", {"json": {"cron": "0 9 * * 1"}}
+
+
 async def case_model_export(h: Harness) -> tuple[str, dict[str, Any]]:
     project = await _project(h)
     version = {"model_version_id": "mv1", "model_id": "m", "source_uri": "file:///nonexistent/model"}
@@ -504,6 +509,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/propose"): case_campaign_propose,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/queue"): case_campaign_queue,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/reports"): case_campaign_report,
+    ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/schedule"): case_campaign_schedule,
 }
 
 
