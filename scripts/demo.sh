@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The newcomer's first run: start a daemon on a fresh home, show it healthy, record a first project,
-# read it back, and stop. (The full campaign demo replaces this when `bashgym demo` lands.)
+# check the sandbox against reward hacking, evaluate the suite's gold solutions, and stop. (The full campaign demo replaces this when `bashgym demo` lands.)
 set -euo pipefail
 HOME_DIR="${BASHGYM_DEMO_HOME:-$(mktemp -d -t bashgym-demo.XXXXXX)}"
 export BASHGYM_HOME="$HOME_DIR"
@@ -19,5 +19,9 @@ bashgym status
 bashgym project create --id demo --name "Demo project" --description "Created by make demo"
 bashgym experiment create --project demo --id first --name "First experiment" --objective "See the ledger work"
 bashgym ledger context --project demo --json | head -40
+echo "Reward-hacking canaries against the sandbox:"
+bashgym eval canaries
+echo "The terminal-task suite's own gold solutions, one task per family, sandboxed:"
+bashgym eval run --project demo --gold --limit-tasks 11
 bashgym ledger verify
 echo "Done. The daemon stops now; start your own with: BASHGYM_HOME=$HOME_DIR bashgym daemon"

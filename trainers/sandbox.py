@@ -56,6 +56,7 @@ class Isolation:
 
 @dataclass
 class AttemptResult:
+    environment_id: str  # the terminal task (environment) the attempt ran in
     task_id: str
     task_family: str
     attempt_index: int
@@ -240,6 +241,7 @@ def run_attempt(
         passed, error = (False, "") if reasons or timed_out else box.verify()
         status = "tampered" if reasons else ("error" if error else "ok")
         return AttemptResult(
+            environment_id=task.task_id,
             task_id=task.task_id,
             task_family=task.task_family,
             attempt_index=attempt_index,
