@@ -211,11 +211,7 @@ def _run_routes() -> APIRouter:
     @router.get("/projects/{project}/runs/{run_id}")
     async def show_run(call: ReadCall, project: str, run_id: str) -> Response:
         run = await call.services.ledger.get_run(call.workspace, project, run_id)
-        if run["evaluations"] and not call.principal.holds("eval.protected", project):
-            suites = (await call.services.ledger.list_evaluations(call.workspace, project))["suites"]
-            run["evaluations"] = withhold_protected(call, project, {"suites": suites, "results": run["evaluations"]})[
-                "results"
-            ]
+        run["evaluations"] = await withhold_protected(call, project, run["evaluations"])
         return json_response(run)
 
     @router.post("/projects/{project}/runs/{run_id}/transitions", response_model=WriteResult)
@@ -297,7 +293,8 @@ def _query_routes() -> APIRouter:
     @router.get("/projects/{project}/evaluations")
     async def evaluations(call: ReadCall, project: str, suite: str | None = None) -> Response:
         listing = await call.services.ledger.list_evaluations(call.workspace, project, suite=suite)
-        return json_response(withhold_protected(call, project, listing))
+        listing["results"] = await withhold_protected(call, project, listing["results"])
+        return json_response(listing)
 
     @router.get("/projects/{project}/compare")
     async def compare(

@@ -10,7 +10,6 @@ from bashgym.daemon.promotion import Evidence, build_runcard, gate, validate_run
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.errors import RuleRejected
 from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
-from bashgym.ledger.runcards import CLAIM_TIERS, DECISIONS
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -35,10 +34,6 @@ class DecideBody(BaseModel):
     override_reason: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
 
 
-assert set(RunCardBody.model_fields["claim_tier"].annotation.__args__) == set(CLAIM_TIERS)  # type: ignore[union-attr]
-assert set(RunCardBody.model_fields["decision"].annotation.__args__) == set(DECISIONS)  # type: ignore[union-attr]
-
-
 async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
     ledger = call.services.ledger
     run = await ledger.get_run(call.workspace, project, run_id)
@@ -59,13 +54,12 @@ async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
     return Evidence(run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id)
 
 
-def withhold_protected(call: Call, project: str, listing: dict[str, Any]) -> dict[str, Any]:
+async def withhold_protected(call: Call, project: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per-task details of protected suites stay closed to principals without eval.protected."""
-    if call.principal.holds("eval.protected", project):
-        return listing
-    protected = {s["suite_id"] for s in listing.get("suites", []) if s.get("is_protected")}
-    results = [{**r, "details": WITHHELD} if r["suite_id"] in protected else r for r in listing.get("results", [])]
-    return {**listing, "results": results}
+    if not results or call.principal.holds("eval.protected", project):
+        return results
+    protected = await call.services.ledger.protected_suites(call.workspace, project)
+    return [{**r, "details": WITHHELD} if r["suite_id"] in protected else r for r in results]
 
 
 def evaluation_routes() -> APIRouter:

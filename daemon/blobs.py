@@ -15,6 +15,17 @@ from bashgym.ledger.errors import InvalidInput, PayloadTooLarge
 CHUNK = 1024 * 1024
 
 
+def file_digest(path: Path) -> tuple[str, int]:
+    """sha256 and size of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 class BlobStore:
     def __init__(self, root: Path) -> None:
         self.root = root

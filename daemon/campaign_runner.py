@@ -115,8 +115,10 @@ class CampaignRunner:
 
     async def advance(self, campaign: dict[str, Any]) -> None:
         ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
-        await self.ledger.add_baseline(ACTOR, ws, project, cid)
         iterations = await self.ledger.list_iterations(ws, project, cid)
+        if not any(i["kind"] == "baseline" for i in iterations):  # a read first: the loop wakes on every event
+            await self.ledger.add_baseline(ACTOR, ws, project, cid)
+            iterations = await self.ledger.list_iterations(ws, project, cid)
         current = next((i for i in iterations if i["stage"] != "decided"), None)
         if current is None:
             return

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from bashgym.daemon.api_models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
+from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.cli import Ctx, command, done, no_args, read_json_file
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_UNAVAILABLE, ApiError
 from bashgym.ledger.errors import InvalidInput
@@ -223,7 +223,7 @@ async def _model_from_dir(ctx: Ctx, directory: Path, a: argparse.Namespace) -> M
     if not files:
         raise InvalidInput(f"{directory} holds no files.")
     config = directory / "config.json"
-    config_digest = await asyncio.to_thread(_sha256_file, config) if config.is_file() else None
+    config_digest = (await asyncio.to_thread(file_digest, config))[0] if config.is_file() else None
     return ModelVersionSpec(
         model_version_id=a.version,
         model_id=a.model,
@@ -232,11 +232,3 @@ async def _model_from_dir(ctx: Ctx, directory: Path, a: argparse.Namespace) -> M
         parent_version_id=a.parent,
         files=files,
     )
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()

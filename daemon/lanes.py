@@ -17,12 +17,11 @@ from typing import Any
 import asyncssh
 from bashgym.daemon.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
 from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
-from bashgym.daemon.supervisor import RunHandle, Supervisor, TrainerEvent
+from bashgym.daemon.supervisor import RunHandle, Supervisor
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict
 from bashgym.ledger.models import Actor, ArtifactSpec
 from bashgym.ledger.validation import canonical_json
-from pydantic import ValidationError
 
 log = logging.getLogger("bashgym.lanes")
 
@@ -162,12 +161,7 @@ class SshSupervisor(Supervisor):
         if end == 0:
             return
         for raw in data[:end].splitlines():
-            try:
-                event = TrainerEvent.model_validate_json(raw)
-            except ValidationError:
-                log.warning("Ignoring a malformed protocol line from %s: %r", self.handle.run_id, raw[:200])
-                continue
-            await self._on_event(event)
+            await self._on_line(raw)
         await self.lane.update(protocol_offset=offset + end)
 
     async def _collect_outputs(self) -> None:

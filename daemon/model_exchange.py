@@ -8,12 +8,12 @@ a bundle with a changed, missing or extra file is refused.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from bashgym.daemon.blobs import file_digest
 from bashgym.ledger.errors import InvalidInput, RuleRejected
 from bashgym.ledger.validation import canonical_json, sha256_text
 
@@ -46,7 +46,7 @@ def export_bundle(
         copied = target / relative
         copied.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, copied)
-        digest, size = _digest(copied)
+        digest, size = file_digest(copied)
         if digest != entry["sha256"]:
             shutil.rmtree(target)
             raise RuleRejected(
@@ -56,7 +56,7 @@ def export_bundle(
         entries.append({"path": str(relative), "sha256": digest, "size_bytes": size})
     if runcard is not None:
         (target / "runcard.json").write_text(json.dumps(runcard, indent=2, sort_keys=True))
-        digest, size = _digest(target / "runcard.json")
+        digest, size = file_digest(target / "runcard.json")
         entries.append({"path": "runcard.json", "sha256": digest, "size_bytes": size})
     manifest = {"schema": SCHEMA, **lineage, "files": sorted(entries, key=lambda e: str(e["path"]))}
     (target / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -81,7 +81,7 @@ def verify_bundle(bundle: Path) -> tuple[dict[str, Any], str]:
         if not path.is_file():
             problems.append(f"{entry['path']} is missing")
             continue
-        digest, size = _digest(path)
+        digest, size = file_digest(path)
         if digest != entry["sha256"] or size != entry["size_bytes"]:
             problems.append(
                 f"{entry['path']} has sha256 {digest[:12]} ({size} bytes), the manifest says {entry['sha256'][:12]}"
@@ -101,13 +101,3 @@ def _safe(path: str) -> PurePosixPath:
     if relative.is_absolute() or ".." in relative.parts or not relative.parts:
         raise InvalidInput(f"Bundle path {path!r} must stay inside the bundle.")
     return relative
-
-
-def _digest(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(1024 * 1024):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size

@@ -156,12 +156,16 @@ class Supervisor:
     async def _follow(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         async for raw in self.proc.stdout:
-            try:
-                event = TrainerEvent.model_validate_json(raw)
-            except ValidationError:
-                log.warning("Ignoring a malformed protocol line from %s: %r", self.handle.run_id, raw[:200])
-                continue
-            await self._on_event(event)
+            await self._on_line(raw)
+
+    async def _on_line(self, raw: bytes) -> None:
+        """One protocol line from any lane: validated, then applied; a malformed one is logged and skipped."""
+        try:
+            event = TrainerEvent.model_validate_json(raw)
+        except ValidationError:
+            log.warning("Ignoring a malformed protocol line from %s: %r", self.handle.run_id, raw[:200])
+            return
+        await self._on_event(event)
 
     async def _on_event(self, event: TrainerEvent) -> None:
         match event.event:

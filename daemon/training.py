@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.daemon.authority import Principal
+from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
 from bashgym.daemon.settings import Settings
@@ -164,7 +164,7 @@ class TrainingService:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
         device = await self._check_lane(workspace, request)
         await self._check_dataset(request)
-        dataset_sha256 = await asyncio.to_thread(sha256_file, Path(request.dataset_path))
+        dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
         context, _ = parse_context(request.tracking_context)
         if context is not None and context.dataset_content_digest != dataset_sha256:
             raise RuleRejected(
@@ -472,14 +472,6 @@ class TrainingService:
     ) -> dict[str, Any]:
         """The run to control; who may control it was decided by the route's dependency."""
         return dict(await self.ledger.get_run(workspace, project, run_id))
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

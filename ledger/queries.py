@@ -209,6 +209,13 @@ def _page_size(limit: int) -> int:
     return limit
 
 
+def protected_suites(conn: sqlite3.Connection, ws: str, project: str) -> set[str]:
+    rows = conn.execute(
+        "SELECT suite_id FROM eval_suites WHERE workspace_id = ? AND project_id = ? AND is_protected = 1", (ws, project)
+    )
+    return {row[0] for row in rows}
+
+
 def get_report(conn: sqlite3.Connection, ws: str, project: str, report_id: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT * FROM reports WHERE workspace_id = ? AND project_id = ? AND report_id = ?", (ws, project, report_id)

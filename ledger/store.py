@@ -394,6 +394,9 @@ class Ledger:
     async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
         return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
 
+    async def protected_suites(self, ws: str, project: str) -> set[str]:
+        return await self.read(lambda conn: queries.protected_suites(conn, ws, project))
+
     async def get_report(self, ws: str, project: str, report_id: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_report(conn, ws, project, report_id))
 

@@ -125,25 +125,17 @@ async def inprocess_daemon(
     For lanes whose peers (the SSH and NeMo stand-ins) live in the test's own loop.
     """
     from bashgym.daemon.app import Services, create_app
-    from bashgym.daemon.authority import RateLimiter, hash_token, new_token
+    from bashgym.daemon.authority import RateLimiter
     from bashgym.daemon.blobs import BlobStore
+    from bashgym.daemon.server import ensure_admin_token
     from bashgym.daemon.settings import load_settings
     from bashgym.daemon.training import TrainingService
-    from bashgym.ledger.models import Actor
 
     config = load_settings({}, home=str(home), **settings)
-    admin = new_token()
-    await ledger.insert_token(
-        Actor(actor_id="system"),
-        token_id=f"tok-admin-{admin[-8:]}",
-        token_hash=hash_token(admin),
-        actor_id="admin",
-        profile="admin",
-        capabilities=[],
-        workspace_id=None,
-        project_id=None,
-        expires_at=None,
-    )
+    home.mkdir(parents=True, exist_ok=True)  # the daemon's lock step makes it; the in-process one has none
+    # The daemon's own first-start step: the admin token file, registered in the ledger.
+    await ensure_admin_token(ledger, config.admin_token_path)
+    admin = config.admin_token_path.read_text().strip()
     async with TrainingService(config, ledger, environ or {}) as training:
         services = Services(
             config, ledger, BlobStore(config.artifacts_dir), "test", 0.0, RateLimiter(10_000, 10_000), training

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -111,13 +112,12 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
     )
     tasks = [t for t in suite.tasks if request.split == "all" or split[t.task_id] == "holdout"]
     if request.limit_tasks:  # a quick look still covers every family: take tasks round-robin across them
-        rank = {t.task_id: i for i, t in enumerate(tasks)}
-        order: dict[str, int] = {}
-        nth = []
-        for task in tasks:
-            order[task.task_family] = order.get(task.task_family, -1) + 1
-            nth.append((order[task.task_family], rank[task.task_id], task))
-        tasks = [task for _, _, task in sorted(nth, key=lambda x: (x[0], x[1]))][: request.limit_tasks]
+        seen: Counter[str] = Counter()
+        rank = []  # (how many of its family came before it, position in the suite)
+        for position, task in enumerate(tasks):
+            rank.append((seen[task.task_family], position))
+            seen[task.task_family] += 1
+        tasks = [tasks[position] for _, position in sorted(rank)[: request.limit_tasks]]
     generate = _gold if request.model == GOLD else _sampler(request)
     isolation = probe_isolation()
     emit("started", suite_id=suite.suite_id, tasks=len(tasks), samples=request.samples, isolation=isolation.level)

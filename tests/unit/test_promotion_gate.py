@@ -157,3 +157,13 @@ def test_collapsed_reward_variance_is_a_warning_not_a_blocker() -> None:
     evidence.run["metric_summary"]["train.reward_std"] = {"count": 10, "latest": 0.0}
     verdict = gate(evidence)
     assert verdict["ship"] and [w["code"] for w in verdict["warnings"]] == ["reward_variance_collapsed"]
+
+
+def test_the_runcard_route_accepts_exactly_the_ledgers_tiers_and_decisions() -> None:
+    from typing import get_args
+
+    from bashgym.daemon.api_evaluations import RunCardBody
+    from bashgym.ledger.runcards import CLAIM_TIERS, DECISIONS
+
+    assert set(get_args(RunCardBody.model_fields["claim_tier"].annotation)) == set(CLAIM_TIERS)
+    assert set(get_args(RunCardBody.model_fields["decision"].annotation)) == set(DECISIONS)
