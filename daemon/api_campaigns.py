@@ -8,11 +8,19 @@ from typing import Annotated, Any, Literal, get_args
 
 from bashgym.daemon import research
 from bashgym.daemon.app import json_response
-from bashgym.daemon.campaigns import ACTIONS, check_proposal, open_budget, schedule_findings, utc_now, validate
+from bashgym.daemon.campaigns import (
+    ACTIONS,
+    check_proposal,
+    lent_capability,
+    open_budget,
+    schedule_findings,
+    utc_now,
+    validate,
+)
 from bashgym.daemon.reports import campaign_report
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.errors import Conflict, InvalidInput, NotFound
+from bashgym.ledger.errors import Conflict, Forbidden, InvalidInput, NotFound
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -104,6 +112,17 @@ def campaign_routes() -> APIRouter:
             )
         if action == "start":
             await open_budget(ledger, call.actor, call.workspace, project, campaign)
+        lent = lent_capability(campaign["status_reason"]) if action == "resume" else None
+        if lent is not None:
+            # Resuming lends the campaign a capability its owner lacks, so it takes a holder of it.
+            capability, iteration = lent
+            if not call.principal.holds(capability, project):
+                raise Forbidden(
+                    f"Campaign {campaign_id} waits for {capability} (for {iteration}), which its owner lacks; "
+                    f"{call.principal.actor_id} lacks it too.",
+                    hint=f"Ask a principal holding {capability} in project {project!r} to resume it.",
+                    details={"capability": capability, "scope": f"project {project!r}"},
+                )
         result = await ledger.transition_campaign(
             call.actor,
             call.workspace,
@@ -111,7 +130,9 @@ def campaign_routes() -> APIRouter:
             campaign_id,
             target,
             expected_version=body.expected_version,
-            reason=body.reason or f"{action} by {call.principal.actor_id}",
+            reason=body.reason
+            or (f"{lent[0]} lent by {call.principal.actor_id}" if lent else f"{action} by {call.principal.actor_id}"),
+            approval=lent,
         )
         return written(result)
 

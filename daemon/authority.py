@@ -8,7 +8,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
@@ -184,20 +184,30 @@ async def _token_principal(ledger: Ledger, authorization: str | None, now: datet
             f"Token {row['token_id']} expired at {row['expires_at']}.",
             hint="Ask an admin for a new token (bashgym auth issue).",
         )
-    capabilities = PROFILES.get(str(row["profile"]), frozenset()) | frozenset(json.loads(row["capabilities_json"]))
+    return _row_principal(row)
+
+
+def _row_principal(row: Mapping[str, object]) -> Principal:
+    """The principal a live token row stands for (stored capabilities_json or an already decoded list)."""
+    stored = row.get("capabilities_json")
+    listed = json.loads(str(stored)) if stored is not None else row.get("capabilities", [])
+    capabilities = PROFILES.get(str(row["profile"]), frozenset()) | frozenset(listed)  # type: ignore[arg-type]
     project = row["project_id"]
     if project:
         # A project-scoped token holds its capabilities in that project only.
         return Principal(
-            actor_id=row["actor_id"],
-            token_id=row["token_id"],
+            actor_id=str(row["actor_id"]),
+            token_id=str(row["token_id"]),
             capabilities=frozenset(),
-            project_capabilities={project: capabilities},
-            workspace_id=row["workspace_id"],
-            project_id=project,
+            project_capabilities={str(project): capabilities},
+            workspace_id=_optional(row["workspace_id"]),
+            project_id=str(project),
         )
     return Principal(
-        actor_id=row["actor_id"], token_id=row["token_id"], capabilities=capabilities, workspace_id=row["workspace_id"]
+        actor_id=str(row["actor_id"]),
+        token_id=str(row["token_id"]),
+        capabilities=capabilities,
+        workspace_id=_optional(row["workspace_id"]),
     )
 
 
@@ -226,3 +236,30 @@ class RateLimiter:
 
 def is_identifier(value: str) -> bool:
     return bool(IDENTIFIER_RE.match(value))
+
+
+def _optional(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+async def actor_holds(ledger: Ledger, actor_id: str, capability: str, *, workspace_id: str, project_id: str) -> bool:
+    """Whether an actor recorded in the ledger (a token's actor or a Discord user) holds `capability` in a
+    project right now, through any live token or direct grant. A Discord user's role grants cannot be seen
+    without Discord, so only grants to the user themselves count here."""
+    if actor_id.startswith("system:"):
+        return True
+    now = datetime.now(UTC).isoformat()
+    if actor_id.startswith("discord:"):
+        grants = await ledger.active_grants(workspace_id, actor_id.removeprefix("discord:"), [])
+        return _discord_principal(actor_id.removeprefix("discord:"), "", workspace_id, grants).holds(
+            capability, project_id
+        )
+    for row in await ledger.tokens_of_actor(workspace_id, actor_id):
+        if row["expires_at"] and row["expires_at"] <= now:
+            continue
+        principal = _row_principal(row)
+        if principal.project_id and principal.project_id != project_id:
+            continue
+        if principal.holds(capability, project_id):
+            return True
+    return False

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from bashgym.daemon.authority import actor_holds
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.campaigns import in_training_window
+from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import BashGymError
+from bashgym.ledger.errors import BashGymError, RuleRejected
 from bashgym.ledger.models import Actor, BudgetEntrySpec
 from bashgym.trainers.specs import TrainingRequest
 
@@ -130,6 +131,8 @@ class CampaignRunner:
     # -- stages ----------------------------------------------------------------------------------
 
     async def _stage_evaluate(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        if not await self._owner_may(campaign, it, "eval.run"):
+            return
         spec = campaign["spec"]
         evaluation = spec.get("evaluation") or {}
         body = EvalRunBody(
@@ -168,12 +171,17 @@ class CampaignRunner:
     async def _stage_compare(self, campaign: dict[str, Any], it: dict[str, Any], its: list[dict[str, Any]]) -> None:
         ws, project, spec = campaign["workspace_id"], campaign["project_id"], campaign["spec"]
         incumbent = next(i for i in its if i["iteration_id"] == campaign["incumbent_iteration_id"])
-        comparison = await self.evaluations.compare(
-            ACTOR,
-            ws,
-            project,
-            CompareBody(baseline_result_id=incumbent["result_id"], candidate_result_id=it["result_id"]),
-        )
+        try:
+            comparison = await self.evaluations.compare(
+                ACTOR,
+                ws,
+                project,
+                CompareBody(baseline_result_id=incumbent["result_id"], candidate_result_id=it["result_id"]),
+            )
+        except RuleRejected as exc:  # permanent: retrying on the next tick would only repeat it
+            log.warning("Campaign %s: %s cannot be compared: %s", campaign["campaign_id"], it["iteration_id"], exc)
+            await self._move(campaign, it, "decided", decision="discard", reason_code="comparison_failed")
+            return
         listing = await self.ledger.list_evaluations(ws, project)
         metrics = {r["result_id"]: r["metrics"] for r in listing["results"]}
         rules = spec["stop_rules"]
@@ -202,6 +210,8 @@ class CampaignRunner:
         budget = await self.ledger.budget_summary(ws, project, scope)
         if budget.get("has_limit") and budget["limit"]["runs"] and budget["remaining"]["runs"] < 1:
             await self._authority(campaign, f"budget_overrun: the campaign's {budget['limit']['runs']} runs are spent")
+            return
+        if not await self._owner_may(campaign, it, "training.launch"):
             return
         try:
             request = await self._request(campaign, it)
@@ -301,6 +311,18 @@ class CampaignRunner:
 
     async def _authority(self, campaign: dict[str, Any], reason: str) -> None:
         await self._end(campaign, "awaiting_authority", reason)
+
+    async def _owner_may(self, campaign: dict[str, Any], it: dict[str, Any], capability: str) -> bool:
+        """The runner acts for the campaign's owner: a step needing a capability the owner lacks waits in
+        awaiting_authority until a principal who holds it resumes the campaign, lending it for this step."""
+        ws, project, owner = campaign["workspace_id"], campaign["project_id"], campaign["created_by"]
+        if await actor_holds(self.ledger, owner, capability, workspace_id=ws, project_id=project):
+            return True
+        approvals = await self.ledger.campaign_approvals(ws, project, campaign["campaign_id"])
+        if (capability, it["iteration_id"]) in approvals:
+            return True
+        await self._authority(campaign, authority_reason(capability, it["iteration_id"], owner))
+        return False
 
     async def _request(self, campaign: dict[str, Any], it: dict[str, Any]) -> TrainingRequest:
         """The candidate's training request: the base recipe with its one change, on pinned model and data,

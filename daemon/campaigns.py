@@ -29,6 +29,25 @@ ACTIONS = {
 }
 
 
+# The status_reason of a campaign waiting for a capability its owner lacks:
+# "authority_required: <capability> for <iteration id>: ...". Resuming it lends that capability.
+AUTHORITY_REQUIRED = "authority_required:"
+
+
+def authority_reason(capability: str, iteration_id: str, owner: str) -> str:
+    return f"{AUTHORITY_REQUIRED} {capability} for {iteration_id}: the campaign's owner {owner} lacks it"
+
+
+def lent_capability(status_reason: str) -> tuple[str, str] | None:
+    """The (capability, iteration id) a waiting campaign needs lent, from its status_reason; None otherwise."""
+    if not status_reason.startswith(AUTHORITY_REQUIRED):
+        return None
+    words = status_reason.removeprefix(AUTHORITY_REQUIRED).split()
+    if len(words) < 3 or words[1] != "for":
+        return None
+    return words[0], words[2].rstrip(":")
+
+
 def finding(code: str, message: str, next_action: str) -> dict[str, str]:
     return {"code": code, "severity": "fail", "message": message, "next_action": next_action}
 

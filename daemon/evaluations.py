@@ -422,13 +422,19 @@ class EvaluationService:
         shared = sorted(set(base_tasks) & set(cand_tasks))
         if not shared:
             raise RuleRejected("The two results share no task; they cannot be paired.")
-        stats = paired_bootstrap(
-            {t: base_tasks[t]["pass@1"] for t in shared},
-            {t: cand_tasks[t]["pass@1"] for t in shared},
-            {t: base_tasks[t]["family"] for t in shared},
-            resamples=body.resamples,
-            seed=body.seed,
-        )
+        try:
+            stats = paired_bootstrap(
+                {t: base_tasks[t]["pass@1"] for t in shared},
+                {t: cand_tasks[t]["pass@1"] for t in shared},
+                {t: base_tasks[t]["family"] for t in shared},
+                resamples=body.resamples,
+                seed=body.seed,
+            )
+        except ValueError as exc:
+            raise RuleRejected(
+                f"These results cannot be compared: {exc}",
+                hint="Evaluate both models on more of the suite (a larger --limit-tasks, or all of it).",
+            ) from exc
         suite = next((x for x in listing["suites"] if x["suite_id"] == baseline["suite_id"]), None)
         primary = suite["scoring_contract"]["primary_metric"] if suite else "pass@1"
         spec = ComparisonSpec(

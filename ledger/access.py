@@ -95,6 +95,15 @@ def find_token(conn: sqlite3.Connection, token_hash: str) -> dict[str, Any] | No
     return dict(row) if row else None
 
 
+def tokens_of_actor(conn: sqlite3.Connection, workspace_id: str, actor_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT * FROM api_tokens WHERE (workspace_id = ? OR workspace_id IS NULL) AND actor_id = ? "
+        "AND revoked_at IS NULL ORDER BY created_at",
+        (workspace_id, actor_id),
+    )
+    return [token_record(dict(r)) for r in rows]
+
+
 def count_tokens(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM api_tokens").fetchone()[0])
 

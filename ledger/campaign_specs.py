@@ -58,7 +58,9 @@ class CampaignEvaluation(Spec):
     """How each iteration is evaluated on the pinned suite."""
 
     samples: Annotated[int, Field(ge=1, le=64)] = 1
-    limit_tasks: Annotated[int, Field(ge=1)] | None = None
+    # At least two: a comparison's cluster bootstrap needs two task families, and a limited evaluation
+    # takes its tasks one family at a time.
+    limit_tasks: Annotated[int, Field(ge=2)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
 
 

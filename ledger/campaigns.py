@@ -57,9 +57,18 @@ def create_campaign(tx: Tx, ws: str, project: str, spec: CampaignSpec) -> tuple[
 
 
 def transition_campaign(
-    tx: Tx, ws: str, project: str, campaign_id: str, target: str, *, expected_version: int, reason: str
+    tx: Tx,
+    ws: str,
+    project: str,
+    campaign_id: str,
+    target: str,
+    *,
+    expected_version: int,
+    reason: str,
+    approval: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Move a campaign to `target` if its version is `expected_version`; every move is an event."""
+    """Move a campaign to `target` if its version is `expected_version`; every move is an event. `approval`
+    (capability, iteration id) records that the mover lent the campaign a capability its owner lacks."""
     row = _row(tx.conn, ws, project, campaign_id)
     if row is None:
         raise _not_found(campaign_id, project)
@@ -87,9 +96,28 @@ def transition_campaign(
         "campaign.transitioned",
         workspace_id=ws,
         project_id=project,
-        payload={"campaign_id": campaign_id, "status": target, "previous_status": current, "reason": reason[:2000]},
+        payload={
+            "campaign_id": campaign_id,
+            "status": target,
+            "previous_status": current,
+            "reason": reason[:2000],
+            **({"approved_capability": approval[0], "approved_iteration_id": approval[1]} if approval else {}),
+        },
     )
     return get_campaign(tx.conn, ws, project, campaign_id), False
+
+
+def campaign_approvals(conn: sqlite3.Connection, ws: str, project: str, campaign_id: str) -> set[tuple[str, str]]:
+    """The (capability, iteration id) pairs lent to a campaign by the principals who resumed it."""
+    rows = conn.execute(
+        "SELECT json_extract(payload_json, '$.approved_capability'), "
+        "json_extract(payload_json, '$.approved_iteration_id') "
+        "FROM events WHERE event_type = 'campaign.transitioned' AND workspace_id = ? AND project_id = ? "
+        "AND json_extract(payload_json, '$.campaign_id') = ? "
+        "AND json_extract(payload_json, '$.approved_capability') IS NOT NULL",
+        (ws, project, campaign_id),
+    )
+    return {(str(capability), str(iteration)) for capability, iteration in rows}
 
 
 def get_campaign(conn: sqlite3.Connection, ws: str, project: str, campaign_id: str) -> dict[str, Any]:

@@ -71,6 +71,9 @@ class CampaignTransitioned(_Payload):
     status: str
     previous_status: str
     reason: str = ""
+    # A resume out of awaiting_authority by a holder of the capability the campaign's owner lacked.
+    approved_capability: str | None = None
+    approved_iteration_id: str | None = None
 
 
 class CampaignStage(_Payload):

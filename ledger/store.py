@@ -250,14 +250,27 @@ class Ledger:
         return await self._put(actor, lambda tx: campaigns.create_campaign(tx, ws, project, spec))
 
     async def transition_campaign(
-        self, actor: Actor, ws: str, project: str, campaign_id: str, target: str, *, expected_version: int, reason: str
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        campaign_id: str,
+        target: str,
+        *,
+        expected_version: int,
+        reason: str,
+        approval: tuple[str, str] | None = None,
     ) -> WriteResult:
-        return await self._put(
-            actor,
-            lambda tx: campaigns.transition_campaign(
-                tx, ws, project, campaign_id, target, expected_version=expected_version, reason=reason
-            ),
-        )
+        def move(tx: Tx) -> tuple[dict[str, Any], bool]:
+            version = expected_version
+            return campaigns.transition_campaign(
+                tx, ws, project, campaign_id, target, expected_version=version, reason=reason, approval=approval
+            )
+
+        return await self._put(actor, move)
+
+    async def campaign_approvals(self, ws: str, project: str, campaign_id: str) -> set[tuple[str, str]]:
+        return await self.read(lambda conn: campaigns.campaign_approvals(conn, ws, project, campaign_id))
 
     async def get_campaign(self, ws: str, project: str, campaign_id: str) -> dict[str, Any]:
         return await self.read(lambda conn: campaigns.get_campaign(conn, ws, project, campaign_id))
@@ -496,6 +509,10 @@ class Ledger:
 
     async def list_grants(self, workspace_id: str) -> list[dict[str, Any]]:
         return await self.read(lambda conn: access.list_grants(conn, workspace_id))
+
+    async def tokens_of_actor(self, workspace_id: str, actor_id: str) -> list[dict[str, Any]]:
+        """The live (unrevoked) tokens issued to an actor in a workspace; expiry is the caller's to judge."""
+        return await self.read(lambda conn: access.tokens_of_actor(conn, workspace_id, actor_id))
 
     async def active_grants(self, workspace_id: str, user_id: str, role_ids: list[str]) -> list[dict[str, Any]]:
         key = (workspace_id, user_id, *sorted(role_ids))

@@ -116,3 +116,61 @@ def test_a_campaign_survives_a_kill_waits_for_budget_and_exhausts_by_its_rules(t
     assert len([r for r in results if r["model_version_id"] == "tiny-v1"]) == 1
     moves = [e["payload"]["status"] for e in events if e["event_type"] == "campaign.transitioned"]
     assert moves == ["ready", "active", "awaiting_authority", "active", "exhausted"]
+
+
+@pytest.mark.timeout(600)
+def test_a_step_the_owner_may_not_take_waits_for_a_holder_to_lend_the_capability(tmp_path: Path) -> None:
+    with running_daemon(tmp_path / "home") as daemon:
+        env = daemon.env()
+        tiny = build_tiny(tmp_path / "tiny")
+        assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
+        data = sft_data(tmp_path, rows=8)
+        registered = cli(env, "dataset", "register", "--project", "nightly", "--dataset", "traces", "--version",
+                         "traces-v1", "--file", str(data))  # fmt: skip
+        assert registered.code == 0, registered.stderr
+        with daemon.client() as admin:
+            model = {"model_version_id": "tiny-v1", "model_id": "tiny", "source_uri": f"file://{tiny}"}
+            assert admin.post("/v1/projects/nightly/model-versions", json=model).status_code == 201
+            # Rita runs campaigns but may not launch training herself.
+            caps = ["ledger.read", "ledger.write", "eval.run", "campaign.create", "campaign.control"]
+            issued = admin.post(
+                "/v1/auth/tokens",
+                json={"actor_id": "rita", "capabilities": caps, "project_id": "nightly", "workspace_id": "default"},
+            )
+            assert issued.status_code == 201, issued.text
+        spec = {
+            "campaign_id": "bash-q4", "title": "Rita's loop", "objective": "Raise pass@1.",
+            "suite_id": "bash-tasks-v1", "starting_model_version_id": "tiny-v1", "dataset_version_ids": ["traces-v1"],
+            "base_recipe": {"strategy": "sft", "max_steps": 2, "batch_size": 2, "max_seq_length": 96},
+            "budget": {"runs": 2}, "stop_rules": {"max_iterations": 1},
+            "evaluation": {"limit_tasks": 2, "temperature": 0.0},
+        }  # fmt: skip
+        base = "/v1/projects/nightly/campaigns/bash-q4"
+        with daemon.client(issued.json()["token"]) as rita:
+            assert rita.post("/v1/projects/nightly/campaigns", json=spec).status_code == 201
+            change = {"primary_variable": "learning_rate", "value": 1e-3, "rationale": "gentler steps"}
+            assert rita.post(f"{base}/propose", json=change).status_code == 201
+            checked = rita.post(f"{base}/validate", json={"expected_version": 1}).json()
+            assert checked["ok"], checked["findings"]
+            assert rita.post(f"{base}/start", json={"expected_version": 2}).is_success
+            waiting = wait_until(daemon, lambda c: c["status"] != "active", timeout_s=300)
+            assert waiting["status"] == "awaiting_authority", waiting["status_reason"]
+            candidate = waiting["iterations"][1]
+            assert waiting["status_reason"].startswith(
+                f"authority_required: training.launch for {candidate['iteration_id']}"
+            )
+            assert "rita lacks it" in waiting["status_reason"] and candidate["stage"] == "queued"
+            refused = rita.post(f"{base}/resume", json={"expected_version": waiting["version"]})
+            assert refused.status_code == 403, refused.text
+            assert "waits for training.launch" in refused.json()["error"]["message"]
+        with daemon.client() as admin:
+            lent = admin.post(f"{base}/resume", json={"expected_version": waiting["version"]})
+            assert lent.is_success, lent.text
+            final = wait_until(daemon, lambda c: c["status"] not in {"active"}, timeout_s=300)
+            events = admin.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
+    assert final["status"] == "exhausted", final["status_reason"]
+    assert final["iterations"][1]["run_id"], "the lent capability launched the candidate"
+    moves = [e["payload"] for e in events if e["event_type"] == "campaign.transitioned"]
+    assert [m["status"] for m in moves] == ["ready", "active", "awaiting_authority", "active", "exhausted"]
+    assert moves[3]["approved_capability"] == "training.launch"
+    assert moves[3]["approved_iteration_id"] == candidate["iteration_id"]

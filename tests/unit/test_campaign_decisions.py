@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from bashgym.daemon.campaign_runner import decide
+from bashgym.daemon.campaigns import authority_reason, lent_capability
 
 RULES = {"direction": "maximize", "min_improvement": 0.05, "protected": {"timeout_rate": 0.02}}
 CLEAN = {"pass@1": 0.5, "timeout_rate": 0.0}
@@ -41,3 +42,11 @@ def test_for_a_metric_to_minimise_a_negative_delta_is_the_improvement() -> None:
     rules = {**RULES, "direction": "minimize"}
     assert decide({"delta": -0.2, "ci_low": -0.3, "ci_high": -0.1}, CLEAN, CLEAN, **rules).keep
     assert not decide({"delta": 0.2, "ci_low": 0.1, "ci_high": 0.3}, CLEAN, CLEAN, **rules).keep
+
+
+def test_a_waiting_campaign_names_the_capability_and_step_to_lend() -> None:
+    reason = authority_reason("training.launch", "bash-q4.i3", "rita")
+    assert reason == "authority_required: training.launch for bash-q4.i3: the campaign's owner rita lacks it"
+    assert lent_capability(reason) == ("training.launch", "bash-q4.i3")
+    assert lent_capability("budget_overrun: the campaign's 2 runs are spent") is None
+    assert lent_capability("authority_required: garbled") is None
