@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from bashgym.ledger.models import (
     AliasMove,
@@ -37,6 +37,7 @@ __all__ = [
     "ArtifactSpec",
     "BlobStored",
     "BudgetEntrySpec",
+    "ChannelSet",
     "ComparisonSpec",
     "ConsumerCursor",
     "CursorAck",
@@ -56,6 +57,11 @@ __all__ = [
     "MetricBatch",
     "MetricPoint",
     "ModelVersionSpec",
+    "Notice",
+    "NoticeField",
+    "NoticeFile",
+    "NoticeOutcome",
+    "NoticePage",
     "ProjectSpec",
     "ReportSpec",
     "RunRegistration",
@@ -156,3 +162,50 @@ class GrantSpec(BaseModel):
     profile: str = ""
     capabilities: list[str] = Field(default_factory=list, max_length=50)
     project_id: Identifier | None = None
+
+
+class NoticeField(BaseModel):
+    name: str
+    value: str
+    inline: bool = True
+
+
+class NoticeFile(BaseModel):
+    """A file that goes with a notice (a report's chart), fetched from the daemon by `path`."""
+
+    name: str
+    path: str
+
+
+NoticeOutcome = Literal["success", "failure", "warning", "info", "neutral"]
+
+
+class Notice(BaseModel):
+    """One ledger event rendered for people: a Discord post, or a line block on the console channel."""
+
+    cursor: int
+    event_id: str
+    event_type: str
+    workspace_id: str
+    project_id: str
+    channel_id: str | None = Field(None, description="Discord channel it goes to; None when the project has none set.")
+    nonce: str = Field(description="Derived from the event id: a resend after a crash is dropped by Discord.")
+    outcome: NoticeOutcome
+    title: str
+    description: str = ""
+    fields: list[NoticeField] = Field(default_factory=list)
+    footer: str
+    files: list[NoticeFile] = Field(default_factory=list)
+
+
+class NoticePage(BaseModel):
+    """Notices after a cursor; next_cursor also passes the events that render to nothing."""
+
+    notices: list[Notice]
+    next_cursor: int
+
+
+class ChannelSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    channel_id: Annotated[str, Field(pattern=r"^\d{1,25}$", description="A Discord channel snowflake.")]
+    guild_id: Annotated[str, Field(pattern=r"^\d{0,25}$")] = ""

@@ -22,6 +22,7 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaign_runner import CampaignRunner
 from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.lockfile import HomeLock
+from bashgym.daemon.notices import ConsoleNotifier, NoticeRenderer
 from bashgym.daemon.scheduler import ReportScheduler
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -103,6 +104,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir)) as evaluations,
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
             CampaignRunner(settings, ledger, training, evaluations),
+            _console_channel(settings, ledger, environ),
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             services = Services(
@@ -123,6 +125,16 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
         settings.endpoint_path.unlink(missing_ok=True)
         lock.release()
     return 0
+
+
+def _console_channel(
+    settings: Settings, ledger: Ledger, environ: dict[str, str]
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """The console channel prints notices when no Discord bot token is configured (the bot posts them then)."""
+    if not settings.console_notices or environ.get(settings.discord_token_env):
+        return contextlib.nullcontext()
+    renderer = NoticeRenderer(ledger, settings.home / "reports")
+    return ConsoleNotifier(ledger, renderer, settings.default_workspace)
 
 
 async def _serve(services: Services) -> None:

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     discord_token_env: str = Field(
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
+    console_notices: bool = Field(
+        True, description="Print notices (the Discord posts) on the daemon's console when Discord is not configured."
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Daemon log level.")
     discord_guild_ids: list[str] = Field(
         default_factory=list, description="Discord guilds (ids, comma-separated) allowed to use this BashGym."

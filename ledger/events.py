@@ -134,6 +134,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "campaign.schedule_set": EntityRegistered,
     "campaign.transitioned": CampaignTransitioned,
     "campaign.stage": CampaignStage,
+    "project.channel_set": EntityRegistered,
     "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,
 }

@@ -616,3 +616,30 @@ def budget_summary(conn: sqlite3.Connection, ws: str, project: str, scope: str =
     else:
         summary["remaining"] = None
     return summary
+
+
+_ENTITY_TABLES = {
+    "eval_result": ("eval_results", "result_id"),
+    "comparison": ("comparisons", "comparison_id"),
+    "decision": ("decisions", "decision_id"),
+    "runcard": ("runcards", "card_id"),
+    "report": ("reports", "report_id"),
+}
+
+
+def entity(conn: sqlite3.Connection, ws: str, project: str, kind: str, entity_id: str) -> dict[str, Any] | None:
+    """One evidence row by its kind and id (None when absent), as the API shows it."""
+    table, column = _ENTITY_TABLES[kind]
+    row = conn.execute(
+        f"SELECT * FROM {table} WHERE workspace_id = ? AND project_id = ? AND {column} = ?", (ws, project, entity_id)
+    ).fetchone()
+    return to_record(row) if row else None
+
+
+def campaign_schedule_channel(conn: sqlite3.Connection, ws: str, project: str, campaign_id: str) -> str:
+    row = conn.execute(
+        "SELECT channel FROM schedules WHERE workspace_id = ? AND project_id = ? AND campaign_id = ? "
+        "AND kind = 'report'",
+        (ws, project, campaign_id),
+    ).fetchone()
+    return str(row[0]) if row else ""

@@ -10,7 +10,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bashgym.ledger import access, campaigns, devices, evidence, integrity, lineage, queries, runcards, runs
+from bashgym.ledger import (
+    access,
+    campaigns,
+    channels,
+    devices,
+    evidence,
+    integrity,
+    lineage,
+    queries,
+    runcards,
+    runs,
+)
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable
@@ -244,6 +255,19 @@ class Ledger:
 
         return await self.write(actor, run)
 
+    # -- notification channels -----------------------------------------------------------------
+
+    async def set_channel(self, actor: Actor, ws: str, project: str, *, channel_id: str, guild_id: str) -> WriteResult:
+        return await self._put(
+            actor, lambda tx: channels.set_channel(tx, ws, project, channel_id=channel_id, guild_id=guild_id)
+        )
+
+    async def get_channel(self, ws: str, project: str) -> dict[str, Any] | None:
+        return await self.read(lambda conn: channels.get_channel(conn, ws, project))
+
+    async def channel_map(self, ws: str) -> dict[str, str]:
+        return await self.read(lambda conn: channels.channel_map(conn, ws))
+
     # -- campaigns -----------------------------------------------------------------------------
 
     async def create_campaign(self, actor: Actor, ws: str, project: str, spec: CampaignSpec) -> WriteResult:
@@ -409,6 +433,12 @@ class Ledger:
 
     async def protected_suites(self, ws: str, project: str) -> set[str]:
         return await self.read(lambda conn: queries.protected_suites(conn, ws, project))
+
+    async def entity(self, ws: str, project: str, kind: str, entity_id: str) -> dict[str, Any] | None:
+        return await self.read(lambda conn: queries.entity(conn, ws, project, kind, entity_id))
+
+    async def campaign_schedule_channel(self, ws: str, project: str, campaign_id: str) -> str:
+        return await self.read(lambda conn: queries.campaign_schedule_channel(conn, ws, project, campaign_id))
 
     async def get_report(self, ws: str, project: str, report_id: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_report(conn, ws, project, report_id))

@@ -8,9 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,20 @@ class RunningDaemon:
     home: Path
     url: str
     proc: subprocess.Popen[str]
+    console: list[str] = field(default_factory=list)  # the daemon's stdout after start: the console channel
+
+    def __post_init__(self) -> None:
+        # Drain stdout for the daemon's whole life, or a full pipe would block its console notifier.
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+
+    def _drain(self) -> None:
+        stream = self.proc.stdout
+        if stream is None:
+            return
+        with stream:  # closed at EOF, when the daemon has exited
+            for line in stream:
+                self.console.append(line.rstrip("\n"))
 
     @property
     def token(self) -> str:
@@ -51,8 +66,7 @@ class RunningDaemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self._drainer.join(timeout=10)
 
 
 def start_daemon(home: Path, *extra: str, env: dict[str, str] | None = None) -> RunningDaemon:

@@ -221,6 +221,10 @@ async def case_annotations(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{await _project(h)}/annotations", {"json": {"text": "note"}}
 
 
+async def case_channel_set(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/projects/{await _project(h)}/channel", {"json": {"channel_id": "4242"}}
+
+
 async def case_backup(h: Harness) -> tuple[str, dict[str, Any]]:
     return "/v1/ledger/backup", {"params": {"to": str(h.tmp / f"backup-{next(_counter)}.sqlite3")}}
 
@@ -510,6 +514,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/queue"): case_campaign_queue,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/reports"): case_campaign_report,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/schedule"): case_campaign_schedule,
+    ("PUT", "/v1/projects/{project}/channel"): case_channel_set,
 }
 
 

@@ -1,0 +1,57 @@
+"""Notices (ledger events rendered for people) and the Discord channel each project's notices go to."""
+
+from __future__ import annotations
+
+import time
+
+from bashgym.daemon.api_models import ChannelSet, NoticePage
+from bashgym.daemon.app import json_response
+from bashgym.daemon.notices import NoticeRenderer
+from bashgym.daemon.routing import ReadCall, WriteCall, written
+from bashgym.ledger.errors import InvalidInput, NotFound
+from fastapi import APIRouter
+from starlette.responses import Response
+
+MAX_WAIT_S = 30.0
+
+
+def notice_routes() -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["notices"])
+
+    @router.get("/notices", response_model=NoticePage)
+    async def notices(call: ReadCall, after_cursor: int = 0, limit: int = 50, wait_s: float = 0) -> Response:
+        """Notices after a cursor, across the workspace; with wait_s, held (up to 30 s) until an event arrives."""
+        if not 0 <= wait_s <= MAX_WAIT_S:
+            raise InvalidInput(f"wait_s is {wait_s}; it must be between 0 and {MAX_WAIT_S:.0f} seconds.")
+        if not 1 <= limit <= 500:
+            raise InvalidInput(f"limit is {limit}; ask for 1 to 500 notices.")
+        ledger = call.services.ledger
+        renderer = NoticeRenderer(ledger, call.services.settings.home / "reports")
+        deadline = time.monotonic() + wait_s
+        while True:
+            head = ledger.last_cursor
+            page = await renderer.page(call.workspace, after_cursor=after_cursor, limit=limit)
+            remaining = deadline - time.monotonic()
+            if page.notices or page.next_cursor != after_cursor or remaining <= 0:
+                return json_response(page)
+            await ledger.wait_for_events(max(head, after_cursor), remaining)
+
+    @router.put("/projects/{project}/channel", status_code=201)
+    async def channel_set(call: WriteCall, project: str, body: ChannelSet) -> Response:
+        return written(
+            await call.services.ledger.set_channel(
+                call.actor, call.workspace, project, channel_id=body.channel_id, guild_id=body.guild_id
+            )
+        )
+
+    @router.get("/projects/{project}/channel")
+    async def channel_show(call: ReadCall, project: str) -> Response:
+        channel = await call.services.ledger.get_channel(call.workspace, project)
+        if channel is None:
+            raise NotFound(
+                f"Project {project!r} has no notification channel.",
+                hint="Run /project channel-set in the Discord channel that should receive its notices.",
+            )
+        return json_response(channel)
+
+    return router
