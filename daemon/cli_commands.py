@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,46 @@ async def up(ctx: Ctx) -> int:
     if not ctx.environ.get(settings.discord_token_env):
         print(
             f"Discord is not configured: set {settings.discord_token_env} to the bot token to add the bot "
-            "(see README, 'Connecting Discord'). Running the daemon alone.",
+            "(see README, 'Connecting Discord'). Running the daemon alone; notices print here.",
             flush=True,
         )
-    else:
-        print(
-            "A Discord bot token is set, but this BashGym has no Discord bot yet; running the daemon alone.", flush=True
-        )
-    return await main(settings, ctx.environ)
+        return await main(settings, ctx.environ)
+    started = time.time()
+    daemon = asyncio.create_task(main(settings, ctx.environ))
+    bot: asyncio.subprocess.Process | None = None
+    try:
+        # The bot starts once this daemon has announced itself (not a stale record of an earlier one).
+        while not daemon.done() and not _announced_since(settings.endpoint_path, started):  # noqa: ASYNC110 - a file
+            await asyncio.sleep(0.1)
+        if not daemon.done():
+            env = {**ctx.environ, "BASHGYM_HOME": str(settings.home)}
+            env.setdefault("BASHGYM_DISCORD_TOKEN_ENV", settings.discord_token_env)
+            bot = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=env)
+            print(f"Discord bot started (pid {bot.pid}).", flush=True)
+        return await daemon
+    finally:
+        if bot is not None and bot.returncode is None:
+            bot.terminate()
+            await bot.wait()
+
+
+def _announced_since(path: Path, started: float) -> bool:
+    try:
+        return path.stat().st_mtime >= started - 1
+    except OSError:
+        return False
+
+
+@command("bot", help="run the Discord bot against the running daemon (token, application and guild ids set)")(no_args)
+async def bot(ctx: Ctx) -> int:
+    # The bot is its own process and package; the CLI only starts it (the daemon never imports the bot).
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=dict(ctx.environ))
+    try:
+        return await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
 
 
 @command("status", help="is the daemon reachable, which version, is the ledger healthy")(no_args)

@@ -71,8 +71,9 @@ class DaemonClient:
         idempotency_key: str | None = None,
         correlation_id: str | None = None,
         timeout_s: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
-        headers: dict[str, str] = {}
+        headers = dict(headers or {})
         if method in {"POST", "PUT", "PATCH", "DELETE"}:
             headers["Idempotency-Key"] = idempotency_key or f"idem-{secrets.token_hex(12)}"
         if correlation_id:
@@ -94,10 +95,12 @@ class DaemonClient:
             raise _error_of(response)
         return response.json()
 
-    async def raw(self, method: str, path: str, *, params: dict[str, Any] | None = None) -> bytes:
+    async def raw(
+        self, method: str, path: str, *, params: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> bytes:
         """A response body as bytes (report files, charts)."""
         try:
-            response = await self._http.request(method, path, params=_clean(params))
+            response = await self._http.request(method, path, params=_clean(params), headers=headers)
         except httpx.TransportError as exc:
             raise DaemonUnreachable(self.api, type(exc).__name__) from exc
         if response.status_code >= 400:

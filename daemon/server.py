@@ -56,15 +56,41 @@ def _read_or_create_token(path: Path) -> str:
 
 async def ensure_admin_token(ledger: Ledger, path: Path) -> None:
     """Create $BASHGYM_HOME/admin.token (0600) on first start; re-register it if the ledger lacks it."""
+    await _ensure_token(ledger, path, token_id="tok-admin", actor_id="admin", profile="admin", capabilities=[])
+
+
+async def ensure_bot_token(ledger: Ledger, path: Path) -> None:
+    """With Discord configured, create $BASHGYM_HOME/bot.token (0600) for the bot on this host: it may read
+    and act for Discord users (delegate.discord), nothing else of its own."""
+    await _ensure_token(
+        ledger,
+        path,
+        token_id="tok-discord-bot",
+        actor_id="discord-bot",
+        profile="viewer",
+        capabilities=["delegate.discord"],
+    )  # a new bot.token file gets its own token id (tok-discord-bot-<hash prefix>)
+
+
+async def _ensure_token(
+    ledger: Ledger,
+    path: Path,
+    *,
+    token_id: str,
+    actor_id: str,
+    profile: str,
+    capabilities: list[str],
+    unique_id: bool = False,
+) -> None:
     token = await asyncio.to_thread(_read_or_create_token, path)
     if await ledger.find_token(hash_token(token)) is None:
         await ledger.insert_token(
             SYSTEM,
-            token_id="tok-admin",
+            token_id=f"{token_id}-{hash_token(token)[:8]}" if unique_id else token_id,
             token_hash=hash_token(token),
-            actor_id="admin",
-            profile="admin",
-            capabilities=[],
+            actor_id=actor_id,
+            profile=profile,
+            capabilities=capabilities,
             workspace_id=None,
             project_id=None,
             expires_at=None,
@@ -107,6 +133,8 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             _console_channel(settings, ledger, environ),
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
+            if environ.get(settings.discord_token_env):
+                await ensure_bot_token(ledger, settings.home / "bot.token")
             services = Services(
                 settings=settings,
                 ledger=ledger,

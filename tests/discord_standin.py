@@ -19,31 +19,27 @@ schemas, and the `nonce` + `enforce_nonce` de-duplication of channel posts.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import json
 import math
+import mimetypes
 import re
 import secrets
 import time
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import discord
+import discord.gateway
+import discord.http
 import yarl
 from aiohttp import WSMsgType, web
 from aiohttp.multipart import BodyPartReader
-
-with warnings.catch_warnings():
-    # discord.py imports audioop (voice) at import time, deprecated since Python 3.11; we use no
-    # voice. Remove this guard once pyproject's filterwarnings ignores that warning.
-    warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
-    import discord
-    import discord.gateway
-    import discord.http
 
 T = TypeVar("T")
 
@@ -213,6 +209,7 @@ class DiscordStandIn:
         self.gateway_queries: list[dict[str, str]] = []  # the query of each gateway connection
         self.commands: dict[int | None, dict[str, dict[str, Any]]] = {}  # guild id (None: global) -> name -> command
         self.interactions: dict[str, SentInteraction] = {}  # by token
+        self.errors: list[Exception] = []  # what the stand-in itself failed on; a test may assert it is empty
         self._messages: dict[int, dict[str, Any]] = {}
         self._deleted_ids: set[int] = set()
         self._nonces: dict[tuple[int, str], int] = {}
@@ -238,7 +235,6 @@ class DiscordStandIn:
     async def __aenter__(self) -> DiscordStandIn:
         app = web.Application(client_max_size=ATTACHMENT_SIZE_LIMIT * 2)
         app.router.add_get(GATEWAY_PATH, self._gateway)
-        app.router.add_get("/attachments/{id}/{filename}", self._attachment)
         app.router.add_route("*", "/{tail:.*}", self._http)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -275,7 +271,7 @@ class DiscordStandIn:
             LookupError: the command, subcommand or an option is not in the synced commands.
             ValueError: a required option is missing or a value is not among the choices.
         """
-        data, resolved = self._command_data(
+        data, resolved, _ = self._command_data(
             name, options or {}, subcommand_group, subcommand, guild_id=guild_id, is_partial=False
         )
         if resolved:
@@ -298,12 +294,11 @@ class DiscordStandIn:
         channel_id: int | None = None,
     ) -> SentInteraction:
         """Dispatch an autocomplete request while the user types `value` into option `focused`."""
-        data, _ = self._command_data(
-            name, {**(options or {}), focused: value}, subcommand_group, subcommand, guild_id=guild_id, is_partial=True
+        data, _, schema = self._command_data(
+            name, options or {}, subcommand_group, subcommand, guild_id=guild_id, is_partial=True
         )
-        for option in _leaf_options(data):
-            if option["name"] == focused:
-                option["value"], option["focused"] = value, True
+        spec = _named(schema, focused, f"/{name} has no option to autocomplete")
+        _leaf_options(data).append({"type": spec["type"], "name": focused, "value": value, "focused": True})
         return await self._dispatch_interaction(
             INTERACTION_AUTOCOMPLETE, data, user_id=user_id, role_ids=(), guild_id=guild_id, channel_id=channel_id
         )
@@ -403,11 +398,11 @@ class DiscordStandIn:
     def messages(self, channel_id: int | None = None) -> list[dict[str, Any]]:
         """Messages that exist now, oldest first, ephemeral ones included (marked in flags)."""
         found = [m for m in self._messages.values() if channel_id is None or int(m["channel_id"]) == channel_id]
-        return [json.loads(json.dumps(m)) for m in found]
+        return [copy.deepcopy(m) for m in found]
 
     def message(self, message_id: int) -> dict[str, Any]:
         try:
-            return json.loads(json.dumps(self._messages[message_id]))
+            return copy.deepcopy(self._messages[message_id])
         except KeyError:
             raise LookupError(f"No message {message_id}; it was never sent or has been deleted.") from None
 
@@ -430,7 +425,8 @@ class DiscordStandIn:
         *,
         guild_id: int | None,
         is_partial: bool,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+        """The interaction's `data` for a command path, its `resolved` objects, and the leaf's option schema."""
         words = name.split()
         root, path = words[0], [w for w in [*words[1:], group, sub] if w]
         guild_id = guild_id or self.guild_id
@@ -447,8 +443,8 @@ class DiscordStandIn:
             holder = nested
         if any(o["type"] in (SUB_COMMAND, SUB_COMMAND_GROUP) for o in schema.get("options", [])):
             raise LookupError(f"/{name} needs a subcommand; pass subcommand= (and subcommand_group=).")
-        holder["options"] = self._options(schema.get("options", []), values, resolved, guild_id, is_partial=is_partial)
-        return data, resolved
+        holder["options"] = self._options(schema.get("options", []), values, resolved, is_partial=is_partial)
+        return data, resolved, schema.get("options", [])
 
     def _synced_command(self, name: str, guild_id: int) -> tuple[dict[str, Any], int | None]:
         for scope in (guild_id, None):
@@ -466,7 +462,6 @@ class DiscordStandIn:
         schema: list[dict[str, Any]],
         values: Mapping[str, OptionValue],
         resolved: dict[str, Any],
-        guild_id: int,
         *,
         is_partial: bool,
     ) -> list[dict[str, Any]]:
@@ -483,6 +478,8 @@ class DiscordStandIn:
 
     def _resolve(self, spec: dict[str, Any], value: OptionValue, resolved: dict[str, Any]) -> Any:
         kind = spec["type"]
+        if kind in (USER, CHANNEL, ROLE, MENTIONABLE) and isinstance(value, str) and value.isdigit():
+            value = int(value)
         if kind == ATTACHMENT:
             if not isinstance(value, tuple):
                 raise ValueError(f"Option {spec['name']!r} takes an attachment: pass (filename, bytes).")
@@ -491,7 +488,7 @@ class DiscordStandIn:
             return attachment["id"]
         if kind in (USER, MENTIONABLE) and isinstance(value, int) and self._role(value) is None:
             resolved.setdefault("users", {})[str(value)] = self._user(value)
-            resolved.setdefault("members", {})[str(value)] = _partial_member(self._member(value, ()))
+            resolved.setdefault("members", {})[str(value)] = _without(self._member(value, ()), "user")
             return str(value)
         if kind in (ROLE, MENTIONABLE) and isinstance(value, int) and (role := self._role(value)) is not None:
             resolved.setdefault("roles", {})[str(value)] = _role_payload(role)
@@ -574,7 +571,9 @@ class DiscordStandIn:
             ("PATCH", r"/channels/(?P<channel>\d+)/messages/(?P<message>\d+)", self._patch_channel_message),
             ("DELETE", r"/channels/(?P<channel>\d+)/messages/(?P<message>\d+)", self._delete_channel_message),
         ]
-        return [(method, re.compile(API + pattern), handler) for method, pattern, handler in table]
+        routes = [(method, re.compile(API + pattern), handler) for method, pattern, handler in table]
+        routes.append(("GET", re.compile(r"/attachments/(?P<id>\d+)/(?P<filename>[^/]+)"), self._get_attachment))
+        return routes
 
     async def _http(self, request: web.Request) -> web.StreamResponse:
         payload, parts = await _read_body(request)
@@ -586,6 +585,12 @@ class DiscordStandIn:
             response = await self._answer(request, recorded)
         except DiscordError as err:
             response = _json(err.status, err.body)
+        except Exception as err:
+            # A stand-in bug or a payload it cannot read: a 500 would make discord.py retry for ~16 s,
+            # so answer 400 at once and keep the error for the test to see.
+            self.errors.append(err)
+            problem = f"Discord stand-in failed on {request.method} {request.path}: {err!r}"
+            response = _json(400, {"message": problem, "code": 0})
         recorded.status = response.status
         async with self._changed:
             self._changed.notify_all()
@@ -614,13 +619,15 @@ class DiscordStandIn:
 
     def _check_auth(self, request: web.Request) -> None:
         # Interaction callbacks and webhooks authenticate by their token in the path, not the header.
-        if self.token is None or request.path.startswith((f"{API}/interactions/", f"{API}/webhooks/")):
+        if self.token is None or not request.path.startswith(API):
+            return
+        if request.path.startswith((f"{API}/interactions/", f"{API}/webhooks/")):
             return
         if request.headers.get("Authorization") != f"Bot {self.token}":
             raise DiscordError(401, "401: Unauthorized", 0)
 
-    async def _attachment(self, request: web.Request) -> web.Response:
-        stored = self._files.get(int(request.match_info["id"]))
+    async def _get_attachment(self, request: web.Request, match: dict[str, str], _: RecordedRequest) -> web.Response:
+        stored = self._files.get(int(match["id"]))
         if stored is None:
             return _json(404, {"message": f"Discord stand-in has no attachment at {request.path}", "code": 0})
         return web.Response(body=stored[2], headers={"Content-Type": stored[1]})
@@ -658,8 +665,8 @@ class DiscordStandIn:
     async def _put_commands(self, request: web.Request, match: dict[str, str], rec: RecordedRequest) -> web.Response:
         self._check_application(match)
         scope = int(match["guild"]) if "guild" in match else None
-        if scope is not None:
-            self._guild(scope)
+        if scope is not None and all(g.id != scope for g in self.guilds):
+            raise DiscordError(403, "Missing Access", 50001)  # the bot is not in that guild
         if not isinstance(rec.json, list):
             raise DiscordError(400, "Invalid Form Body", 50035, {"_errors": [{"code": "LIST_TYPE_CONVERT"}]})
         errors = _command_errors(rec.json)
@@ -718,8 +725,8 @@ class DiscordStandIn:
                 sent.has_reply = callback.type == 4
                 return message
             case 6 | 7 if sent.type == INTERACTION_COMPONENT:
+                assert sent.source_message_id is not None  # a component interaction always has one
                 sent.original_message_id = sent.source_message_id
-                assert sent.source_message_id is not None
                 if callback.type == 6:
                     return None
                 sent.has_reply = True
@@ -728,7 +735,9 @@ class DiscordStandIn:
                 return None
             case 9 if sent.type != INTERACTION_AUTOCOMPLETE:
                 return None
-        raise DiscordError(400, f"Invalid interaction response type {callback.type} for interaction type {sent.type}", 0)
+        raise DiscordError(
+            400, f"Invalid interaction response type {callback.type} for interaction type {sent.type}", 0
+        )
 
     async def _post_followup(self, request: web.Request, match: dict[str, str], rec: RecordedRequest) -> web.Response:
         sent = self._answered_interaction(match)
@@ -747,7 +756,9 @@ class DiscordStandIn:
             return web.Response(status=204)
         return _json(200, message)
 
-    async def _get_webhook_message(self, request: web.Request, match: dict[str, str], _: RecordedRequest) -> web.Response:
+    async def _get_webhook_message(
+        self, request: web.Request, match: dict[str, str], _: RecordedRequest
+    ) -> web.Response:
         return _json(200, self.message(self._webhook_message_id(match)))
 
     async def _patch_webhook_message(
@@ -803,7 +814,9 @@ class DiscordStandIn:
             self._nonces[key] = int(message["id"])
         return _json(200, message)
 
-    async def _get_channel_messages(self, request: web.Request, match: dict[str, str], _: RecordedRequest) -> web.Response:
+    async def _get_channel_messages(
+        self, request: web.Request, match: dict[str, str], _: RecordedRequest
+    ) -> web.Response:
         channel_id = self._channel(int(match["channel"])).id
         found = [m for m in self.messages(channel_id) if not m["flags"] & EPHEMERAL]
         before, after = request.query.get("before"), request.query.get("after")
@@ -814,7 +827,9 @@ class DiscordStandIn:
         limit = int(request.query.get("limit", "50"))
         return _json(200, list(reversed(found))[:limit])  # newest first, like Discord
 
-    async def _get_channel_message(self, request: web.Request, match: dict[str, str], _: RecordedRequest) -> web.Response:
+    async def _get_channel_message(
+        self, request: web.Request, match: dict[str, str], _: RecordedRequest
+    ) -> web.Response:
         return _json(200, self.message(self._channel_message_id(match)))
 
     async def _patch_channel_message(
@@ -859,7 +874,7 @@ class DiscordStandIn:
                 "user": self._user(sent.user_id),
                 "authorizing_integration_owners": {"0": str(sent.guild_id)},
             }
-        self._apply_fields(message, payload, files, is_edit=False)
+        self._apply_fields(message, payload, files)
         if "nonce" in payload:
             message["nonce"] = payload["nonce"]
         if payload.get("message_reference"):
@@ -867,30 +882,28 @@ class DiscordStandIn:
         if flags & LOADING == 0 and not _has_body(message):
             raise DiscordError(400, "Cannot send an empty message", 50006)
         self._messages[int(message["id"])] = message
-        return json.loads(json.dumps(message))
+        return copy.deepcopy(message)
 
     def _edit_message(self, message_id: int, payload: dict[str, Any], files: list[RecordedPart]) -> dict[str, Any]:
         _check_form(payload)
-        message = self._messages[message_id]
-        self._apply_fields(message, payload, files, is_edit=True)
+        message = self._messages.get(message_id)
+        if message is None:
+            raise DiscordError(404, "Unknown Message", 10008)
+        self._apply_fields(message, payload, files)
         if "flags" in payload:
             kept = message["flags"] & (EPHEMERAL | LOADING)
             message["flags"] = kept | (int(payload["flags"] or 0) & ~(EPHEMERAL | LOADING))
         message["flags"] &= ~LOADING
         message["edited_timestamp"] = _now()
-        return json.loads(json.dumps(message))
+        return copy.deepcopy(message)
 
-    def _apply_fields(
-        self, message: dict[str, Any], payload: dict[str, Any], files: list[RecordedPart], *, is_edit: bool
-    ) -> None:
+    def _apply_fields(self, message: dict[str, Any], payload: dict[str, Any], files: list[RecordedPart]) -> None:
         for key, empty in (("content", ""), ("embeds", []), ("components", []), ("tts", False)):
             if key in payload:
                 message[key] = payload[key] if payload[key] is not None else empty
         message["embeds"] = [{"type": "rich", **e} for e in message["embeds"]]
         if "attachments" in payload or files:
             message["attachments"] = self._attachments(message["attachments"], payload.get("attachments"), files)
-        if is_edit and "attachments" not in payload and not files:
-            return
 
     def _attachments(
         self, existing: list[dict[str, Any]], listed: list[dict[str, Any]] | None, files: list[RecordedPart]
@@ -914,7 +927,8 @@ class DiscordStandIn:
 
     def _store_file(self, filename: str, data: bytes, part: RecordedPart | None) -> dict[str, Any]:
         attachment_id = self._snowflake()
-        content_type = (part.content_type if part else None) or "application/octet-stream"
+        sent_type = part.content_type if part else None
+        content_type = sent_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
         self._files[attachment_id] = (filename, content_type, data)
         url = f"{self.url}/attachments/{attachment_id}/{quote(filename)}"
         return {
@@ -1084,7 +1098,9 @@ class DiscordStandIn:
             "large": False,
             "joined_at": "2024-01-01T00:00:00+00:00",
             "roles": [_role_payload(r) for r in guild.roles],
-            "channels": [{k: v for k, v in self._channel_payload(c.id).items() if k != "guild_id"} for c in guild.channels],
+            "channels": [
+                {k: v for k, v in self._channel_payload(c.id).items() if k != "guild_id"} for c in guild.channels
+            ],
             "members": [bot_member],
             "threads": [],
             "voice_states": [],
@@ -1145,8 +1161,11 @@ async def running_client(
     connection = asyncio.create_task(client.connect(), name="discord-client-connect")
     try:
         ready = asyncio.create_task(client.wait_until_ready())
-        done, _ = await asyncio.wait({ready, connection}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
+        try:
+            done, _ = await asyncio.wait({ready, connection}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            await asyncio.gather(ready, return_exceptions=True)
         if connection in done:
             connection.result()  # raises what stopped the client
             raise RuntimeError("The discord client stopped before it became ready.")
@@ -1155,8 +1174,9 @@ async def running_client(
         yield client
     finally:
         await client.close()
-        with suppress(asyncio.CancelledError):
-            await asyncio.wait_for(connection, timeout=timeout_s)
+        await asyncio.wait({connection}, timeout=timeout_s)
+        connection.cancel()  # a no-op once connect() has returned, as it does after close()
+        await asyncio.gather(connection, return_exceptions=True)
 
 
 # -- pure helpers ---------------------------------------------------------------------------------
@@ -1226,8 +1246,8 @@ def _user(user_id: int, username: str, *, is_bot: bool) -> dict[str, Any]:
     }
 
 
-def _partial_member(member: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in member.items() if k != "user"}  # resolved.members carry no user
+def _without(payload: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in payload.items() if k != key}
 
 
 def _role_payload(role: StandInRole) -> dict[str, Any]:
@@ -1245,7 +1265,9 @@ def _role_payload(role: StandInRole) -> dict[str, Any]:
     }
 
 
-def _message_shell(message_id: int, channel_id: int, guild_id: int, author: dict[str, Any], kind: int) -> dict[str, Any]:
+def _message_shell(
+    message_id: int, channel_id: int, guild_id: int, author: dict[str, Any], kind: int
+) -> dict[str, Any]:
     return {
         "id": str(message_id),
         "type": kind,
@@ -1373,17 +1395,17 @@ def _command_errors(commands: list[dict[str, Any]]) -> dict[str, Any]:
     if len(set(names)) != len(names):
         errors["_errors"] = [{"code": "APPLICATION_COMMANDS_DUPLICATE_NAME", "message": "Names must be unique."}]
     for index, command in enumerate(commands):
-        if command_errors := _schema_errors(command, is_root=True):
+        if command_errors := _schema_errors(command, needs_description=command.get("type", 1) == 1):
             errors[str(index)] = command_errors
     return errors
 
 
-def _schema_errors(schema: dict[str, Any], *, is_root: bool) -> dict[str, Any]:
+def _schema_errors(schema: dict[str, Any], *, needs_description: bool) -> dict[str, Any]:
     errors: dict[str, Any] = {}
     name, description = schema.get("name") or "", schema.get("description") or ""
     if not re.fullmatch(r"[-_\w]{1,32}", name) or name != name.lower():
         errors["name"] = {"_errors": [{"code": "APPLICATION_COMMAND_INVALID_NAME", "message": f"Invalid {name!r}."}]}
-    if schema.get("type", 1) == 1 and not 1 <= len(description) <= 100:
+    if needs_description and not 1 <= len(description) <= 100:
         errors["description"] = {"_errors": [{"code": "BASE_TYPE_BAD_LENGTH", "message": "Must be 1-100 long."}]}
     options = schema.get("options") or []
     required = [bool(o.get("required")) for o in options]
@@ -1392,6 +1414,6 @@ def _schema_errors(schema: dict[str, Any], *, is_root: bool) -> dict[str, Any]:
     if len(options) > 25 or len(schema.get("choices") or []) > 25:
         errors["options"] = {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 25 or fewer."}]}
     for index, option in enumerate(options):
-        if option_errors := _schema_errors({"type": 1, **option}, is_root=False):
+        if option_errors := _schema_errors(option, needs_description=True):
             errors.setdefault("options", {})[str(index)] = option_errors
     return errors

@@ -76,13 +76,14 @@ def test_no_module_but_settings_reads_the_environment() -> None:
             if "os.environ" in text or "os.getenv" in text:
                 readers.append(str(path.relative_to(ROOT)))
     # Each process reads its environment once, at its entry point, and passes what it needs down: the
-    # CLI (and so the daemon) through load_settings, a trainer through run_training.
-    assert sorted(readers) == ["daemon/cli.py", "trainers/__main__.py"]
+    # CLI (and so the daemon) through load_settings, a trainer through run_training, the bot through
+    # load_bot_settings.
+    assert sorted(readers) == ["bot/__main__.py", "daemon/cli.py", "trainers/__main__.py"]
 
 
 def test_importing_daemon_and_bot_does_not_load_torch() -> None:
     code = (
-        "import sys, bashgym.daemon.server, bashgym.daemon.cli, bashgym.daemon.api, bashgym.bot; "
+        "import sys, bashgym.daemon.server, bashgym.daemon.cli, bashgym.daemon.api, bashgym.bot.app; "
         "print('torch' in sys.modules, 'transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,0 +1,249 @@
+"""What every slash command shares: the daemon call on behalf of the person who typed it, the answer
+(deferred when the daemon is slow), errors as short ephemeral messages, replies as compact embeds, and
+the Confirm/Cancel view of consequential commands. The bot decides nothing: the daemon does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import discord
+from bashgym.daemon.client import DaemonClient
+from bashgym.daemon.wire_errors import ApiError
+
+log = logging.getLogger("bashgym.bot")
+
+DEFER_AFTER_S = 0.8  # Discord wants an answer within 3 s; one not ready by now is deferred, then edited
+CONFIRM_TIMEOUT_S = 60.0
+COLOURS = {
+    "success": discord.Colour.green(),
+    "failure": discord.Colour.red(),
+    "warning": discord.Colour.orange(),
+    "info": discord.Colour.blurple(),
+    "neutral": discord.Colour.light_grey(),
+}
+DISCORD_USER_HEADER = "x-discord-user-id"
+DISCORD_ROLES_HEADER = "x-discord-role-ids"
+DISCORD_GUILD_HEADER = "x-discord-guild-id"
+
+
+@dataclass
+class Reply:
+    """What a command answers: text and/or one embed, files, and whether only the caller sees it."""
+
+    content: str = ""
+    embed: discord.Embed | None = None
+    files: list[discord.File] = field(default_factory=list)
+    ephemeral: bool = False
+
+
+def identity_headers(interaction: discord.Interaction[Any]) -> dict[str, str]:
+    """Who typed the command, for the daemon to resolve into grants (the bot's token only vouches)."""
+    user = interaction.user
+    roles = [str(role.id) for role in getattr(user, "roles", []) if role.id != interaction.guild_id]
+    return {
+        DISCORD_USER_HEADER: str(user.id),
+        DISCORD_ROLES_HEADER: ",".join(roles),
+        DISCORD_GUILD_HEADER: str(interaction.guild_id or ""),
+    }
+
+
+class Daemon:
+    """The daemon client as used for one Discord user: every call carries their identity."""
+
+    def __init__(self, client: DaemonClient) -> None:
+        self.client = client
+
+    async def call(
+        self,
+        interaction: discord.Interaction[Any],
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        return await self.client.request(
+            method,
+            path,
+            body=body,
+            params=params,
+            headers=identity_headers(interaction),
+            correlation_id=f"discord-{interaction.id}",
+            idempotency_key=f"discord-{interaction.id}",
+        )
+
+
+def error_reply(exc: ApiError) -> Reply:
+    text = f"**{exc.message}**"
+    if exc.hint:
+        text += f"\n{exc.hint}"
+    if exc.reference:
+        text += f"\nReference: `{exc.reference}` (the daemon's log has the details)."
+    return Reply(content=text[:1900], ephemeral=True)
+
+
+def unexpected_reply(where: str) -> Reply:
+    reference = f"bot-{secrets.token_hex(6)}"
+    log.exception("Unexpected error in %s (reference %s)", where, reference)
+    return Reply(
+        content=f"Something went wrong on the bot's side. Reference: `{reference}` (it is in the bot's log).",
+        ephemeral=True,
+    )
+
+
+async def answer(
+    interaction: discord.Interaction[Any], work: Awaitable[Reply], *, where: str = "", ephemeral: bool = False
+) -> None:
+    """Answer at once when the daemon is quick; otherwise defer within the second and edit the reply."""
+    task: asyncio.Future[Reply] = asyncio.ensure_future(work)
+    finished, _ = await asyncio.wait({task}, timeout=DEFER_AFTER_S)
+    if not finished:
+        await interaction.response.defer(ephemeral=ephemeral, thinking=True)
+    try:
+        reply = await task
+    except ApiError as exc:
+        reply = error_reply(exc)
+    except Exception:
+        reply = unexpected_reply(where or interaction.command.qualified_name if interaction.command else "command")
+    reply.ephemeral = reply.ephemeral or ephemeral
+    await send(interaction, reply)
+
+
+async def send(interaction: discord.Interaction[Any], reply: Reply) -> None:
+    embeds = [reply.embed] if reply.embed is not None else []
+    if not interaction.response.is_done():
+        await interaction.response.send_message(
+            content=reply.content or None, embeds=embeds, files=reply.files, ephemeral=reply.ephemeral
+        )
+        return
+    original = await interaction.original_response()
+    if reply.ephemeral and not original.flags.ephemeral:
+        # A public "thinking…" must not turn into a public error: drop it and answer privately.
+        await interaction.delete_original_response()
+        await interaction.followup.send(
+            content=reply.content or discord.utils.MISSING, embeds=embeds, files=reply.files, ephemeral=True
+        )
+        return
+    await interaction.edit_original_response(content=reply.content or None, embeds=embeds, attachments=reply.files)
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def embed(title: str, *, outcome: str = "info", description: str = "", footer: str = "") -> discord.Embed:
+    made = discord.Embed(title=title[:256], description=description[:4000] or None, colour=COLOURS[outcome])
+    if footer:
+        made.set_footer(text=footer[:2048])
+    return made
+
+
+def show(value: object) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(", ", ": "))[:1000]
+    return str(value)[:1000]
+
+
+def fields_embed(
+    title: str, data: Mapping[str, Any], keys: Iterable[str], *, outcome: str = "info", description: str = ""
+) -> discord.Embed:
+    made = embed(title, outcome=outcome, description=description)
+    for key in keys:
+        if key in data and data[key] not in (None, "", [], {}):
+            made.add_field(name=key, value=show(data[key]), inline=True)
+    return made
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: list[str], *, limit: int = 15) -> str:
+    """Rows as a monospace table in a code block, within Discord's message size."""
+    if not rows:
+        return "(none)"
+    shown = rows[:limit]
+    widths = {c: min(28, max(len(c), *(len(show(r.get(c))) for r in shown))) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(show(r.get(c))[: widths[c]].ljust(widths[c]) for c in columns) for r in shown]
+    more = f"\n… and {len(rows) - limit} more" if len(rows) > limit else ""
+    return ("```\n" + "\n".join(lines)[:1800] + "\n```" + more)[:1990]
+
+
+# -- confirmations ------------------------------------------------------------------------------
+
+
+class Confirm(discord.ui.View):
+    """Confirm or Cancel a consequential command. Only the person who typed it may press; it expires
+    after a minute; the daemon still checks their authority when the confirmed request arrives."""
+
+    def __init__(
+        self, owner_id: int, action: Callable[[], Awaitable[Reply]], *, timeout_s: float = CONFIRM_TIMEOUT_S
+    ) -> None:
+        super().__init__(timeout=timeout_s)
+        self.owner_id = owner_id
+        self.action = action
+        self.message: discord.InteractionMessage | None = None
+
+    async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
+        if interaction.user.id == self.owner_id:
+            return True
+        await interaction.response.send_message(
+            f"Only <@{self.owner_id}>, who asked for this, can confirm or cancel it.", ephemeral=True
+        )
+        return False
+
+    def _close(self) -> None:
+        for item in self.children:
+            if isinstance(item, discord.ui.Button):
+                item.disabled = True
+        self.stop()
+
+    @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger)
+    async def confirm(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Confirm]) -> None:
+        self._close()
+        await interaction.response.edit_message(view=self)
+        try:
+            reply = await self.action()
+        except ApiError as exc:
+            reply = error_reply(exc)
+        except Exception:
+            reply = unexpected_reply("confirmation")
+        embeds = [reply.embed] if reply.embed is not None else []
+        await interaction.followup.send(
+            content=reply.content or discord.utils.MISSING, embeds=embeds, ephemeral=reply.ephemeral
+        )
+
+    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    async def cancel(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Confirm]) -> None:
+        self._close()
+        await interaction.response.edit_message(
+            content="Cancelled; nothing was sent to BashGym.", embed=None, view=self
+        )
+
+    async def on_timeout(self) -> None:
+        self._close()
+        if self.message is not None:
+            try:
+                await self.message.edit(content="Expired after a minute; nothing was sent. Run it again.", view=self)
+            except discord.HTTPException:
+                log.info("Could not mark an expired confirmation")
+
+
+async def confirm_first(
+    interaction: discord.Interaction[Any],
+    summary: discord.Embed,
+    action: Callable[[], Awaitable[Reply]],
+    *,
+    timeout_s: float = CONFIRM_TIMEOUT_S,
+) -> None:
+    view = Confirm(interaction.user.id, action, timeout_s=timeout_s)
+    await interaction.response.send_message(
+        content="Confirm within a minute; only you can press these.", embed=summary, view=view
+    )
+    view.message = await interaction.original_response()

@@ -1,0 +1,82 @@
+"""The bot's settings, from the environment; every missing piece is named with what to set.
+
+BASHGYM_DISCORD_TOKEN_ENV        name of the variable holding the Discord bot token (default BASHGYM_DISCORD_TOKEN)
+BASHGYM_DISCORD_APPLICATION_ID   the Discord application's id
+BASHGYM_DISCORD_GUILD_IDS        allowed guild ids, comma-separated (commands sync to these)
+BASHGYM_API                      the daemon's URL (default: the running daemon's record in BASHGYM_HOME)
+BASHGYM_BOT_API_TOKEN            the bot's daemon token (default: the file $BASHGYM_HOME/bot.token); it holds
+                                 delegate.discord and ledger.read
+BASHGYM_DISCORD_DEFAULT_CHANNEL  channel for notices of projects without one (default: none; they are skipped)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bashgym.daemon.client import resolve_api
+
+DEFAULT_PORT = 8321
+
+
+class BotConfigError(Exception):
+    """The bot cannot start; the message says what to set."""
+
+
+@dataclass(frozen=True)
+class BotSettings:
+    discord_token: str
+    application_id: int
+    guild_ids: tuple[int, ...]
+    api: str
+    api_token: str
+    default_channel_id: int | None = None
+    notifier_consumer: str = "discord-notifier"
+    poll_wait_s: float = 10.0
+
+    def __repr__(self) -> str:  # never print the tokens
+        return f"BotSettings(application_id={self.application_id}, guild_ids={self.guild_ids}, api={self.api!r})"
+
+
+def load_bot_settings(environ: Mapping[str, str]) -> BotSettings:
+    home = Path(environ.get("BASHGYM_HOME") or Path.home() / ".bashgym").expanduser()
+    token_env = environ.get("BASHGYM_DISCORD_TOKEN_ENV", "BASHGYM_DISCORD_TOKEN")
+    discord_token = environ.get(token_env, "").strip()
+    if not discord_token:
+        raise BotConfigError(
+            f"The Discord bot token is missing: set {token_env} to the token of your Discord application's bot "
+            "(Developer Portal -> your application -> Bot -> Reset Token)."
+        )
+    application = environ.get("BASHGYM_DISCORD_APPLICATION_ID", "").strip()
+    if not application.isdigit():
+        raise BotConfigError(
+            "BASHGYM_DISCORD_APPLICATION_ID must be your Discord application's id (a number; Developer Portal -> "
+            "General Information -> Application ID)."
+        )
+    guilds = [g.strip() for g in environ.get("BASHGYM_DISCORD_GUILD_IDS", "").split(",") if g.strip()]
+    if not guilds or not all(g.isdigit() for g in guilds):
+        raise BotConfigError(
+            "BASHGYM_DISCORD_GUILD_IDS must list the guild (server) ids the bot serves, comma-separated; the "
+            "daemon must allow the same ids."
+        )
+    api_token = environ.get("BASHGYM_BOT_API_TOKEN", "").strip()
+    token_file = home / "bot.token"
+    if not api_token and token_file.exists():
+        api_token = token_file.read_text().strip()
+    if not api_token:
+        raise BotConfigError(
+            f"The bot has no daemon token: set BASHGYM_BOT_API_TOKEN or write {token_file}. Issue one with "
+            "`bashgym auth issue --actor discord-bot --profile viewer --capability delegate.discord`."
+        )
+    default_channel = environ.get("BASHGYM_DISCORD_DEFAULT_CHANNEL", "").strip()
+    if default_channel and not default_channel.isdigit():
+        raise BotConfigError("BASHGYM_DISCORD_DEFAULT_CHANNEL must be a channel id (a number).")
+    return BotSettings(
+        discord_token=discord_token,
+        application_id=int(application),
+        guild_ids=tuple(int(g) for g in guilds),
+        api=resolve_api(environ.get("BASHGYM_API"), home / "daemon.json", DEFAULT_PORT),
+        api_token=api_token,
+        default_channel_id=int(default_channel) if default_channel else None,
+    )
