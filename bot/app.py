@@ -73,7 +73,9 @@ class BashGymBot(discord.Client):
             self.tree.copy_global_to(guild=guild)
             self.synced[guild_id] = len(await self.tree.sync(guild=guild))
         log.info("Slash commands synced to guilds %s", ", ".join(map(str, self.synced)))
-        self._notifier_task = asyncio.create_task(self.notifier.run(), name="notifier")
+        # The cursor is fixed before setup ends: whatever happens after the bot is up gets posted.
+        cursor = await self.notifier.start_cursor()
+        self._notifier_task = asyncio.create_task(self.notifier.run(cursor), name="notifier")
 
     async def _wait_for_daemon(self) -> None:
         deadline = asyncio.get_running_loop().time() + DAEMON_WAIT_S
@@ -109,7 +111,8 @@ async def run_bot(settings: BotSettings) -> int:
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+        with contextlib.suppress(RuntimeError, ValueError):  # only the main thread may; elsewhere the host stops us
+            loop.add_signal_handler(sig, stopping.set)
     async with bot:
         runner = asyncio.create_task(bot.start(settings.discord_token))
         waiter = asyncio.create_task(stopping.wait())

@@ -59,8 +59,7 @@ async def _listed(interaction: Interaction, path: str, key: str, id_field: str, 
         data = await call(interaction, "GET", path)
     except ApiError:
         return []
-    rows = data.get(key, []) if isinstance(data, dict) else data
-    return _choices([str(r[id_field]) for r in rows if isinstance(r, dict) and id_field in r], current)
+    return _choices([str(r[id_field]) for r in rows_of(data, key) if id_field in r], current)
 
 
 async def projects_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
@@ -94,6 +93,12 @@ async def targets_ac(interaction: Interaction, current: str) -> list[app_command
     return _choices(["local", *(f"ssh:{d}" for d in devices), "cloud:nemo-customizer"], current)
 
 
+def rows_of(data: Any, key: str) -> list[dict[str, Any]]:
+    """A listing's rows, whether the daemon answers a bare list or an object holding one under `key`."""
+    rows = data if isinstance(data, list) else data.get(key, []) if isinstance(data, dict) else []
+    return [r for r in rows if isinstance(r, dict)]
+
+
 def _written(data: Any) -> dict[str, Any]:
     record = data.get("record", data) if isinstance(data, dict) else {}
     return dict(record) if isinstance(record, dict) else {}
@@ -107,7 +112,7 @@ class ProjectGroup(app_commands.Group, name="project", description="Projects and
     async def list_(self, interaction: Interaction) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", "/v1/projects")
-            rows = data.get("projects", data) if isinstance(data, dict) else data
+            rows = rows_of(data, "projects")
             return Reply(embed=embed("Projects", description=table(rows, ["project_id", "name", "created_by"])))
 
         await answer(interaction, work())
@@ -192,7 +197,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
     async def list_(self, interaction: Interaction, project: str, status: str | None = None) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/runs", params={"status": status})
-            rows = data.get("runs", [])
+            rows = rows_of(data, "runs")
             return Reply(embed=embed(f"Runs of {project}", description=table(rows, ["run_id", "status", "method"])))
 
         await answer(interaction, work())
@@ -291,7 +296,7 @@ class EvalGroup(app_commands.Group, name="eval", description="Evaluations and co
                     "pass@1": (r.get("metrics") or {}).get("pass@1"),
                     "subject": r.get("run_id") or r.get("model_version_id"),
                 }
-                for r in data.get("results", [])
+                for r in rows_of(data, "results")
             ]
             text = table(rows, ["result_id", "suite_id", "subject", "pass@1"])
             return Reply(embed=embed(f"Evaluations of {project}", description=text))
@@ -323,7 +328,7 @@ class RunCardGroup(app_commands.Group, name="runcard", description="RunCards: a 
     async def show_(self, interaction: Interaction, project: str, run: str) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/runs/{run}/runcards")
-            cards = data.get("runcards", [])
+            cards = rows_of(data, "runcards")
             if not cards:
                 return Reply(content=f"Run {run} has no RunCard yet; create one with /runcard create.", ephemeral=True)
             card = cards[0]
@@ -463,7 +468,7 @@ class CampaignGroup(app_commands.Group, name="campaign", description="Research c
     async def list_(self, interaction: Interaction, project: str) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/campaigns")
-            text = table(data.get("campaigns", []), ["campaign_id", "status", "title"])
+            text = table(rows_of(data, "campaigns"), ["campaign_id", "status", "title"])
             return Reply(embed=embed(f"Campaigns of {project}", description=text))
 
         await answer(interaction, work())
@@ -577,7 +582,7 @@ class LedgerGroup(app_commands.Group, name="ledger", description="The experiment
         async def work() -> Reply:
             params = {"after_cursor": after_cursor, "limit": min(limit, 100)}
             data = await call(interaction, "GET", f"/v1/projects/{project}/events", params=params)
-            rows = [{**e, "actor": e["actor"]} for e in data.get("events", [])]
+            rows = rows_of(data, "events")
             return Reply(
                 embed=embed(
                     f"Events of {project}", description=table(rows, ["cursor", "event_type", "actor"], limit=limit)
@@ -641,9 +646,8 @@ class BudgetGroup(app_commands.Group, name="budget", description="GPU-hour and r
 
         async def act() -> Reply:
             data = await call(interaction, "POST", f"/v1/projects/{project}/budget/amend", body=body)
-            return Reply(
-                embed=fields_embed("Budget amended", _written(data), ["entry_id", "scope", "runs", "gpu_hours"])
-            )
+            keys = ["scope", "limit", "amended", "reserved", "settled", "remaining"]
+            return Reply(embed=fields_embed("Budget amended", data, keys))
 
         summary = embed(
             f"Amend the budget of {_scope(campaign)}?",
@@ -658,8 +662,8 @@ class DeviceGroup(app_commands.Group, name="device", description="SSH compute de
     async def list_(self, interaction: Interaction) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", "/v1/devices")
-            rows = [{**d, "preflight": (d.get("preflight") or {}).get("ok")} for d in data.get("devices", [])]
-            return Reply(embed=embed("Devices", description=table(rows, ["device_id", "host", "preflight"])))
+            rows = [{**d, "ready": (d.get("preflight") or {}).get("ready")} for d in rows_of(data, "devices")]
+            return Reply(embed=embed("Devices", description=table(rows, ["device_id", "host", "ready"])))
 
         await answer(interaction, work())
 

@@ -204,7 +204,7 @@ class Confirm(discord.ui.View):
                 item.disabled = True
         self.stop()
 
-    @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger)
+    @discord.ui.button(label="Confirm", style=discord.ButtonStyle.danger, custom_id="confirm")
     async def confirm(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Confirm]) -> None:
         self._close()
         await interaction.response.edit_message(view=self)
@@ -219,7 +219,7 @@ class Confirm(discord.ui.View):
             content=reply.content or discord.utils.MISSING, embeds=embeds, ephemeral=reply.ephemeral
         )
 
-    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary, custom_id="cancel")
     async def cancel(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Confirm]) -> None:
         self._close()
         await interaction.response.edit_message(

@@ -51,9 +51,12 @@ class DiscordNotifier:
         self.wait_s = wait_s
         self.posted = 0
 
-    async def run(self) -> None:
+    async def start_cursor(self) -> int:
+        """Where to resume: the stored cursor, or (first start) the head, stored at once."""
+        return await self._start_cursor()
+
+    async def run(self, cursor: int | None = None) -> None:
         backoff = 1.0
-        cursor: int | None = None
         while True:
             try:
                 if cursor is None:
