@@ -213,20 +213,20 @@ class NoticeRenderer:
 
     async def _budget(self, event: Event) -> Rendered | None:
         p = event.payload
-        summary = await self.ledger.budget_summary(event.workspace_id, event.project_id, p.get("scope") or "project")
-        remaining = summary.get("remaining")
-        fields = [("scope", summary["scope"]), ("entry", p["entity_id"])]
+        scope = str(p.get("scope") or "project")
+        remaining, granted = p.get("remaining"), p.get("granted") or {}  # as of this entry, recorded with it
+        fields = [("scope", scope), ("entry", str(p["entity_id"]))]
         if remaining is not None:
             fields.append(("remaining", f"{remaining['runs']} runs, {remaining['gpu_hours']:.2f} GPU-hours"))
         if p.get("kind") == "amend":
-            return "info", f"Budget amended: {summary['scope']}", f"by {event.actor}", fields
+            return "info", f"Budget amended: {scope}", f"by {event.actor}", fields
         if remaining is None or p.get("kind") not in {"reserve", "settle"}:
             return None
         for unit in ("runs", "gpu_hours"):
-            total = summary["limit"][unit] + summary["amended"][unit]
+            total = float(granted.get(unit) or 0)
             if total > 0 and remaining[unit] <= BUDGET_WARNING_FRACTION * total:
                 spent = "spent" if remaining[unit] <= 0 else "nearly spent"
-                return "warning", f"Budget {spent}: {summary['scope']}", f"{unit} left: {remaining[unit]:.4g}", fields
+                return "warning", f"Budget {spent}: {scope}", f"{unit} left: {remaining[unit]:.4g}", fields
         return None
 
     async def _report(self, event: Event) -> Rendered | None:

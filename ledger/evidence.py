@@ -16,6 +16,7 @@ from bashgym.ledger.models import (
     EvalSuiteSpec,
     ReportSpec,
 )
+from bashgym.ledger.queries import budget_summary
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
@@ -271,6 +272,8 @@ def add_budget_entry(tx: Tx, ws: str, project: str, spec: BudgetEntrySpec) -> tu
         label=f"Budget entry {spec.entry_id!r}",
     )
     if not replayed:
+        # What the scope holds right after this entry, so readers of the event see the facts of its time.
+        after = budget_summary(tx.conn, ws, project, spec.scope)
         _registered(
             tx,
             "budget.entry",
@@ -281,6 +284,8 @@ def add_budget_entry(tx: Tx, ws: str, project: str, spec: BudgetEntrySpec) -> tu
             spec.run_id,
             kind=spec.kind,
             scope=spec.scope,
+            remaining=after["remaining"],
+            granted={unit: after["limit"][unit] + after["amended"][unit] for unit in ("gpu_hours", "runs")},
         )
     return to_record(row), replayed
 

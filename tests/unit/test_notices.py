@@ -1,0 +1,64 @@
+"""Notices: what each kind of event looks like to people, and where it goes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from bashgym.daemon.notices import NoticeRenderer, notice_text
+from bashgym.daemon.scheduler import ReportScheduler
+from bashgym.ledger import Ledger
+from bashgym.ledger.campaign_specs import CampaignSpec
+from bashgym.ledger.models import Actor, BudgetEntrySpec, ProjectSpec
+
+pytestmark = pytest.mark.anyio
+
+
+async def notices(ledger: Ledger, tmp_path: Path) -> list[object]:
+    page = await NoticeRenderer(ledger, tmp_path / "reports").page("default", after_cursor=0, limit=500)
+    return list(page.notices)
+
+
+async def test_a_scheduled_report_goes_to_its_schedules_channel_with_its_charts(
+    ledger: Ledger, actor: Actor, tmp_path: Path
+) -> None:
+    await ledger.create_project(actor, "default", ProjectSpec(project_id="nightly", name="Nightly"))
+    await ledger.set_channel(actor, "default", "nightly", channel_id="111", guild_id="")
+    spec = CampaignSpec.model_validate(
+        {
+            "campaign_id": "bash-q4", "title": "T", "objective": "O", "suite_id": "bash-tasks-v1",
+            "starting_model_version_id": "m", "dataset_version_ids": ["d"],
+            "report_schedule": {"cron": "0 9 * * *", "timezone": "UTC", "channel": "222"},
+        }
+    )  # fmt: skip
+    await ledger.create_campaign(actor, "default", "nightly", spec)
+    now = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+    await ledger.mark_schedule_fired(
+        actor, "default", "nightly", "bash-q4.report", (now - timedelta(days=1)).isoformat()
+    )
+    async with ReportScheduler(ledger, tmp_path / "reports", clock=lambda: now):
+        pass
+
+    report = next(n for n in await notices(ledger, tmp_path) if n.event_type == "report.recorded")  # type: ignore[attr-defined]
+    assert report.title == "Scheduled report: Campaign bash-q4" and report.channel_id == "222"
+    assert sorted(f.name for f in report.files) == ["budget.png", "loss.png", "metric.png"]
+    assert report.files[0].path.startswith("/v1/projects/nightly/reports/")
+    assert "## Iterations" in report.description and str(tmp_path) not in report.description
+    text = notice_text(report)
+    assert text.startswith("• Scheduled report") and "chart: metric.png" in text
+
+
+async def test_a_budget_warns_once_little_is_left_and_bookkeeping_renders_to_nothing(
+    ledger: Ledger, actor: Actor, tmp_path: Path
+) -> None:
+    await ledger.create_project(actor, "default", ProjectSpec(project_id="nightly", name="Nightly"))
+    for n, (kind, runs) in enumerate([("limit", 5), ("reserve", 1), ("reserve", 3)]):
+        spec = BudgetEntrySpec(entry_id=f"e{n}", scope="project", kind=kind, runs=runs)
+        await ledger.add_budget_entry(actor, "default", "nightly", spec)
+    shown = await notices(ledger, tmp_path)
+    assert [n.title for n in shown] == ["Budget nearly spent: project"]  # type: ignore[attr-defined]
+    warning = shown[0]
+    assert warning.outcome == "warning" and warning.channel_id is None  # type: ignore[attr-defined]
+    assert ("remaining", "1 runs, 0.00 GPU-hours") in [(f.name, f.value) for f in warning.fields]  # type: ignore[attr-defined]
+    assert len(warning.nonce) == 25  # type: ignore[attr-defined]
