@@ -41,6 +41,7 @@ from bashgym.daemon.api_models import (
     WriteResult,
 )
 from bashgym.daemon.api_notices import notice_routes
+from bashgym.daemon.api_operator import operator_routes
 from bashgym.daemon.api_training import training_routes
 from bashgym.daemon.app import Services, json_response, uptime_s
 from bashgym.daemon.blobs import count_rows
@@ -68,6 +69,7 @@ def register_routes(app: FastAPI) -> None:
         exchange_routes(),
         campaign_routes(),
         notice_routes(),
+        operator_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them
     # plain APIRoutes (include_router wraps them in lazily resolved branches).

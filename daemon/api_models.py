@@ -66,6 +66,7 @@ __all__ = [
     "ReportSpec",
     "RunRegistration",
     "RunTransition",
+    "SinkSpec",
     "TrackingContext",
     "WhoAmI",
     "WriteResult",
@@ -209,3 +210,14 @@ class ChannelSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
     channel_id: Annotated[str, Field(pattern=r"^\d{1,25}$", description="A Discord channel snowflake.")]
     guild_id: Annotated[str, Field(pattern=r"^\d{0,25}$")] = ""
+
+
+class SinkSpec(BaseModel):
+    """An HTTP endpoint the daemon forwards ledger events to, signed with the secret a variable holds."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Identifier
+    url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=2000)]
+    secret_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
+    project_id: Identifier | None = None
+    types: list[Annotated[str, Field(max_length=100)]] = Field(default_factory=list, max_length=100)

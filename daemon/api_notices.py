@@ -25,6 +25,8 @@ def notice_routes() -> APIRouter:
             raise InvalidInput(f"wait_s is {wait_s}; it must be between 0 and {MAX_WAIT_S:.0f} seconds.")
         if not 1 <= limit <= 500:
             raise InvalidInput(f"limit is {limit}; ask for 1 to 500 notices.")
+        if "delegate.discord" in call.principal.capabilities:
+            call.services.bot_polled_at = time.monotonic()
         ledger = call.services.ledger
         renderer = NoticeRenderer(ledger, call.services.settings.home / "reports")
         deadline = time.monotonic() + wait_s

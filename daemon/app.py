@@ -16,6 +16,7 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.scheduler import ReportScheduler
 from bashgym.daemon.settings import Settings
+from bashgym.daemon.sinks import SinkForwarder
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, RateLimited
@@ -47,6 +48,12 @@ class Services:
     training: TrainingService | None = None
     evaluations: EvaluationService | None = None
     scheduler: ReportScheduler | None = None
+    sinks: SinkForwarder | None = None
+    # When a principal holding delegate.discord (the bot) last asked for notices: the bot is connected
+    # while it keeps long-polling them.
+    bot_polled_at: float | None = None
+    discord_configured: bool = False  # a bot token is set in the daemon's environment
+    nemo_key_set: bool = False  # the variable nemo_api_key_env names is set
 
     @property
     def evaluator(self) -> EvaluationService:

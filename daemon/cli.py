@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         cli_devices,
         cli_evidence,
         cli_ledger,
+        cli_operator,
+        cli_skills,
         cli_training,
     )
     from bashgym.daemon.version import bashgym_version
@@ -119,15 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bashgym {bashgym_version()}")
     groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
+    leaves: dict[tuple[str, ...], argparse.ArgumentParser] = {}
     for path, (handler, add_args, help_text) in sorted(COMMANDS.items()):
         for depth in range(1, len(path)):
             prefix = path[:depth]
-            if prefix not in groups:
-                group_parser = groups[path[: depth - 1]].add_parser(path[depth - 1], help=f"{path[depth - 1]} commands")
-                groups[prefix] = group_parser.add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=True)
+            if prefix in groups:
+                continue
+            if prefix in leaves:  # a command that also has subcommands (`curate` and `curate receipt`)
+                groups[prefix] = leaves[prefix].add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=False)
+                continue
+            group_parser = groups[path[: depth - 1]].add_parser(path[depth - 1], help=f"{path[depth - 1]} commands")
+            groups[prefix] = group_parser.add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=True)
         leaf = groups[path[:-1]].add_parser(path[-1], parents=[common], help=help_text, description=help_text)
         add_args(leaf)
         leaf.set_defaults(handler=handler)
+        leaves[path] = leaf
     return parser
 
 

@@ -25,6 +25,7 @@ from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.notices import ConsoleNotifier, NoticeRenderer
 from bashgym.daemon.scheduler import ReportScheduler
 from bashgym.daemon.settings import Settings
+from bashgym.daemon.sinks import SinkForwarder
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger import Ledger
@@ -131,6 +132,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
             CampaignRunner(settings, ledger, training, evaluations),
             _console_channel(settings, ledger, environ),
+            SinkForwarder(ledger, environ) as sinks,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             if environ.get(settings.discord_token_env):
@@ -145,6 +147,9 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 training=training,
                 evaluations=evaluations,
                 scheduler=scheduler,
+                sinks=sinks,
+                discord_configured=bool(environ.get(settings.discord_token_env)),
+                nemo_key_set=bool(environ.get(settings.nemo_api_key_env)),
             )
             # Shutdown order: the API stops accepting (in _serve), then TrainingService stops its
             # trainers and records their outcomes, then the ledger closes last.

@@ -135,6 +135,8 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "campaign.transitioned": CampaignTransitioned,
     "campaign.stage": CampaignStage,
     "project.channel_set": EntityRegistered,
+    "sink.added": EntityRegistered,
+    "sink.removed": EntityRegistered,
     "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,
 }

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger import schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6
+from bashgym.ledger import schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
 
@@ -29,6 +29,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "evaluation_details_and_runcards", schema_v4.SQL),
     Migration(5, "campaigns_and_schedules", schema_v5.SQL),
     Migration(6, "project_channels", schema_v6.SQL),
+    Migration(7, "event_sinks", schema_v7.SQL),
 )
 
 _RECORD_TABLE = """

@@ -624,7 +624,10 @@ _ENTITY_TABLES = {
     "decision": ("decisions", "decision_id"),
     "runcard": ("runcards", "card_id"),
     "report": ("reports", "report_id"),
+    "model_version": ("model_versions", "model_version_id"),
+    "dataset_version": ("dataset_versions", "dataset_version_id"),
 }
+ENTITY_KINDS = tuple(_ENTITY_TABLES)
 
 
 def entity(conn: sqlite3.Connection, ws: str, project: str, kind: str, entity_id: str) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from bashgym.ledger import (
     queries,
     runcards,
     runs,
+    sinks,
 )
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
@@ -254,6 +255,24 @@ class Ledger:
             return WriteResult(record=record, replayed=replayed, cursor=tx.last_cursor)
 
         return await self.write(actor, run)
+
+    # -- event sinks -----------------------------------------------------------------------------
+
+    async def add_sink(
+        self, actor: Actor, ws: str, *, name: str, url: str, secret_env: str, project_id: str | None, types: list[str]
+    ) -> WriteResult:
+        return await self._put(
+            actor,
+            lambda tx: sinks.add_sink(
+                tx, ws, name=name, url=url, secret_env=secret_env, project_id=project_id, types=types
+            ),
+        )
+
+    async def remove_sink(self, actor: Actor, ws: str, name: str) -> WriteResult:
+        return await self._put(actor, lambda tx: sinks.remove_sink(tx, ws, name))
+
+    async def list_sinks(self, ws: str | None = None) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: sinks.list_sinks(conn, ws))
 
     # -- notification channels -----------------------------------------------------------------
 

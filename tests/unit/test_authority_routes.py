@@ -448,6 +448,20 @@ async def case_device_add(h: Harness) -> tuple[str, dict[str, Any]]:
     return "/v1/devices", {"json": _device_spec(h)}
 
 
+def _sink_spec() -> dict[str, Any]:
+    return {"name": f"sink{next(_counter)}", "url": "http://127.0.0.1:9/hook", "secret_env": "SINK_SECRET"}
+
+
+async def case_sink_add(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/sinks", {"json": _sink_spec()}
+
+
+async def case_sink_remove(h: Harness) -> tuple[str, dict[str, Any]]:
+    spec = _sink_spec()
+    await h.admin_call("POST", "/v1/sinks", json=spec)
+    return f"/v1/sinks/{spec['name']}", {}
+
+
 async def case_device_remove(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/devices/{await _device(h)}", {}
 
@@ -498,6 +512,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/authority/grants/{grant_id}/revoke"): case_revoke_grant,
     ("POST", "/v1/devices"): case_device_add,
     ("DELETE", "/v1/devices/{device_id}"): case_device_remove,
+    ("POST", "/v1/sinks"): case_sink_add,
+    ("DELETE", "/v1/sinks/{name}"): case_sink_remove,
     ("POST", "/v1/devices/{device_id}/preflight"): case_device_preflight,
     ("POST", "/v1/devices/{device_id}/bootstrap"): case_device_bootstrap,
     ("POST", "/v1/projects/{project}/evaluations"): case_evaluation_start,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("ledger", "daemon", "bot", "trainers")
+PACKAGED = (*FOLDERS, "skills")  # skills/ is a data package: the bundle ships inside the wheel
 
 
 def _imports(folder: str) -> dict[str, set[str]]:
@@ -96,7 +97,7 @@ def test_every_python_package_folder_is_listed_for_installation() -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         "bashgym." + ".".join(init.parent.relative_to(ROOT).parts)
-        for folder in FOLDERS
+        for folder in PACKAGED
         for init in (ROOT / folder).rglob("__init__.py")
     }
     assert found == listed
