@@ -80,6 +80,11 @@ def test_curating_twice_writes_once_strips_what_must_not_leave_and_resumes_by_cu
     refused = cli(env, "curate", "receipt", str(wrong))
     assert refused.code == 7 and "unknown receipt field 'titel'" in refused.stderr
 
+    daemon.stop()  # the curator's cursor lives in the ledger: a restarted daemon still has it
+    with running_daemon(daemon.home) as restarted:
+        resumed = cli(restarted.env(), "curate", "--root", str(root), "--json")
+    assert resumed.code == 0 and resumed.json()["events"] == 0 and resumed.json()["written"] == 0
+
 
 def test_doctor_is_ready_on_a_fresh_daemon_and_not_when_a_skill_file_changed(
     daemon: RunningDaemon, tmp_path: Path
