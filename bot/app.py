@@ -16,7 +16,7 @@ from bashgym.bot.commands import GROUPS
 from bashgym.bot.core import Daemon, Reply, send, unexpected_reply
 from bashgym.bot.notifier import DiscordNotifier
 from bashgym.bot.settings import BotConfigError, BotSettings, load_bot_settings
-from bashgym.daemon.client import DaemonClient
+from bashgym.daemon.client_aiohttp import AioDaemonClient
 from bashgym.daemon.wire_errors import ApiError
 from discord import app_commands
 
@@ -54,7 +54,7 @@ class BashGymBot(discord.Client):
         self.tree = CommandTree(self)
         for group in GROUPS:
             self.tree.add_command(group())
-        self.api = DaemonClient(settings.api, settings.api_token, timeout_s=60.0)
+        self.api = AioDaemonClient(settings.api, settings.api_token, timeout_s=60.0)
         self.daemon = Daemon(self.api)
         self.notifier = DiscordNotifier(
             self,
@@ -103,7 +103,7 @@ class BashGymBot(discord.Client):
             self._notifier_task.cancel()
             await asyncio.gather(self._notifier_task, return_exceptions=True)
         await super().close()
-        await self.api.__aexit__()
+        await self.api.aclose()
 
 
 async def run_bot(settings: BotSettings) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import discord
-from bashgym.daemon.client import DaemonClient
+from bashgym.daemon.client_aiohttp import AioDaemonClient
 from bashgym.daemon.wire_errors import ApiError
 
 log = logging.getLogger("bashgym.bot")
@@ -56,7 +56,7 @@ def identity_headers(interaction: discord.Interaction[Any]) -> dict[str, str]:
 class Daemon:
     """The daemon client as used for one Discord user: every call carries their identity."""
 
-    def __init__(self, client: DaemonClient) -> None:
+    def __init__(self, client: AioDaemonClient) -> None:
         self.client = client
 
     async def call(

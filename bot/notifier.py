@@ -14,7 +14,7 @@ from typing import Any
 import discord
 from bashgym.bot.core import COLOURS
 from bashgym.daemon.api_models import Notice, NoticePage
-from bashgym.daemon.client import DaemonClient
+from bashgym.daemon.client_aiohttp import AioDaemonClient
 from bashgym.daemon.wire_errors import ApiError
 
 log = logging.getLogger("bashgym.bot.notifier")
@@ -38,7 +38,7 @@ class DiscordNotifier:
     def __init__(
         self,
         client: discord.Client,
-        daemon: DaemonClient,
+        daemon: AioDaemonClient,
         *,
         consumer: str,
         default_channel_id: int | None = None,

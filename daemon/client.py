@@ -85,7 +85,7 @@ class DaemonClient:
                 path,
                 json=payload if content is None else None,
                 content=content,
-                params=_clean(params),
+                params=clean_params(params),
                 headers=headers,
                 timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT,
             )
@@ -100,7 +100,7 @@ class DaemonClient:
     ) -> bytes:
         """A response body as bytes (report files, charts)."""
         try:
-            response = await self._http.request(method, path, params=_clean(params), headers=headers)
+            response = await self._http.request(method, path, params=clean_params(params), headers=headers)
         except httpx.TransportError as exc:
             raise DaemonUnreachable(self.api, type(exc).__name__) from exc
         if response.status_code >= 400:
@@ -195,7 +195,7 @@ class DaemonClient:
         )
 
 
-def _clean(params: dict[str, Any] | None) -> dict[str, Any] | None:
+def clean_params(params: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in params.items() if v is not None} if params else None
 
 
@@ -206,12 +206,13 @@ async def _file_chunks(path: Path, size: int = 1024 * 1024) -> AsyncIterator[byt
 
 
 def _error_of(response: httpx.Response) -> ApiError:
+    return error_from(response.status_code, response.content)
+
+
+def error_from(status: int, body: bytes) -> ApiError:
+    """The ApiError an error answer of the daemon stands for (any HTTP client)."""
     try:
-        error = ErrorResponse.model_validate(response.json()).error
+        error = ErrorResponse.model_validate_json(body).error
     except ValueError:
-        return ApiError(
-            response.status_code,
-            "unexpected_answer",
-            f"The daemon answered {response.status_code} without the error shape.",
-        )
-    return ApiError(response.status_code, error.code, error.message, error.hint, error.reference, error.details)
+        return ApiError(status, "unexpected_answer", f"The daemon answered {status} without the error shape.")
+    return ApiError(status, error.code, error.message, error.hint, error.reference, error.details)

@@ -40,7 +40,13 @@ def test_trainers_import_nothing_from_daemon_or_ledger() -> None:
 
 
 def test_bot_imports_only_the_daemon_client_and_api_models() -> None:
-    allowed = ("bashgym.bot", "bashgym.daemon.client", "bashgym.daemon.api_models", "bashgym.daemon.wire_errors")
+    allowed = (
+        "bashgym.bot",
+        "bashgym.daemon.client",
+        "bashgym.daemon.client_aiohttp",
+        "bashgym.daemon.api_models",
+        "bashgym.daemon.wire_errors",
+    )
     bad = {(p, n) for p, n in _bashgym_edges("bot") if not n.startswith(allowed)}
     assert not bad
 
