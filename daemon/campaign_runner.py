@@ -113,6 +113,35 @@ class CampaignRunner:
                 await self.advance(campaign)
             except BashGymError as exc:
                 log.warning("Campaign %s: %s", campaign["campaign_id"], exc.message)
+        for campaign in await self.ledger.active_campaigns("awaiting_authority"):
+            try:
+                await self._resume_if_budget_restored(campaign)
+            except BashGymError as exc:
+                log.warning("Campaign %s: %s", campaign["campaign_id"], exc.message)
+
+    async def _resume_if_budget_restored(self, campaign: dict[str, Any]) -> None:
+        """A campaign that waited for budget goes back where it was once an amendment (by a holder of
+        budget.amend, checked by the budget route) leaves room for one more run."""
+        if not campaign["status_reason"].startswith("budget_overrun"):
+            return
+        ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
+        budget = await self.ledger.budget_summary(ws, project, f"campaign-{cid}"[:128])
+        remaining = budget.get("remaining") or {}
+        limit = budget.get("limit") or {}
+        if (limit.get("runs") and remaining.get("runs", 0) < 1) or (
+            limit.get("gpu_hours") and remaining.get("gpu_hours", 0.0) <= 0
+        ):
+            return
+        left = f"{remaining.get('runs')} runs, {remaining.get('gpu_hours', 0.0):.2f} GPU-hours left"
+        await self.ledger.transition_campaign(
+            ACTOR,
+            ws,
+            project,
+            cid,
+            campaign["resume_status"] or "active",
+            expected_version=campaign["version"],
+            reason=f"budget amended: {left}",
+        )
 
     async def advance(self, campaign: dict[str, Any]) -> None:
         ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]

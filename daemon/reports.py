@@ -112,7 +112,11 @@ def next_action(status: str, rows: list[dict[str, Any]]) -> dict[str, str]:
     if status in {"completed", "exhausted", "failed", "cancelled"}:
         return {"code": "none", "detail": f"The campaign is {status}."}
     if status == "awaiting_authority":
-        return {"code": "authority_required", "detail": "A holder of the needed capability must act; see its reason."}
+        return {
+            "code": "authority_required",
+            "detail": "A holder of the needed capability must act (see the reason): a budget amendment "
+            "(budget.amend) resumes a campaign that ran out of budget; a missing capability is lent by resuming.",
+        }
     if not any(r["stage"] == "queued" for r in rows):
         return {"code": "propose_candidate", "detail": "Queue a hypothesis: bashgym campaign propose."}
     return {"code": "run_queued_candidate", "detail": "The next queued candidate runs in order."}

@@ -170,15 +170,22 @@ class Supervisor:
     async def _on_event(self, event: TrainerEvent) -> None:
         match event.event:
             case "progress":
-                if not self._is_running:
-                    self._is_running = True
-                    await self._transition("running", reason="first progress reported")
+                await self._mark_running("first progress reported")
                 await self._ingest_metrics()
-            case "checkpoint":
+            case "checkpoint" | "completed":
+                # A run shorter than its logging interval reports no progress before these.
+                await self._mark_running(f"the trainer reported {event.event} before any progress")
                 await self._ingest_metrics()
+                if event.event == "completed":
+                    return
                 await self._append("run.checkpoint", {"step": event.step or 0, "path": event.path or ""})
             case "failed":
                 self._last_error = event.error or ""
+
+    async def _mark_running(self, reason: str) -> None:
+        if not self._is_running:
+            self._is_running = True
+            await self._transition("running", reason=reason)
 
     async def _ingest_metrics(self) -> None:
         batches, records = await asyncio.to_thread(self.metrics.read_batches)
@@ -307,8 +314,8 @@ class Supervisor:
         if status == "completed":
             await self._register_artifacts()
         if status in {"completed", "failed", "cancelled", "paused"}:
-            if status == "paused" and not self._is_running:
-                await self._transition("running", reason="trainer ran before the daemon restarted")
+            if status in {"paused", "completed"}:
+                await self._mark_running("trainer ran before the daemon restarted")
             await self._transition(
                 status,
                 reason="resolved from the trainer's run state after a daemon restart",

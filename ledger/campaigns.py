@@ -310,8 +310,8 @@ def update_iteration(
     return {"iteration_id": iteration_id, "stage": stage, **fields}, False
 
 
-def active_campaigns(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = conn.execute("SELECT * FROM campaigns WHERE status = 'active' ORDER BY created_at").fetchall()
+def active_campaigns(conn: sqlite3.Connection, status: str = "active") -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM campaigns WHERE status = ? ORDER BY created_at", (status,)).fetchall()
     return [{**_record(row), "workspace_id": row["workspace_id"]} for row in rows]
 
 

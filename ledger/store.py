@@ -345,8 +345,9 @@ class Ledger:
             actor, lambda tx: campaigns.update_iteration(tx, ws, project, campaign_id, iteration_id, stage, fields)
         )
 
-    async def active_campaigns(self) -> list[dict[str, Any]]:
-        return await self.read(campaigns.active_campaigns)
+    async def active_campaigns(self, status: str = "active") -> list[dict[str, Any]]:
+        """Campaigns in one status (the runner's: active); the index campaigns_by_status serves it."""
+        return await self.read(lambda conn: campaigns.active_campaigns(conn, status))
 
     async def set_schedule(
         self, actor: Actor, ws: str, project: str, campaign_id: str, *, cron: str, timezone: str, channel: str

@@ -11,6 +11,20 @@ from bashgym.ledger.models import Actor
 from tests.helpers import RunningDaemon, running_daemon
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", help="also run the tests marked slow (make test-slow)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked slow (minutes of training) run with --slow or -m slow, never in the default suite."""
+    if config.getoption("--slow") or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with make test-slow (pytest -m slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

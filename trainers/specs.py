@@ -94,6 +94,9 @@ class TrainingRequest(BaseModel):
     gradient_accumulation_steps: Annotated[int, Field(ge=1, le=4096)] = 8
     learning_rate: Annotated[float, Field(gt=0, le=1.0)] = 2e-5
     warmup_ratio: Probability = 0.0
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
+    # None keeps the trainer's own default (TRL turns it on: memory for speed on large models).
+    gradient_checkpointing: bool | None = None
     max_seq_length: Annotated[int, Field(ge=8, le=1_048_576)] = 4096
     save_steps: Annotated[int, Field(ge=1)] = 500
     logging_steps: Annotated[int, Field(ge=1)] = 1

@@ -628,6 +628,28 @@ def default_suite() -> SuiteDefinition:
     return SuiteDefinition(tasks=generate_suite(seed=0, per_family=8))
 
 
+def gold_sft_rows(
+    seeds: Sequence[int],
+    *,
+    per_family: int = 20,
+    families: Sequence[str] = FAMILIES,
+    exclude: Sequence[TerminalTask] = (),
+) -> list[dict[str, list[dict[str, str]]]]:
+    """SFT chat rows (the task's prompt, its gold command) of the suites of `seeds`, for `families` only,
+    leaving out every task whose instruction and files equal one in `exclude` (the evaluation suite)."""
+    banned = {_same_task_key(t) for t in exclude}
+    return [
+        {"messages": [{"role": "user", "content": task_prompt(t)}, {"role": "assistant", "content": t.gold}]}
+        for seed in seeds
+        for t in generate_suite(seed=seed, per_family=per_family)
+        if t.task_family in families and _same_task_key(t) not in banned
+    ]
+
+
+def _same_task_key(task: TerminalTask) -> str:
+    return _canonical_digest({"instruction": task.instruction, "files": task.files})
+
+
 def task_prompt(task: TerminalTask) -> str:
     """The text a model sees: the instruction, the files with their first lines, and the answer format."""
     parts = [task.instruction]

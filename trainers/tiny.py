@@ -74,6 +74,16 @@ class TinyShape:
     intermediate_size: int
 
 
+# The model that learns the terminal tasks on a CPU in minutes (bashgym demo, campaign tests): wide enough to
+# copy file names and values from the prompt, with a tokenizer that knows the suite's words.
+TASK_SHAPE = TinyShape(
+    hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256
+)
+TASK_VOCAB_SIZE = 1024
+TASK_MAX_LENGTH = 1024
+# The tokenizer of the task model also reads prompts and gold commands of these suite seeds (never seed 0,
+# the shipped evaluation suite): file stems and words become single tokens, prompts half as long.
+TASK_TOKENIZER_SEEDS = (1, 2, 3)
 STUDENT_SHAPE = TinyShape(
     hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
 )
@@ -82,7 +92,7 @@ TEACHER_SHAPE = TinyShape(
 )
 
 
-def train_tokenizer(corpus: str) -> Tokenizer:
+def train_tokenizer(corpus: str, vocab_size: int = TOKENIZER_VOCAB_SIZE) -> Tokenizer:
     """Train the byte-level BPE on `corpus`; the same text always gives the same merges."""
     tokenizer = Tokenizer(models.BPE())
     # Byte level: every string, emoji included, encodes without <unk> and decodes back unchanged.
@@ -91,7 +101,7 @@ def train_tokenizer(corpus: str) -> Tokenizer:
     # trim_offsets=False keeps character offsets exact, which the assistant-token mask relies on.
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=2,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -104,7 +114,7 @@ def train_tokenizer(corpus: str) -> Tokenizer:
     return tokenizer
 
 
-def wrap_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
+def wrap_tokenizer(tokenizer: Tokenizer, max_length: int = MODEL_MAX_LENGTH) -> PreTrainedTokenizerFast:
     """Wrap the trained tokenizer with its special tokens, length limit and chat template."""
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -113,7 +123,7 @@ def wrap_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
         pad_token=PAD_TOKEN,
         unk_token=UNK_TOKEN,
         extra_special_tokens=list(ROLE_MARKERS),
-        model_max_length=MODEL_MAX_LENGTH,
+        model_max_length=max_length,
         padding_side="right",
         clean_up_tokenization_spaces=False,
     )
@@ -126,8 +136,22 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return wrap_tokenizer(train_tokenizer(CORPUS_PATH.read_text(encoding="utf-8")))
 
 
+def build_task_tokenizer() -> PreTrainedTokenizerFast:
+    """The task model's tokenizer: the same recipe on the corpus plus the task text of TASK_TOKENIZER_SEEDS."""
+    from bashgym.trainers.terminal_tasks import generate_suite, task_prompt
+
+    task_text = [
+        text
+        for seed in TASK_TOKENIZER_SEEDS
+        for t in generate_suite(seed=seed, per_family=20)
+        for text in (task_prompt(t), t.gold)
+    ]
+    corpus = CORPUS_PATH.read_text(encoding="utf-8") + "\n" + "\n".join(task_text)
+    return wrap_tokenizer(train_tokenizer(corpus, TASK_VOCAB_SIZE), max_length=TASK_MAX_LENGTH)
+
+
 def llama_config(shape: TinyShape, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
-    """A Llama config of `shape` whose vocabulary and special ids match `tokenizer`."""
+    """A Llama config of `shape` whose vocabulary, length and special ids match `tokenizer`."""
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.hidden_size,
@@ -135,7 +159,7 @@ def llama_config(shape: TinyShape, tokenizer: PreTrainedTokenizerFast) -> LlamaC
         num_attention_heads=shape.num_attention_heads,
         num_key_value_heads=shape.num_key_value_heads,
         intermediate_size=shape.intermediate_size,
-        max_position_embeddings=MODEL_MAX_LENGTH,
+        max_position_embeddings=int(tokenizer.model_max_length),
         tie_word_embeddings=False,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -179,10 +203,11 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def build_tiny(out_dir: Path, *, teacher: bool = False, seed: int = 0) -> Path:
-    """Build the tiny student (or teacher) into `out_dir` and return `out_dir`."""
-    tokenizer = build_tokenizer()
-    model = init_model(llama_config(TEACHER_SHAPE if teacher else STUDENT_SHAPE, tokenizer), seed=seed)
+def build_tiny(out_dir: Path, *, teacher: bool = False, task: bool = False, seed: int = 0) -> Path:
+    """Build the tiny student (or teacher, or task model) into `out_dir` and return `out_dir`."""
+    tokenizer = build_task_tokenizer() if task else build_tokenizer()
+    shape = TASK_SHAPE if task else TEACHER_SHAPE if teacher else STUDENT_SHAPE
+    model = init_model(llama_config(shape, tokenizer), seed=seed)
     save_model(model, tokenizer, out_dir)
     return out_dir
 
@@ -193,7 +218,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m bashgym.trainers.tiny", description="Build the deterministic tiny model."
     )
     parser.add_argument("--out", type=Path, required=True, help="directory to write the model into")
-    parser.add_argument("--teacher", action="store_true", help="build the larger teacher instead of the student")
+    role = parser.add_mutually_exclusive_group()
+    role.add_argument("--teacher", action="store_true", help="build the larger teacher instead of the student")
+    role.add_argument("--task", action="store_true", help="build the task model that learns the terminal tasks")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     return parser.parse_args(argv)
 
@@ -202,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build one tiny model and print a one-line JSON summary."""
     args = parse_args(argv)
     started = time.monotonic()
-    out_dir = build_tiny(args.out, teacher=args.teacher, seed=args.seed)
+    out_dir = build_tiny(args.out, teacher=args.teacher, task=args.task, seed=args.seed)
     # Reading the saved config back reports what a trainer will actually load; the meta device
     # counts the weights without allocating them.
     config = LlamaConfig.from_pretrained(out_dir)
@@ -210,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parameters = count_parameters(LlamaForCausalLM(config))
     summary = {
         "out_dir": str(out_dir),
-        "role": "teacher" if args.teacher else "student",
+        "role": "teacher" if args.teacher else "task" if args.task else "student",
         "seed": args.seed,
         "parameters": parameters,
         "vocab_size": config.vocab_size,

@@ -92,7 +92,9 @@ def test_a_campaign_survives_a_kill_waits_for_budget_and_exhausts_by_its_rules(t
         amended = cli(env, "budget", "amend", "--project", "nightly", "--campaign", "bash-q4", "--runs", "1",
                       "--reason", "one more candidate")  # fmt: skip
         assert amended.code == 0, amended.stderr
-        assert cli(env, "campaign", "resume", *WHERE).code == 0
+        # The amendment alone resumes it: the runner sees the budget has room again.
+        resumed = wait_until(second, lambda c: c["status"] != "awaiting_authority")
+        assert resumed["status_reason"].startswith("budget amended"), resumed["status_reason"]
         final = wait_until(second, lambda c: c["status"] in {"exhausted", "failed", "awaiting_authority"})
         assert final["status"] == "exhausted" and final["status_reason"].startswith("max_iterations")
         with second.client() as client:

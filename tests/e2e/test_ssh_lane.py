@@ -261,7 +261,7 @@ def build_own_wheel(tmp: Path) -> Path:
     """A wheel of this checkout, built from a copy so the test writes nothing into the source tree."""
     repo = Path(__file__).resolve().parents[2]
     source = tmp / "src"
-    for name in ("ledger", "daemon", "bot", "trainers"):
+    for name in ("ledger", "daemon", "bot", "trainers", "skills"):
         shutil.copytree(repo / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(repo / name, source / name)

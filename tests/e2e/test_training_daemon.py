@@ -70,6 +70,18 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     assert cli(trainer_daemon.env(), "ledger", "verify").code == 0
 
 
+def test_a_run_shorter_than_its_logging_interval_still_completes(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    # No progress line comes before `completed`: the supervisor must still pass through running.
+    request = training_request(tiny, sft_data(tmp_path), max_steps=2, logging_steps=50, save_steps=100)
+    with trainer_daemon.client() as client:
+        started = client.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        run = wait_for(client, "nightly", started.json()["run_id"], TERMINAL)
+    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+
+
 def test_a_dataset_breaking_its_contract_is_refused_before_launch(
     trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
 ) -> None:

@@ -160,3 +160,14 @@ def test_suite_round_trips_through_json(suite: SuiteDefinition, tmp_path: Path) 
 def test_tools_the_suite_relies_on_are_installed() -> None:
     missing = [tool for tool in ("sh", "bash", "tar", "gzip", "awk", "sed", "stat") if shutil.which(tool) is None]
     assert not missing
+
+
+def test_gold_sft_rows_never_hold_a_task_of_the_evaluation_suite() -> None:
+    from bashgym.trainers.terminal_tasks import gold_sft_rows
+
+    evaluation = default_suite().tasks
+    rows = gold_sft_rows(range(1, 3), per_family=20, exclude=evaluation)
+    prompts = {task_prompt(t) for t in evaluation}
+    assert rows and not any(row["messages"][0]["content"] in prompts for row in rows)
+    assert {row["messages"][1]["content"] for row in rows} and all(len(row["messages"]) == 2 for row in rows)
+    assert len(gold_sft_rows([1], per_family=20, families=["archive"])) == 20

@@ -197,3 +197,15 @@ def test_cli_builds_the_same_model_and_prints_a_json_summary(student_dir: Path, 
     assert summary["vocab_size"] == len(AutoTokenizer.from_pretrained(out, local_files_only=True))
     assert summary["parameters"] > 0
     assert digests(out) == digests(student_dir)
+
+
+def test_the_task_tokenizer_knows_the_suites_words_and_fits_its_prompts() -> None:
+    from bashgym.trainers.terminal_tasks import default_suite, task_prompt
+    from bashgym.trainers.tiny import TASK_MAX_LENGTH, build_task_tokenizer
+
+    tokenizer = build_task_tokenizer()
+    assert tokenizer.model_max_length == TASK_MAX_LENGTH
+    for word in ("inventory", "payroll", "quartz"):
+        assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) <= 2, word
+    longest = max(len(tokenizer(task_prompt(t), add_special_tokens=False)["input_ids"]) for t in default_suite().tasks)
+    assert longest < 512, "the evaluation suite's prompts fit with room for the answer"

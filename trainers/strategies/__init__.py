@@ -21,6 +21,10 @@ def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
         "gradient_accumulation_steps": request.gradient_accumulation_steps,
         "learning_rate": request.learning_rate,
         "warmup_steps": request.warmup_ratio,  # a float below 1 is a fraction of the run in transformers 5
+        "lr_scheduler_type": request.lr_scheduler_type,
+        **(
+            {} if request.gradient_checkpointing is None else {"gradient_checkpointing": request.gradient_checkpointing}
+        ),
         "logging_steps": request.logging_steps,
         "save_steps": request.save_steps,
         "save_total_limit": request.checkpoint_limit,

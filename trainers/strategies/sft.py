@@ -13,16 +13,35 @@ from trl import SFTConfig, SFTTrainer
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    config = SFTConfig(**args, **eval_args(request), max_length=request.max_seq_length, packing=False)
+    train = _dataset(request.dataset_path)
+    config = SFTConfig(
+        **args,
+        **eval_args(request),
+        max_length=request.max_seq_length,
+        packing=False,
+        assistant_only_loss=_assistant_only(train, tokenizer),
+    )
     eval_dataset = _dataset(request.eval_dataset_path) if request.eval_dataset_path else None
     return SFTTrainer(
         model=model,
         args=config,
-        train_dataset=_dataset(request.dataset_path),
+        train_dataset=train,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=lora_config(request),
     )
+
+
+def _assistant_only(train: Dataset, tokenizer: Any) -> bool:
+    """Chat rows learn the assistant's turns only, when the chat template marks them ({% generation %}):
+    the prompt's tokens, file contents included, are context, not targets. A template without the
+    markers (most hub models') trains on whole conversations, as TRL does by default."""
+    if "messages" not in train.column_names:
+        return False
+    marked = "generation" in str(getattr(tokenizer, "chat_template", "") or "")
+    if not marked:
+        print("sft: the chat template has no {% generation %} markers; the loss covers whole conversations", flush=True)
+    return marked
 
 
 def _dataset(path: str) -> Dataset:
