@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bashgym.daemon.authority import actor_holds
+from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
@@ -69,7 +70,7 @@ def decide(
     return Decision(True, "improved")
 
 
-class CampaignRunner:
+class CampaignRunner(BackgroundLoop):
     def __init__(
         self,
         settings: Settings,
@@ -86,16 +87,6 @@ class CampaignRunner:
         self.blobs = BlobStore(settings.artifacts_dir)
         self.tick_s = tick_s
         self._eval_jobs: dict[str, str] = {}  # iteration id -> evaluation id (this daemon's life only)
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> CampaignRunner:
-        self._task = asyncio.create_task(self._loop())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _loop(self) -> None:
         while True:

@@ -73,12 +73,8 @@ class DaemonClient:
         timeout_s: float | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        headers = dict(headers or {})
-        if method in {"POST", "PUT", "PATCH", "DELETE"}:
-            headers["Idempotency-Key"] = idempotency_key or f"idem-{secrets.token_hex(12)}"
-        if correlation_id:
-            headers["X-Correlation-Id"] = correlation_id
-        payload = body.model_dump(mode="json", exclude_none=True) if hasattr(body, "model_dump") else body
+        headers = request_headers(method, headers, idempotency_key, correlation_id)
+        payload = wire_body(body)
         try:
             response = await self._http.request(
                 method,
@@ -193,6 +189,23 @@ class DaemonClient:
                 params={"after_cursor": after_cursor, "limit": limit, "wait_s": wait_s, "workspace": workspace},
             )
         )
+
+
+def request_headers(
+    method: str, headers: dict[str, str] | None, idempotency_key: str | None, correlation_id: str | None
+) -> dict[str, str]:
+    """Every mutation carries an idempotency key (a fresh one unless the caller names it)."""
+    sent = dict(headers or {})
+    if method in {"POST", "PUT", "PATCH", "DELETE"}:
+        sent["Idempotency-Key"] = idempotency_key or f"idem-{secrets.token_hex(12)}"
+    if correlation_id:
+        sent["X-Correlation-Id"] = correlation_id
+    return sent
+
+
+def wire_body(body: Any) -> Any:
+    """A request body as JSON-ready data: API models are dumped without their unset fields."""
+    return body.model_dump(mode="json", exclude_none=True) if hasattr(body, "model_dump") else body
 
 
 def clean_params(params: dict[str, Any] | None) -> dict[str, Any] | None:

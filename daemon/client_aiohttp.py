@@ -8,14 +8,11 @@ tail latency: aiohttp (already loaded by discord.py) costs about a tenth of http
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
 import aiohttp
-from bashgym.daemon.client import clean_params, error_from
+from bashgym.daemon.client import clean_params, error_from, request_headers, wire_body
 from bashgym.daemon.wire_errors import DaemonUnreachable
-
-MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class AioDaemonClient:
@@ -55,12 +52,8 @@ class AioDaemonClient:
         timeout_s: float | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        sent = dict(headers or {})
-        if method in MUTATING:
-            sent["Idempotency-Key"] = idempotency_key or f"idem-{secrets.token_hex(12)}"
-        if correlation_id:
-            sent["X-Correlation-Id"] = correlation_id
-        payload = body.model_dump(mode="json", exclude_none=True) if hasattr(body, "model_dump") else body
+        sent = request_headers(method, headers, idempotency_key, correlation_id)
+        payload = wire_body(body)
         data = None
         if payload is not None:
             data = json.dumps(payload, separators=(",", ":")).encode()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bashgym.daemon.api_models import Notice, NoticeField, NoticeFile, NoticeOutcome, NoticePage
+from bashgym.daemon.background import BackgroundLoop
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Event
 
@@ -328,7 +329,7 @@ def notice_text(notice: Notice) -> str:
     return "\n".join(lines)
 
 
-class ConsoleNotifier:
+class ConsoleNotifier(BackgroundLoop):
     """The notifier's console channel: when Discord is not configured, notices print on the daemon's
     stdout. A durable consumer: its cursor lives in the ledger and moves after each printed notice."""
 
@@ -346,16 +347,6 @@ class ConsoleNotifier:
         self.workspace = workspace
         self.out = out or sys.stdout
         self.poll_s = poll_s
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> ConsoleNotifier:
-        self._task = asyncio.create_task(self._loop())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
     async def _loop(self) -> None:
         stored = await self.ledger.get_consumer_cursor(CONSOLE_CONSUMER)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,25 @@ def wait_until(daemon: RunningDaemon, done: Any, timeout_s: float = 400) -> dict
     raise AssertionError(f"the campaign never got there; last {campaign['status']}: {campaign['iterations']}")
 
 
-def prepare(env: dict[str, str], daemon: RunningDaemon, tmp_path: Path) -> None:
-    tiny = build_tiny(tmp_path / "tiny")
+@dataclass
+class Setup:
+    """What a campaign runs on: the starting model, its training data, the recipe and the hypotheses."""
+
+    model: Path
+    traces: Path
+    base_recipe: dict[str, Any]
+    hypotheses: list[dict[str, Any]]
+    evaluation: dict[str, Any]
+
+
+def start_campaign(env: dict[str, str], daemon: RunningDaemon, tmp_path: Path, setup: Setup) -> None:
     assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
     with daemon.client() as client:
-        model = {"model_version_id": "tiny-v1", "model_id": "tiny", "source_uri": f"file://{tiny}"}
+        model = {"model_version_id": "tiny-v1", "model_id": "tiny", "source_uri": f"file://{setup.model}"}
         assert client.post("/v1/projects/nightly/model-versions", json=model).status_code == 201
     registered = cli(
         env, "dataset", "register", "--project", "nightly", "--dataset", "traces", "--version", "traces-v1",
-        "--file", str(sft_data(tmp_path, rows=16)),
+        "--file", str(setup.traces),
     )  # fmt: skip
     assert registered.code == 0, registered.stderr
     spec = {
@@ -51,73 +62,104 @@ def prepare(env: dict[str, str], daemon: RunningDaemon, tmp_path: Path) -> None:
         "suite_id": "bash-tasks-v1",
         "starting_model_version_id": "tiny-v1",
         "dataset_version_ids": ["traces-v1"],
-        "base_recipe": {
-            "strategy": "sft", "max_steps": 40, "batch_size": 4, "gradient_accumulation_steps": 1,
-            "learning_rate": 5e-3, "save_steps": 100, "max_seq_length": 128,
-        },
+        "base_recipe": setup.base_recipe,
         "budget": {"runs": 1},
         "stop_rules": {"max_iterations": 2, "min_improvement": 0.05},
-        "evaluation": {"limit_tasks": 11, "temperature": 0.0},
-    }  # fmt: skip
+        "evaluation": setup.evaluation,
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    (tmp_path / "queue.json").write_text(
-        json.dumps(
-            [
-                {"primary_variable": "learning_rate", "value": 1e-3, "rationale": "gentler steps"},
-                {"primary_variable": "lora_rank", "value": 8, "rationale": "a smaller adapter"},
-            ]
-        )
-    )
+    (tmp_path / "queue.json").write_text(json.dumps(setup.hypotheses))
     assert cli(env, "campaign", "create", "--project", "nightly", "--spec", str(tmp_path / "spec.json")).code == 0
     assert cli(env, "campaign", "queue", *WHERE, "--hypotheses", str(tmp_path / "queue.json")).code == 0
     assert cli(env, "campaign", "validate", *WHERE).code == 0
     assert cli(env, "campaign", "start", *WHERE).code == 0
 
 
-@pytest.mark.timeout(900)
-def test_a_campaign_survives_a_kill_waits_for_budget_and_exhausts_by_its_rules(tmp_path: Path) -> None:
+@dataclass
+class Outcome:
+    final: dict[str, Any]
+    events: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+    run: dict[str, Any]  # the first candidate's run
+    report: Path
+
+
+def through_a_kill_and_a_spent_budget(tmp_path: Path, setup: Setup, timeout_s: float = 400) -> Outcome:
+    """Start the campaign, SIGKILL the daemon while the first candidate trains, restart, amend the spent
+    budget, and follow it to its end; then draw its report."""
     home = tmp_path / "home"
     with running_daemon(home) as first:
-        prepare(first.env(), first, tmp_path)
-        training = wait_until(first, lambda c: any(i["stage"] == "training" for i in c["iterations"]))
+        start_campaign(first.env(), first, tmp_path, setup)
+        training = wait_until(first, lambda c: any(i["stage"] == "training" for i in c["iterations"]), timeout_s)
         first.proc.send_signal(signal.SIGKILL)  # mid-training: the trainer outlives the daemon
         first.proc.wait(timeout=10)
     candidate_run = next(i["run_id"] for i in training["iterations"] if i["stage"] == "training")
 
+    stopped = {"awaiting_authority", "exhausted", "failed"}
     with running_daemon(home) as second:
         env = second.env()
-        waiting = wait_until(second, lambda c: c["status"] in {"awaiting_authority", "exhausted", "failed"})
+        waiting = wait_until(second, lambda c: c["status"] in stopped, timeout_s)
         assert waiting["status"] == "awaiting_authority", waiting["status_reason"]
         assert waiting["status_reason"].startswith("budget_overrun")
         amended = cli(env, "budget", "amend", "--project", "nightly", "--campaign", "bash-q4", "--runs", "1",
                       "--reason", "one more candidate")  # fmt: skip
         assert amended.code == 0, amended.stderr
         # The amendment alone resumes it: the runner sees the budget has room again.
-        resumed = wait_until(second, lambda c: c["status"] != "awaiting_authority")
+        resumed = wait_until(second, lambda c: c["status"] != "awaiting_authority", timeout_s)
         assert resumed["status_reason"].startswith("budget amended"), resumed["status_reason"]
-        final = wait_until(second, lambda c: c["status"] in {"exhausted", "failed", "awaiting_authority"})
+        final = wait_until(second, lambda c: c["status"] in stopped, timeout_s)
         assert final["status"] == "exhausted" and final["status_reason"].startswith("max_iterations")
         with second.client() as client:
             events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
             results = client.get("/v1/projects/nightly/evaluations").json()["results"]
             run = client.get(f"/v1/projects/nightly/runs/{candidate_run}").json()
         assert cli(env, "ledger", "verify").code == 0
+        report = tmp_path / "report"
+        made = cli(env, "campaign", "report", *WHERE, "--out", str(report), "--json")
+        assert made.code == 0, made.stderr
+    assert final["iterations"][1]["run_id"] == candidate_run and run["status"] == "completed"
+    assert run["context_status"] == "verified"
+    return Outcome(final, events, results, run, report)
 
-    baseline, first_candidate, second_candidate = final["iterations"]
-    assert baseline["decision"] == "baseline" and final["incumbent_iteration_id"] == baseline["iteration_id"]
-    for candidate in (first_candidate, second_candidate):
-        assert candidate["stage"] == "decided" and candidate["decision"] == "discard", candidate
-        assert candidate["reason_code"] in {"no_improvement", "below_min_improvement", "ci_includes_zero"}
-    assert first_candidate["run_id"] == candidate_run and run["status"] == "completed"
-    assert run["context_status"] == "verified" and run["config"]["learning_rate"] == 1e-3
+
+def assert_no_stage_repeated(outcome: Outcome) -> None:
+    baseline, first_candidate, _ = outcome.final["iterations"]
     stages = [
-        (e["payload"]["iteration_id"], e["payload"]["stage"]) for e in events if e["event_type"] == "campaign.stage"
+        (e["payload"]["iteration_id"], e["payload"]["stage"])
+        for e in outcome.events
+        if e["event_type"] == "campaign.stage"
     ]
     assert stages.count((baseline["iteration_id"], "decided")) == 1, "the baseline was not evaluated again"
     assert stages.count((first_candidate["iteration_id"], "training")) == 1, "the training was not launched twice"
-    assert len([r for r in results if r["model_version_id"] == "tiny-v1"]) == 1
-    moves = [e["payload"]["status"] for e in events if e["event_type"] == "campaign.transitioned"]
+    assert len([r for r in outcome.results if r["model_version_id"] == "tiny-v1"]) == 1
+    moves = [e["payload"]["status"] for e in outcome.events if e["event_type"] == "campaign.transitioned"]
     assert moves == ["ready", "active", "awaiting_authority", "active", "exhausted"]
+
+
+@pytest.mark.timeout(900)
+def test_a_campaign_survives_a_kill_waits_for_budget_and_exhausts_by_its_rules(tmp_path: Path) -> None:
+    setup = Setup(
+        model=build_tiny(tmp_path / "tiny"),
+        traces=sft_data(tmp_path, rows=16),
+        base_recipe={
+            "strategy": "sft", "max_steps": 40, "batch_size": 4, "gradient_accumulation_steps": 1,
+            "learning_rate": 5e-3, "save_steps": 100, "max_seq_length": 128,
+        },
+        hypotheses=[
+            {"primary_variable": "learning_rate", "value": 1e-3, "rationale": "gentler steps"},
+            {"primary_variable": "lora_rank", "value": 8, "rationale": "a smaller adapter"},
+        ],
+        evaluation={"limit_tasks": 11, "temperature": 0.0},
+    )  # fmt: skip
+    outcome = through_a_kill_and_a_spent_budget(tmp_path, setup)
+    baseline, first_candidate, second_candidate = outcome.final["iterations"]
+    assert baseline["decision"] == "baseline" and outcome.final["incumbent_iteration_id"] == baseline["iteration_id"]
+    for candidate in (first_candidate, second_candidate):
+        assert candidate["stage"] == "decided" and candidate["decision"] == "discard", candidate
+        assert candidate["reason_code"] in {"no_improvement", "below_min_improvement", "ci_includes_zero"}
+    assert outcome.run["config"]["learning_rate"] == 1e-3
+    assert_no_stage_repeated(outcome)
+    assert "Engineering evidence only" not in (outcome.report / "report.md").read_text()
 
 
 @pytest.mark.timeout(600)
