@@ -24,4 +24,7 @@ bashgym eval canaries
 echo "The terminal-task suite's own gold solutions, one task per family, sandboxed:"
 bashgym eval run --project demo --gold --limit-tasks 11
 bashgym ledger verify
+sleep 2  # the console channel prints a notice within a couple of seconds of its event
+echo "What the console channel showed (the posts Discord would get, once it is configured):"
+tail -n +2 "$HOME_DIR/daemon.out"
 echo "Done. The daemon stops now; start your own with: BASHGYM_HOME=$HOME_DIR bashgym daemon"
