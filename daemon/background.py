@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from typing import Self
 
 
-class BackgroundLoop:
+class BackgroundLoop(ABC):
     """Entering starts `_loop` as a task; leaving cancels it and waits for it to end."""
 
     _task: asyncio.Task[None] | None = None
@@ -20,5 +21,6 @@ class BackgroundLoop:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    @abstractmethod
     async def _loop(self) -> None:
-        raise NotImplementedError
+        """Run until cancelled."""

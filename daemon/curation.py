@@ -152,10 +152,10 @@ def previous_sources(path: Path) -> list[str]:
     """The source event ids an existing receipt already names (they accumulate across curations)."""
     try:
         with path.open(encoding="utf-8") as handle:
-            for line in handle:
+            for number, line in enumerate(handle):
                 if line.startswith("source_event_ids: "):
                     return [str(x) for x in json.loads(line.removeprefix("source_event_ids: "))]
-                if line.strip() == "---" and handle.tell() > 4:
+                if number > 0 and line.strip() == "---":  # the end of the front matter
                     break
     except (OSError, ValueError):
         return []
