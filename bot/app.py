@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import discord
+import yarl
 from bashgym.bot.commands import GROUPS
 from bashgym.bot.core import Daemon, Reply, send, unexpected_reply
 from bashgym.bot.notifier import DiscordNotifier
@@ -124,10 +125,20 @@ async def run_bot(settings: BotSettings) -> int:
     return 0
 
 
+def point_at(settings: BotSettings) -> None:
+    """Send discord.py's REST and gateway traffic to a proxy or stand-in when the settings name one (this
+    process only: the bot is its own process)."""
+    if settings.api_base:
+        discord.http.Route.BASE = settings.api_base
+    if settings.gateway:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.gateway)
+
+
 def main(environ: Mapping[str, str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_bot_settings(environ)
+        point_at(settings)
         return asyncio.run(run_bot(settings))
     except BotConfigError as exc:
         print(f"bashgym bot: {exc}", file=sys.stderr)

@@ -7,6 +7,8 @@ BASHGYM_API                      the daemon's URL (default: the running daemon's
 BASHGYM_BOT_API_TOKEN            the bot's daemon token (default: the file $BASHGYM_HOME/bot.token); it holds
                                  delegate.discord and ledger.read
 BASHGYM_DISCORD_DEFAULT_CHANNEL  channel for notices of projects without one (default: none; they are skipped)
+BASHGYM_DISCORD_API_BASE         Discord's REST base (default https://discord.com/api/v10): a proxy or a local stand-in
+BASHGYM_DISCORD_GATEWAY          Discord's gateway (default wss://gateway.discord.gg/): a proxy or a local stand-in
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class BotSettings:
     api: str
     api_token: str
     default_channel_id: int | None = None
+    api_base: str | None = None  # None: discord.py's own (Discord itself)
+    gateway: str | None = None
     notifier_consumer: str = "discord-notifier"
     poll_wait_s: float = 10.0
 
@@ -72,8 +76,16 @@ def load_bot_settings(environ: Mapping[str, str]) -> BotSettings:
     default_channel = environ.get("BASHGYM_DISCORD_DEFAULT_CHANNEL", "").strip()
     if default_channel and not default_channel.isdigit():
         raise BotConfigError("BASHGYM_DISCORD_DEFAULT_CHANNEL must be a channel id (a number).")
+    api_base = environ.get("BASHGYM_DISCORD_API_BASE", "").strip().rstrip("/") or None
+    if api_base and not api_base.startswith(("https://", "http://")):
+        raise BotConfigError("BASHGYM_DISCORD_API_BASE must be an http(s) URL such as https://discord.com/api/v10.")
+    gateway = environ.get("BASHGYM_DISCORD_GATEWAY", "").strip() or None
+    if gateway and not gateway.startswith(("wss://", "ws://")):
+        raise BotConfigError("BASHGYM_DISCORD_GATEWAY must be a ws(s) URL such as wss://gateway.discord.gg/.")
     return BotSettings(
         discord_token=discord_token,
+        api_base=api_base,
+        gateway=gateway,
         application_id=int(application),
         guild_ids=tuple(int(g) for g in guilds),
         api=resolve_api(environ.get("BASHGYM_API"), home / "daemon.json", DEFAULT_PORT),

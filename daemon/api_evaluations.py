@@ -70,6 +70,11 @@ def evaluation_routes() -> APIRouter:
         started = await call.services.evaluator.start(call.actor, call.workspace, project, body)
         return json_response(started, 202)
 
+    @router.get("/projects/{project}/evaluation-jobs")
+    async def evaluation_jobs(call: ReadCall, project: str) -> Response:
+        """The evaluations this daemon ran or runs since it started (the campaign runner's included), oldest first."""
+        return json_response({"jobs": call.services.evaluator.jobs_of(call.workspace, project)})
+
     @router.get("/projects/{project}/evaluations/{evaluation_id}")
     async def evaluation_status(call: ReadCall, project: str, evaluation_id: str) -> Response:
         return json_response(call.services.evaluator.status(project, evaluation_id))

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.model_exchange import export_bundle, verify_bundle
+from bashgym.daemon.model_sources import RUNS, local_model_dir
 from bashgym.daemon.routing import Call, requires, written
-from bashgym.ledger.errors import InvalidInput, NotFound
+from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.models import ModelVersionSpec
 from bashgym.ledger.validation import Identifier
 from fastapi import APIRouter
@@ -19,7 +20,6 @@ from starlette.responses import Response
 
 ExportCall = Annotated[Call, requires("artifact.publish_private")]
 WriteCall = Annotated[Call, requires("ledger.write")]
-RUNS = "bashgym://runs/"
 
 
 class ExportBody(BaseModel):
@@ -43,7 +43,18 @@ def exchange_routes() -> APIRouter:
         record = await ledger.get_model_version(ws, project, version)
         source = str(record["source_uri"])
         run_id = source.removeprefix(RUNS) if source.startswith(RUNS) else None
-        source_dir = call.services.settings.runs_dir / run_id if run_id else Path(source.removeprefix("file://"))
+        if run_id:
+            source_dir = call.services.settings.runs_dir / run_id  # its files are recorded relative to the run
+        else:
+            found = await asyncio.to_thread(
+                local_model_dir, call.services.settings, call.services.blobs, ws, project, record
+            )
+            if found is None:
+                raise RuleRejected(
+                    f"Model version {version} is a hub id ({source}); its files are not on this host.",
+                    hint="Export a version registered from a directory or a run.",
+                )
+            source_dir = found
         run = await ledger.get_run(ws, project, run_id) if run_id else None
         cards = await ledger.runcards_of_run(ws, project, run_id) if run_id else []
         lineage: dict[str, Any] = {

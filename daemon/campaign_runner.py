@@ -22,6 +22,7 @@ from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
+from bashgym.daemon.model_sources import base_model_of
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
@@ -379,7 +380,7 @@ class CampaignRunner(BackgroundLoop):
             "environment_runtime_digest": runtime,
             "campaign_id": campaign["campaign_id"],
         }
-        source = str(model["source_uri"]).removeprefix("file://")
+        source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
         recipe = {
             **spec["base_recipe"],
             **change,

@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_budget,
         cli_campaigns,
         cli_commands,
+        cli_demo,
         cli_devices,
         cli_evidence,
         cli_ledger,

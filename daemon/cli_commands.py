@@ -7,7 +7,7 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bashgym.daemon.api_models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
 from bashgym.daemon.blobs import file_digest
@@ -15,6 +15,9 @@ from bashgym.daemon.cli import Ctx, command, done, no_args, read_json_file
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_UNAVAILABLE, ApiError
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.models import FileDigest
+
+if TYPE_CHECKING:
+    from bashgym.daemon.client import DaemonClient
 
 # -- the daemon itself --------------------------------------------------------------------------
 
@@ -235,33 +238,38 @@ async def model_register(ctx: Ctx) -> int:
             parent_version_id=a.parent,
         )
     else:
-        spec = await _model_from_dir(ctx, a.dir, a)
+        spec = await model_spec_from_dir(
+            ctx.client, a.dir, model_id=a.model, version_id=a.version, parent=a.parent, echo=not ctx.as_json
+        )
     result = await ctx.client.model_version_register(a.project, spec, workspace=ctx.workspace)
     return done(
         ctx, result.model_dump(), title="Model version replayed" if result.replayed else "Model version registered"
     )
 
 
-async def _model_from_dir(ctx: Ctx, directory: Path, a: argparse.Namespace) -> ModelVersionSpec:
+async def model_spec_from_dir(
+    client: DaemonClient, directory: Path, *, model_id: str, version_id: str, parent: str | None, echo: bool
+) -> ModelVersionSpec:
+    """Copy a model directory's files into the daemon's store and describe the version they make."""
     if not directory.is_dir():
         raise InvalidInput(f"{directory} is not a directory.", hint="Pass the model directory with --dir.")
     files = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        stored = await ctx.client.blob_upload(path)
+        stored = await client.blob_upload(path)
         files.append(
             FileDigest(path=str(path.relative_to(directory)), sha256=stored["sha256"], size_bytes=stored["size_bytes"])
         )
-        if not ctx.as_json:
+        if echo:
             print(f"  stored {path.relative_to(directory)} ({stored['size_bytes']} bytes)", file=sys.stderr)
     if not files:
         raise InvalidInput(f"{directory} holds no files.")
     config = directory / "config.json"
     config_digest = (await asyncio.to_thread(file_digest, config))[0] if config.is_file() else None
     return ModelVersionSpec(
-        model_version_id=a.version,
-        model_id=a.model,
-        source_uri=f"bashgym://models/{a.model}",
+        model_version_id=version_id,
+        model_id=model_id,
+        source_uri=f"bashgym://models/{model_id}",
         config_digest=config_digest,
-        parent_version_id=a.parent,
+        parent_version_id=parent,
         files=files,
     )

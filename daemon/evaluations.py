@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.lanes import read_from
+from bashgym.daemon.model_sources import local_model_dir
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device, RemoteRun
 from bashgym.ledger import Ledger
@@ -35,6 +36,18 @@ TERMINAL_CONTRACT = {
         "tamper_rate": {"direction": "minimize", "max_regression": 0.0},
     },
 }
+
+
+def terminal_suite_spec(suite: SuiteDefinition) -> EvalSuiteSpec:
+    """How a terminal-task suite is registered: its scoring contract, pinned by the digest of its definition."""
+    return EvalSuiteSpec.model_validate(
+        {
+            "suite_id": suite.suite_id,
+            "kind": "terminal_tasks",
+            "scoring_contract": TERMINAL_CONTRACT,
+            "code_digest": suite.digest(),
+        }
+    )
 
 
 class EvalRunBody(BaseModel):
@@ -152,6 +165,7 @@ class EvaluationService:
         await asyncio.to_thread(_write, eval_dir / "eval_request.json", request.model_dump_json(indent=2))
         job = {
             "evaluation_id": eval_id,
+            "workspace_id": ws,
             "project_id": project,
             "suite_id": None if body.dataset_path else suite.suite_id,
             "run_id": body.run_id,
@@ -170,6 +184,9 @@ class EvaluationService:
         task.add_done_callback(self._tasks.discard)
         return dict(job)
 
+    def jobs_of(self, ws: str, project: str) -> list[dict[str, Any]]:
+        return [dict(j) for j in self.jobs.values() if j["workspace_id"] == ws and j["project_id"] == project]
+
     def status(self, project: str, eval_id: str) -> dict[str, Any]:
         job = self.jobs.get(eval_id)
         if job is None or job["project_id"] != project:
@@ -180,15 +197,7 @@ class EvaluationService:
         return dict(job)
 
     async def _ensure_suite(self, actor: Actor, ws: str, project: str, suite: SuiteDefinition) -> None:
-        spec = EvalSuiteSpec.model_validate(
-            {
-                "suite_id": suite.suite_id,
-                "kind": "terminal_tasks",
-                "scoring_contract": TERMINAL_CONTRACT,
-                "code_digest": suite.digest(),
-            }
-        )
-        await self.ledger.register_eval_suite(actor, ws, project, spec)
+        await self.ledger.register_eval_suite(actor, ws, project, terminal_suite_spec(suite))
 
     async def _model_of(self, ws: str, project: str, body: EvalRunBody) -> tuple[str, str | None]:
         if body.gold:
@@ -206,15 +215,13 @@ class EvaluationService:
                 hint="Evaluate a registered model version instead (--model-version).",
             )
         version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
-        source = str(version["source_uri"]).removeprefix("file://")
-        if source.startswith("bashgym://runs/"):
-            source = str(self.settings.runs_dir / source.removeprefix("bashgym://runs/") / "final")
-        if not await asyncio.to_thread(Path(source).is_dir):
+        directory = await asyncio.to_thread(local_model_dir, self.settings, self.blobs, ws, project, version)
+        if directory is None or not await asyncio.to_thread(directory.is_dir):
             raise RuleRejected(
                 f"Model version {body.model_version_id} lives at {version['source_uri']}, not a directory here.",
-                hint="Evaluate it where its files are, or import it with bashgym model import.",
+                hint="Evaluate it where its files are, or register its files with bashgym model register --dir.",
             )
-        return source, None
+        return str(directory), None
 
     async def _device_of(self, ws: str, target: str) -> Device | None:
         if target == "local":

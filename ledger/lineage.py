@@ -173,9 +173,15 @@ def parse_context(raw: dict[str, Any] | None) -> tuple[TrackingContext | None, l
 def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) -> None:
     """Create (or replay) the project, experiment and versions a complete tracking context names."""
     ws, project = ctx.workspace_id, ctx.project_id
-    create_project(
-        tx, ws, ProjectSpec(project_id=project, name=ctx.project_display_name, description=ctx.project_description)
+    # An existing project is referenced by its name; a context that leaves the description out does not
+    # contradict the one the project was created with.
+    project_facts = {"name": ctx.project_display_name} | (
+        {"description": ctx.project_description} if ctx.project_description else {}
     )
+    if not _refers(tx, "projects", {"workspace_id": ws, "project_id": project}, project_facts, f"Project {project!r}"):
+        create_project(
+            tx, ws, ProjectSpec(project_id=project, name=ctx.project_display_name, description=ctx.project_description)
+        )
     create_experiment(
         tx,
         ws,

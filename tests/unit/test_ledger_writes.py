@@ -229,6 +229,18 @@ async def test_a_complete_context_registers_its_lineage_and_a_verified_run(ledge
     assert context["inventory"]["runs"] == 1
 
 
+async def test_a_context_refers_to_an_existing_project_by_its_name(ledger: Ledger, actor: Actor) -> None:
+    # A project created with a description; contexts (a campaign's runs, say) that leave it out refer to it.
+    spec = ProjectSpec(project_id="nightly", name="Nightly SFT", description="Terminal-agent SFT")
+    await ledger.create_project(actor, WS, spec)
+    result = await ledger.register_run(actor, WS, RunRegistration(method="sft", tracking_context=tracking_context()))
+    assert result.record["context_status"] == "verified"
+    assert (await ledger.get_project(WS, "nightly"))["description"] == "Terminal-agent SFT"
+    other = tracking_context(project_display_name="Nightly DPO")
+    with pytest.raises(IdentityConflict, match="different name"):
+        await ledger.register_run(actor, WS, RunRegistration(method="sft", tracking_context=other))
+
+
 async def test_source_identity_replays_a_registration_retry(ledger: Ledger, actor: Actor) -> None:
     spec = RunRegistration(
         method="sft", tracking_context=tracking_context(), source_system="mlflow", source_run_id="abc123"
