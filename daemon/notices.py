@@ -83,6 +83,7 @@ class NoticeRenderer:
         outcome, title, description, fields, *rest = built
         files: list[NoticeFile] = rest[0] if rest else []
         channel = rest[1] if len(rest) > 1 and rest[1] else channel_id
+        corr = f" · corr {event.correlation_id}" if event.correlation_id else ""  # the daemon's own steps have none
         return Notice(
             cursor=event.cursor,
             event_id=event.event_id,
@@ -95,7 +96,7 @@ class NoticeRenderer:
             title=title,
             description=description[:DESCRIPTION_LIMIT],
             fields=[NoticeField(name=n, value=v[:1000]) for n, v in fields if v],
-            footer=f"{event.project_id} · corr {event.correlation_id} · #{event.cursor}",
+            footer=f"{event.project_id}{corr} · #{event.cursor}",
             files=files,
         )
 
