@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,23 +123,26 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
     isolation = probe_isolation()
     emit("started", suite_id=suite.suite_id, tasks=len(tasks), samples=request.samples, isolation=isolation.level)
     results = []
-    with (eval_dir / "attempts.jsonl").open("w") as out:
-        answers: list[Any] = []
-        for number, task in enumerate(tasks, start=1):
-            if not answers:
-                answers = generate(tasks[number - 1 : number - 1 + BATCH], request.samples)
-            for index, (command, prompt_tokens, completion_tokens) in enumerate(answers.pop(0)):
-                result = run_attempt(
-                    task,
-                    command,
-                    attempt_index=index,
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                )
-                record = {**result.to_json(), "split": split[task.task_id]}
-                out.write(json.dumps(record) + "\n")
-                results.append(record)
-            emit("progress", done=number, total=len(tasks), task_id=task.task_id)
+    # Attempts are independent (each has its own directories and watch), and mostly wait on the sandbox's
+    # processes: a few run at once. Their records keep the order of tasks and samples.
+    with (eval_dir / "attempts.jsonl").open("w") as out, ThreadPoolExecutor(ATTEMPT_WORKERS) as pool:
+        for start in range(0, len(tasks), BATCH):
+            chunk = tasks[start : start + BATCH]
+            pending = [
+                [
+                    pool.submit(
+                        run_attempt, task, command, attempt_index=index, prompt_tokens=prompt, completion_tokens=made
+                    )
+                    for index, (command, prompt, made) in enumerate(row)
+                ]
+                for task, row in zip(chunk, generate(chunk, request.samples), strict=True)
+            ]
+            for number, (task, attempts_of_task) in enumerate(zip(chunk, pending, strict=True), start=start + 1):
+                for future in attempts_of_task:
+                    record = {**future.result().to_json(), "split": split[task.task_id]}
+                    out.write(json.dumps(record) + "\n")
+                    results.append(record)
+                emit("progress", done=number, total=len(tasks), task_id=task.task_id)
     attempts = [
         Attempt(
             task_id=r["task_id"],
@@ -185,6 +189,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
 
 
 BATCH = 16  # prompts generated together; left padding keeps each one's continuation aligned
+ATTEMPT_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
 def _gold(tasks: list[Any], samples: int) -> list[list[tuple[str, int, int]]]:
