@@ -52,7 +52,8 @@ def notice_routes() -> APIRouter:
         if channel is None:
             raise NotFound(
                 f"Project {project!r} has no notification channel.",
-                hint="Run /project channel-set in the Discord channel that should receive its notices.",
+                hint="Run /project channel-set in the Discord channel that should receive its notices, or "
+                "bashgym project channel P --channel ID.",
             )
         return json_response(channel)
 

@@ -151,6 +151,25 @@ async def project_show(ctx: Ctx) -> int:
     )
 
 
+def _channel_args(parser: argparse.ArgumentParser) -> None:
+    _project_arg(parser)
+    parser.add_argument("--channel", help="Discord channel id to route the project's notices to (omit to show)")
+    parser.add_argument("--guild", default="", help="the channel's guild id (recorded with it)")
+
+
+@command("project", "channel", help="show or set the Discord channel the project's notices go to (ledger.write)")(
+    _channel_args
+)
+async def project_channel(ctx: Ctx) -> int:
+    a = ctx.args
+    where = f"/v1/projects/{a.project}/channel"
+    if a.channel is None:
+        return done(ctx, await ctx.client.request("GET", where, params={"workspace": ctx.workspace}))
+    body = {"channel_id": a.channel, "guild_id": a.guild}
+    result = await ctx.client.request("PUT", where, body=body, params={"workspace": ctx.workspace})
+    return done(ctx, result["record"], title=f"Notices of {a.project} now go to channel {a.channel}")
+
+
 def _experiment_create_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", required=True, help="project id")
     parser.add_argument("--id", required=True, dest="experiment_id", help="experiment id")

@@ -109,7 +109,7 @@ def _demo_args(parser: argparse.ArgumentParser) -> None:
         help=f"training steps (default {DEFAULT_STEPS}; fewer is a quick look)",
     )
     parser.add_argument(
-        "--limit-tasks", type=int, help="evaluate only the suite's first N tasks (at least 16; a quick look)"
+        "--limit-tasks", type=int, help="evaluate N tasks, round-robin across families (at least 2; a quick look)"
     )
 
 

@@ -80,9 +80,11 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
 def build_request(a: argparse.Namespace) -> dict[str, object]:
     """The request body from flags and files; the daemon validates it."""
     body: dict[str, object] = merge_config_file(read_json_file(a.config, what="config")) if a.config else {}
+    model = Path(a.base_model).expanduser()
+    local = a.compute_target == "local" and model.exists()  # on other lanes the path is the device's (or a hub id)
     body.update(
         strategy=a.strategy,
-        base_model=a.base_model,
+        base_model=str(model.resolve()) if local else a.base_model,
         compute_target=a.compute_target,
     )
     if a.dataset_path:

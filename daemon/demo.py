@@ -505,9 +505,10 @@ class NoticeFollower:
 def check_options(options: DemoOptions, environ: dict[str, str]) -> None:
     if options.steps < 1:
         raise InvalidInput(f"--steps is {options.steps}; train at least 1 step.")
-    if options.limit_tasks is not None and options.limit_tasks < 16:
+    if options.limit_tasks is not None and options.limit_tasks < 2:
         raise InvalidInput(
-            f"--limit-tasks is {options.limit_tasks}; a comparison needs two task families (16 tasks, 8 per family)."
+            f"--limit-tasks is {options.limit_tasks}; a comparison needs two task families (tasks are taken "
+            "round-robin across families, so 2 tasks cover 2)."
         )
     if options.discord:
         token_env = environ.get("BASHGYM_DISCORD_TOKEN_ENV", "BASHGYM_DISCORD_TOKEN")

@@ -25,7 +25,11 @@ def test_the_console_channel_prints_notices_once_and_the_bot_reads_them_by_curso
         assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
         with daemon.client() as client:
             head = client.get("/v1/consumers/probe/cursor").json()
-            assert client.put("/v1/projects/nightly/channel", json={"channel_id": "4242"}).status_code == 201
+        assert cli(env, "project", "channel", "nightly").code == 5, "no channel routed yet"
+        routed = cli(env, "project", "channel", "nightly", "--channel", "4242")
+        assert routed.code == 0, routed.stderr
+        assert cli(env, "project", "channel", "nightly", "--json").json()["channel_id"] == "4242"
+        with daemon.client() as client:
             bad = client.put("/v1/projects/nightly/channel", json={"channel_id": "general"})
             assert bad.status_code == 422
             evaluated = client.post("/v1/projects/nightly/evaluations", json={"gold": True, "limit_tasks": 2})

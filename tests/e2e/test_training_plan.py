@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, cli
+from tests.helpers import BASHGYM, RunningDaemon, cli
 
 
 def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, tmp_path: Path) -> None:
@@ -137,3 +138,14 @@ def test_a_registered_dataset_version_is_trained_on_from_the_store(daemon: Runni
     assert no_project.code == 7 and "dataset_project" in no_project.stdout
     both = cli(env, *args, "--dataset-version", "traces-v1", "--dataset-path", str(data))
     assert both.code == 2 and "not allowed with argument" in both.stderr
+
+
+def test_a_local_model_path_is_the_callers_not_the_daemons(daemon: RunningDaemon, tmp_path: Path) -> None:
+    # The daemon runs elsewhere: `./tiny-model` means the directory next to the person who typed it.
+    (tmp_path / "tiny-model").mkdir()
+    args = ["training", "plan", "--strategy", "sft", "--model", "./tiny-model", "--dataset-path", "rows.jsonl"]
+    proc = subprocess.run([*BASHGYM, *args, "--json"], cwd=tmp_path, env=daemon.env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["request"]["base_model"] == str(tmp_path / "tiny-model")
+    hub = cli(daemon.env(), *args[:4], "--model", "org/model", "--dataset-path", "rows.jsonl")
+    assert hub.code == 0 and "org/model" in hub.stdout, "a hub id is left as it is"

@@ -14,7 +14,7 @@ from bashgym.ledger.errors import InvalidInput
 
 def test_options_that_cannot_work_are_refused_with_what_to_set() -> None:
     with pytest.raises(InvalidInput, match="two task families"):
-        check_options(DemoOptions(home=Path("/tmp/x"), limit_tasks=8), {})
+        check_options(DemoOptions(home=Path("/tmp/x"), limit_tasks=1), {})
     with pytest.raises(InvalidInput) as missing:
         check_options(DemoOptions(home=Path("/tmp/x"), discord=True), {"BASHGYM_DISCORD_TOKEN": "t"})
     assert "BASHGYM_DISCORD_APPLICATION_ID" in missing.value.message
