@@ -113,7 +113,7 @@ def _demo_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@command("demo", help="run the whole loop on a tiny model: campaign, evidence, gate, promotion, report (~6 min)")(
+@command("demo", help="the whole loop on a tiny model: campaign, evidence, gate, promotion, report (~6 min, 2 cores)")(
     _demo_args
 )
 async def demo(ctx: Ctx) -> int:
@@ -205,12 +205,14 @@ def render_summary(s: dict[str, Any]) -> str:
 
     block(f"held-out instances ({suite['held_out_instances']} tasks of the trained families)", "held_out_instances")
     if suite["family_holdout_tasks"]:
-        families = ", ".join(suite["holdout_families"])
-        block(f"family holdout ({suite['family_holdout_tasks']} tasks; never trained: {families})", "family_holdout")
+        count = len(suite["holdout_families"])
+        block(f"family holdout ({suite['family_holdout_tasks']} tasks of {count} untrained families)", "family_holdout")
     block(f"all {suite['tasks']} tasks (the campaign's metric)", None)
     width = max(len(r[0]) for r in rows) + 2
     lines = ["", "Summary (measured in this run)", f"{'':{width}}{'baseline':>10}{'candidate':>11}"]
     lines += [f"{name:{width}}{before:>10}{after:>11}" for name, before, after in rows]
+    if suite["family_holdout_tasks"]:
+        lines.append(f"untrained families: {', '.join(suite['holdout_families'])}")
     c = s["comparison"]
     if c:
         lines.append(

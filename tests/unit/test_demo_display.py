@@ -69,7 +69,7 @@ def test_the_summary_table_shows_each_split_the_ci_and_the_verdicts() -> None:
     }
     text = render_summary(summary)
     assert "held-out instances (64 tasks of the trained families)" in text
-    assert "family holdout (24 tasks; never trained: a, b)" in text
+    assert "family holdout (24 tasks of 2 untrained families)" in text and "untrained families: a, b" in text
     assert "0.800" in text and "0.050" in text
     assert "Δ pass@1 +0.600, 95% CI [+0.500, +0.700]" in text
     assert "promotion gate      ship" in text and "champion -> v2" in text
