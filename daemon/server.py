@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import json
 import logging
@@ -29,6 +30,7 @@ from bashgym.daemon.sinks import SinkForwarder
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger import Ledger
+from bashgym.ledger.errors import Conflict, InvalidInput
 from bashgym.ledger.models import Actor
 from bashgym.ledger.redaction import redact_text
 
@@ -110,7 +112,20 @@ def _bind(settings: Settings) -> tuple[socket.socket, str, dict[str, object]]:
     # it every response waits ~40 ms on Nagle plus delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        sock.close()
+        where = f"{settings.host}:{settings.port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise Conflict(
+                f"Port {settings.port} on {settings.host} is already in use by another program.",
+                hint="Pick another with --port N or BASHGYM_PORT (0 picks a free one); `bashgym status` tells "
+                "whether it is a BashGym daemon.",
+            ) from exc
+        raise InvalidInput(
+            f"The daemon cannot listen on {where}: {exc.strerror}.", hint="Check --host/--port (BASHGYM_HOST/PORT)."
+        ) from exc
     port = sock.getsockname()[1]
     host = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
     url = f"http://{host}:{port}"
@@ -122,7 +137,9 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
     started = time.monotonic()
     lock = HomeLock(settings.lock_path)
     lock.acquire()
+    sock: socket.socket | None = None
     try:
+        sock, url, endpoint = _bind(settings)  # first: a taken port is said plainly, before anything opens
         async with (
             await Ledger.open(
                 settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
@@ -153,8 +170,10 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             )
             # Shutdown order: the API stops accepting (in _serve), then TrainingService stops its
             # trainers and records their outcomes, then the ledger closes last.
-            await _serve(services)
+            await _serve(services, sock, url, endpoint)
     finally:
+        if sock is not None:
+            sock.close()
         settings.endpoint_path.unlink(missing_ok=True)
         lock.release()
     return 0
@@ -170,9 +189,8 @@ def _console_channel(
     return ConsoleNotifier(ledger, renderer, settings.default_workspace)
 
 
-async def _serve(services: Services) -> None:
+async def _serve(services: Services, sock: socket.socket, url: str, endpoint: dict[str, object]) -> None:
     settings = services.settings
-    sock, url, endpoint = _bind(settings)
     config = uvicorn.Config(
         create_app(services),
         log_level=settings.log_level.lower(),

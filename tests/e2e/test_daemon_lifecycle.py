@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -120,3 +121,17 @@ def test_up_without_discord_runs_the_daemon_and_says_how_to_add_it(tmp_path: Pat
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_taken_port_is_said_plainly_and_leaves_the_home_free(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "BASHGYM_HOME": str(tmp_path / "home")}
+        result = cli(env, "daemon", "--port", str(port))
+    assert result.code == 6, result.stderr
+    assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr and "Traceback" not in result.stderr
+    assert "--port N" in result.stderr
+    with running_daemon(tmp_path / "home") as daemon:  # the lock was released: the next start works
+        assert cli(daemon.env(), "status").code == 0
