@@ -55,7 +55,7 @@ async def test_missing_content_says_how_to_bring_it_back(tmp_path: Path) -> None
     files = record["files"]
     assert isinstance(files, list)
     blobs.path_for(files[0]["sha256"]).unlink()
-    with pytest.raises(RuleRejected, match="config.json missing") as refused:
+    with pytest.raises(RuleRejected, match=r"config\.json missing") as refused:
         local_model_dir(settings, blobs, "default", "nightly", record)
     assert "bashgym model register --dir" in refused.value.hint
     assert not (settings.home / "models" / "default" / "nightly" / "tiny-v1").exists()
