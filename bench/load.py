@@ -105,6 +105,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_s() -> float:
+    """CPU time the whole machine has spent busy (all cores, every process), from /proc/stat."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 # -- the daemon ----------------------------------------------------------------------------------
 
 
@@ -504,6 +510,7 @@ async def bench(clients: int, seconds: float, think_ms: float, wait_s: float, se
                 writes = [w for c in fleet for w in c.writes]
                 checks = await verify(session, daemon, fixture, writes)
                 verify_s = time.perf_counter() - verify_started
+        logged = await asyncio.to_thread(logged_errors, daemon.home / "daemon.log")
     samples = [s for c in fleet for s in c.samples]
     return summarize(samples, writes, checks, load) | {
         "clients": clients,
@@ -513,7 +520,14 @@ async def bench(clients: int, seconds: float, think_ms: float, wait_s: float, se
         "set_up_s": round(set_up_s, 1),
         "verify_s": round(verify_s, 1),
         "daemon_settings": fixture.settings | rate_limit_settings(),
+        "daemon_log_errors": logged,
     }
+
+
+def logged_errors(log: Path) -> dict[str, Any]:
+    """ERROR lines in the daemon's log (a 500 leaves its traceback there), and the first of them."""
+    lines = [line for line in log.read_text().splitlines() if " ERROR " in line]
+    return {"count": len(lines), "first": lines[0][:300] if lines else ""}
 
 
 async def drive(
@@ -527,7 +541,8 @@ async def drive(
     wait_s: float,
 ) -> dict[str, float]:
     """Run every client until the time is up; the CPU both processes used meanwhile."""
-    ours, theirs, started = time.process_time(), cpu_s(daemon.proc.pid), time.monotonic()
+    ours, theirs, machine = time.process_time(), cpu_s(daemon.proc.pid), machine_busy_s()
+    started = time.monotonic()
     until = started + seconds
     async with asyncio.TaskGroup() as group:
         for client in fleet:
@@ -535,10 +550,13 @@ async def drive(
                 run_client(session, daemon.url, client, fixture, until=until, think_ms=think_ms, wait_s=wait_s)
             )
     elapsed = time.monotonic() - started
+    this_process = (time.process_time() - ours) / elapsed
+    in_daemon = (cpu_s(daemon.proc.pid) - theirs) / elapsed
     return {
         "elapsed_s": elapsed,
-        "this_process_cores": (time.process_time() - ours) / elapsed,
-        "daemon_cores": (cpu_s(daemon.proc.pid) - theirs) / elapsed,
+        "this_process_cores": this_process,
+        "daemon_cores": in_daemon,
+        "other_processes_cores": (machine_busy_s() - machine) / elapsed - this_process - in_daemon,
     }
 
 
@@ -596,10 +614,13 @@ def summarize(
         "anomalies": anomalies,
         "checks": {name: c.figures() for name, c in found.items()},
         "elapsed_s": round(elapsed, 1),
-        "cores_used": {"daemon": round(load["daemon_cores"], 2), "this_process": round(load["this_process_cores"], 2)},
+        "cores_used": {
+            "daemon": round(load["daemon_cores"], 2),
+            "this_process": round(load["this_process_cores"], 2),
+            "other_processes": round(load["other_processes_cores"], 2),
+        },
         "machine": {
             "cpu_count": os.cpu_count(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
         },
@@ -656,11 +677,14 @@ def report(result: dict[str, Any]) -> None:
         )
     for name, n in result["anomalies"].items():
         print(f"    {name}: {n}")
+    logged = result["daemon_log_errors"]
+    first = f" (first: {logged['first']})" if logged["count"] else ""
+    print(f"  ERROR lines in the daemon's log: {logged['count']}{first}")
     cores, machine = result["cores_used"], result["machine"]
     print(
         f"  CPU during the load: daemon {cores['daemon']} cores, this process (the clients) "
-        f"{cores['this_process']} cores; machine: {machine['cpu_count']} CPUs, 1-min load average at the end "
-        f"{machine['load_average_1m_at_end']}, Python {machine['python']}, SQLite {machine['sqlite']}"
+        f"{cores['this_process']}, everything else on the machine {cores['other_processes']}; machine: "
+        f"{machine['cpu_count']} CPUs, Python {machine['python']}, SQLite {machine['sqlite']}"
     )
     print(f"  set-up {result['set_up_s']} s, verification {result['verify_s']} s, whole benchmark {result['wall_s']} s")
 
