@@ -15,6 +15,7 @@ from bashgym.ledger.models import (
     ProjectSpec,
     TrackingContext,
 )
+from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import require_project, to_record
 from bashgym.ledger.tx import Tx
 from bashgym.ledger.validation import canonical_json
@@ -247,7 +248,9 @@ def _refers(tx: Tx, table: str, key: dict[str, Any], facts: dict[str, Any], labe
     row = tx.fetch_one(table, key)
     if row is None:
         return False
-    differing = sorted(name for name, value in facts.items() if row[name] and row[name] != value)
+    # Stored values went through the redactor; compare the stated ones the same way.
+    stated = {name: redact_text(value) if isinstance(value, str) else value for name, value in facts.items()}
+    differing = sorted(name for name, value in stated.items() if row[name] and row[name] != value)
     if differing:
         raise IdentityConflict(
             f"{label} already exists with different {', '.join(differing)}.",
