@@ -303,7 +303,7 @@ def trend_json(conn: sqlite3.Connection, ws: str, project: str, metric: str, run
     key = (ws, project, run_id, metric)
     where = "workspace_id = ? AND project_id = ? AND run_id = ? AND metric = ?"
     row = conn.execute(
-        "SELECT COUNT(*), MIN(value), MAX(value), SUM(step), SUM(value), SUM(step * step), SUM(step * value), "
+        "SELECT COUNT(*), MIN(value), MAX(value), SUM(step), SUM(value), TOTAL(step * step), SUM(step * value), "
         "json_group_array(step), json_group_array(value) FROM "
         f"(SELECT step, value FROM metric_values WHERE {where} ORDER BY attempt_id, step)",
         key,

@@ -157,3 +157,15 @@ async def test_context_signals_name_failed_and_unevaluated_runs(ledger: Ledger, 
     assert context["signals"]["completed_without_evaluation"]["ids"] == [done]
     assert context["signals"]["terminal_without_artifact"]["ids"] == [done]
     assert context["inventory"]["runs_by_status"] == {"completed": 1, "failed": 1}
+
+
+async def test_a_trend_over_large_step_numbers_does_not_overflow(ledger: Ledger, actor: Actor) -> None:
+    # 1,001 points at steps near 10^8: the squares of the steps add up past SQLite's 64-bit integers.
+    run = await _run(ledger, actor)
+    points = [MetricPoint(metric="train.loss", step=100_000_000 + s, value=1.0 - s / 2000) for s in range(1001)]
+    for start in range(0, len(points), 500):
+        batch = MetricBatch(run_id=run, attempt_id=f"{run}.a1", points=points[start : start + 500])
+        await ledger.ingest_metrics(actor, WS, "nightly", batch)
+    trend = await ledger.trend(WS, "nightly", "train.loss", run)
+    assert trend["summary"]["count"] == 1001 and trend["summary"]["latest"] == pytest.approx(0.5)
+    assert trend["summary"]["slope"] == pytest.approx(-1 / 2000, rel=1e-3)
