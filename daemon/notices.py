@@ -361,8 +361,16 @@ class ConsoleNotifier(BackgroundLoop):
             await self.ledger.wait_for_events(cursor, self.poll_s)
 
     async def drain(self, cursor: int) -> int:
+        """Print every notice after `cursor`; return the cursor to wait from. An empty page means nothing of
+        this workspace lies up to the head read before it, so the wait starts there: waiting from the old
+        cursor while the newest events belong elsewhere (a workspace-wide token's) would never sleep."""
         while True:
+            head = self.ledger.last_cursor
             page = await self.renderer.page(self.workspace, after_cursor=cursor, limit=200)
+            if not page.notices and page.next_cursor == cursor:
+                if head > cursor:
+                    await self.ledger.ack_consumer_cursor(CONSOLE_CONSUMER, head)
+                return max(cursor, head)
             for notice in page.notices:
                 try:
                     print(notice_text(notice), file=self.out, flush=True)

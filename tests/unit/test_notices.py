@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -62,3 +63,18 @@ async def test_a_budget_warns_once_little_is_left_and_bookkeeping_renders_to_not
     assert warning.outcome == "warning" and warning.channel_id is None  # type: ignore[attr-defined]
     assert ("remaining", "1 runs, 0.00 GPU-hours") in [(f.name, f.value) for f in warning.fields]  # type: ignore[attr-defined]
     assert len(warning.nonce) == 25  # type: ignore[attr-defined]
+
+
+async def test_the_console_waits_from_the_head_when_the_newest_events_are_another_workspaces(
+    ledger: Ledger, actor: Actor, tmp_path: Path
+) -> None:
+    # Waiting from its own last cursor while the head is elsewhere, the console would poll without sleeping.
+    from bashgym.daemon.notices import ConsoleNotifier
+
+    await ledger.create_project(actor, "default", ProjectSpec(project_id="nightly", name="Nightly"))
+    await ledger.create_project(actor, "other", ProjectSpec(project_id="elsewhere", name="Elsewhere"))
+    printed = io.StringIO()
+    console = ConsoleNotifier(ledger, NoticeRenderer(ledger, tmp_path / "reports"), "default", out=printed)
+    cursor = await console.drain(0)
+    assert cursor == ledger.last_cursor, "the wait starts at the head, past the other workspace's events"
+    assert (await ledger.get_consumer_cursor("console-notifier"))["cursor"] == cursor
