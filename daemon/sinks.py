@@ -91,11 +91,14 @@ class SinkForwarder:
             await self.ledger.ack_consumer_cursor(consumer, cursor)
         backoff = self.initial_backoff_s
         while True:
+            head = self.ledger.last_cursor
             page = await self.ledger.events_page_json(
                 ws, sink["project_id"], after_cursor=cursor, limit=BATCH, types=sink["types"] or None
             )
             if not page.count:
-                await self.ledger.wait_for_events(cursor, 10.0)
+                # Nothing of this sink's up to the head: wait from there, or newer events it does not take
+                # (another project's, another type's) would wake it at once, again and again.
+                await self.ledger.wait_for_events(max(cursor, head), 10.0)
                 continue
             events = json.loads(page.text)["events"]
             body = json.dumps({"sink": name, "workspace_id": ws, "events": events}, separators=(",", ":")).encode()
