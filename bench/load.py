@@ -205,6 +205,12 @@ async def admin_call(
 
 async def set_up(session: aiohttp.ClientSession, daemon: Daemon, clients: int) -> Fixture:
     """A project with finished runs, the running run under load, an evaluation suite, and a token per client."""
+    # Tokens first: their events are outside the project's workspace, and while the newest event is, the
+    # daemon's console notifier polls without waiting and takes a whole core.
+    tokens = []
+    for c in range(clients):
+        issue = {"actor_id": f"load-client-{c}", "capabilities": ["ledger.read", "ledger.write"]}
+        tokens.append((await admin_call(session, daemon, "POST", "/v1/auth/tokens", issue))["token"])
     context = tracking_context()
     for n in range(BACKGROUND_RUNS):
         spec = {"method": ("sft", "dpo")[n % 2], "tracking_context": context, "source_run_id": f"done-{n}"}
@@ -224,10 +230,6 @@ async def set_up(session: aiohttp.ClientSession, daemon: Daemon, clients: int) -
         "code_digest": digest(SUITE),
     }
     await admin_call(session, daemon, "POST", f"/v1/projects/{PROJECT}/eval-suites", suite)
-    tokens = []
-    for c in range(clients):
-        issue = {"actor_id": f"load-client-{c}", "capabilities": ["ledger.read", "ledger.write"]}
-        tokens.append((await admin_call(session, daemon, "POST", "/v1/auth/tokens", issue))["token"])
     page = await admin_call(session, daemon, "GET", f"/v1/projects/{PROJECT}/events?after_cursor=0&limit=1000")
     head = page["next_cursor"]
     while page["has_more"]:
@@ -500,6 +502,7 @@ async def bench(clients: int, seconds: float, think_ms: float, wait_s: float, se
                     f"set-up {set_up_s:.1f} s; {clients} clients for {seconds:g} s; daemon pid {daemon.proc.pid}",
                     file=sys.stderr,
                 )
+                at_rest = await cores_at_rest(daemon)
                 rngs = random.Random(seed)
                 fleet = [
                     Client(c, fixture.tokens[c], random.Random(rngs.random()), fixture.head_cursor, fleet=clients)
@@ -521,7 +524,15 @@ async def bench(clients: int, seconds: float, think_ms: float, wait_s: float, se
         "verify_s": round(verify_s, 1),
         "daemon_settings": fixture.settings | rate_limit_settings(),
         "daemon_log_errors": logged,
+        "daemon_cores_at_rest": round(at_rest, 2),
     }
+
+
+async def cores_at_rest(daemon: Daemon, seconds: float = 1.0) -> float:
+    """The daemon's CPU with no request in flight, just before the load: near 0 unless something spins."""
+    before = cpu_s(daemon.proc.pid)
+    await asyncio.sleep(seconds)
+    return (cpu_s(daemon.proc.pid) - before) / seconds
 
 
 def logged_errors(log: Path) -> dict[str, Any]:
@@ -682,7 +693,8 @@ def report(result: dict[str, Any]) -> None:
     print(f"  ERROR lines in the daemon's log: {logged['count']}{first}")
     cores, machine = result["cores_used"], result["machine"]
     print(
-        f"  CPU during the load: daemon {cores['daemon']} cores, this process (the clients) "
+        f"  CPU during the load: daemon {cores['daemon']} cores (at rest before it: "
+        f"{result['daemon_cores_at_rest']}), this process (the clients) "
         f"{cores['this_process']}, everything else on the machine {cores['other_processes']}; machine: "
         f"{machine['cpu_count']} CPUs, Python {machine['python']}, SQLite {machine['sqlite']}"
     )
