@@ -205,8 +205,6 @@ async def admin_call(
 
 async def set_up(session: aiohttp.ClientSession, daemon: Daemon, clients: int) -> Fixture:
     """A project with finished runs, the running run under load, an evaluation suite, and a token per client."""
-    # Tokens first: their events are outside the project's workspace, and while the newest event is, the
-    # daemon's console notifier polls without waiting and takes a whole core.
     tokens = []
     for c in range(clients):
         issue = {"actor_id": f"load-client-{c}", "capabilities": ["ledger.read", "ledger.write"]}
@@ -287,7 +285,7 @@ def request_for(client: Client, route: str, fixture: Fixture, wait_s: float) -> 
             return "GET", f"{p}/events?after_cursor={client.cursor}&limit=100&wait_s={wait_s:g}", None, ""
         case "metrics":
             # Clients take turns over consecutive steps, so no two share a step and the steps stay as small
-            # as a real run's: the trend's SUM(step * step) overflows SQLite's integers past ~9.2e18.
+            # as one real run's (far apart, they once overflowed the trend's SUM(step * step); f2918ce).
             first = (client.batches * client.fleet + client.number) * BATCH_STEPS
             client.batches += 1
             points = [
