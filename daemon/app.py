@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import hashlib
 import json
@@ -292,6 +293,9 @@ class IdempotencyMiddleware:
     def __init__(self, app: ASGIApp, *, ledger: Ledger) -> None:
         self.app = app
         self.ledger = ledger
+        # One request per (principal, key) at a time: a second one in flight waits, then replays the first's
+        # answer, instead of both being carried out.
+        self._in_flight: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}  # the lock and its users
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", []))
@@ -308,6 +312,22 @@ class IdempotencyMiddleware:
         digest = hashlib.sha256(
             b"\n".join([scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""), body])
         ).hexdigest()
+        slot = (principal, key)
+        lock, users = self._in_flight.get(slot, (asyncio.Lock(), 0))
+        self._in_flight[slot] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._once(scope, receive, send, principal, key, digest, body)
+        finally:
+            lock, users = self._in_flight[slot]
+            if users == 1:
+                del self._in_flight[slot]
+            else:
+                self._in_flight[slot] = (lock, users - 1)
+
+    async def _once(
+        self, scope: Scope, receive: Receive, send: Send, principal: str, key: str, digest: str, body: bytes
+    ) -> None:
         stored = await self.ledger.find_idempotent(principal, key)
         if stored is not None:
             await self._replay(stored, digest, key, scope, receive, send)

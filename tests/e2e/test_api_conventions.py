@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,24 @@ def test_same_idempotency_key_and_body_replays_the_stored_answer(client: httpx.C
     assert second.headers.get("idempotent-replayed") == "true"
     assert second.json() == first.json()
     assert len(client.get("/v1/projects/idem/events").json()["events"]) == 1
+
+
+def test_the_same_key_sent_twice_at_once_is_carried_out_once(
+    shared_daemon: RunningDaemon, client: httpx.Client
+) -> None:
+    client.post("/v1/projects", json={"project_id": "race", "name": "Race"})
+    headers = {"Authorization": f"Bearer {shared_daemon.token}", "Idempotency-Key": "race-retry-0"}
+
+    async def twice() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=shared_daemon.url, headers=headers, timeout=30) as racing:
+            send = [racing.post("/v1/projects/race/annotations", json={"text": "note 0"}) for _ in range(4)]
+            return list(await asyncio.gather(*send))
+
+    answers = asyncio.run(twice())
+    assert [a.status_code for a in answers] == [201] * 4
+    assert sum(a.headers.get("idempotent-replayed") == "true" for a in answers) == 3
+    events = client.get("/v1/projects/race/events").json()["events"]
+    assert [e["event_type"] for e in events].count("annotation.added") == 1
 
 
 def test_same_idempotency_key_with_another_body_is_409(client: httpx.Client) -> None:
