@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.lanes import read_from
-from bashgym.daemon.model_sources import local_model_dir
+from bashgym.daemon.model_sources import local_model_dir, run_model_dir
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device, RemoteRun
 from bashgym.ledger import Ledger
@@ -206,12 +206,11 @@ class EvaluationService:
             run = await self.ledger.get_run(ws, project, body.run_id)
             if run["status"] != "completed":
                 raise Conflict(f"Run {body.run_id} is {run['status']}; only a completed run's model can be evaluated.")
-            run_dir = self.settings.runs_dir / body.run_id
-            for name in ("merged", "final"):
-                if await asyncio.to_thread((run_dir / name).is_dir):
-                    return str(run_dir / name), run["attempts"][-1]["attempt_id"]
+            kept = run_model_dir(self.settings, body.run_id)
+            if await asyncio.to_thread(kept.is_dir):
+                return str(kept), run["attempts"][-1]["attempt_id"]
             raise RuleRejected(
-                f"Run {body.run_id} kept no model files in {run_dir}.",
+                f"Run {body.run_id} kept no model files in {kept.parent}.",
                 hint="Evaluate a registered model version instead (--model-version).",
             )
         version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
