@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger import schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7
+from bashgym.ledger import schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7, schema_v8
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
 
@@ -16,6 +16,9 @@ class Migration:
     number: int
     name: str
     sql: str
+    # A table rebuild drops a table other tables refer to: foreign keys go off around it (they cannot
+    # change inside a transaction) and every reference is checked before the commit.
+    rebuilds_tables: bool = False
 
     @property
     def checksum(self) -> str:
@@ -30,6 +33,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "campaigns_and_schedules", schema_v5.SQL),
     Migration(6, "project_channels", schema_v6.SQL),
     Migration(7, "event_sinks", schema_v7.SQL),
+    Migration(8, "run_source_unique_per_project", schema_v8.SQL, rebuilds_tables=True),
 )
 
 _RECORD_TABLE = """
@@ -72,20 +76,38 @@ def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRAT
     for migration in migrations:
         if migration.number in applied:
             continue
-        conn.execute("BEGIN IMMEDIATE")
+        if migration.rebuilds_tables:
+            conn.execute("PRAGMA foreign_keys=OFF")
         try:
-            for statement in _statements(migration.sql):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations (number, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
-                (migration.number, migration.name, migration.checksum, datetime.now(UTC).isoformat()),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            _apply(conn, migration)
+        finally:
+            if migration.rebuilds_tables:
+                conn.execute("PRAGMA foreign_keys=ON")
         done.append(migration.number)
     return done
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _statements(migration.sql):
+            conn.execute(statement)
+        if migration.rebuilds_tables:
+            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise LedgerUnavailable(
+                    f"Migration {migration.number} ({migration.name}) would leave {len(broken)} broken "
+                    f"reference(s), first in table {broken[0][0]!r}; nothing was changed.",
+                    hint="Run `bashgym ledger health`, and restore a verified backup if it reports damage.",
+                )
+        conn.execute(
+            "INSERT INTO schema_migrations (number, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+            (migration.number, migration.name, migration.checksum, datetime.now(UTC).isoformat()),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _statements(sql: str) -> list[str]:

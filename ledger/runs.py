@@ -35,7 +35,7 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
             "environment_id": ctx.environment_id,
         }
     check_payload(spec.config, field="config")
-    run_id = spec.run_id or _existing_run_id(tx, ws, spec) or new_id("run")
+    run_id = spec.run_id or _existing_run_id(tx, ws, project, spec) or new_id("run")
     identity = {
         "project_id": project,
         "experiment_id": experiment,
@@ -107,13 +107,14 @@ def _register_lineage_once(tx: Tx, ctx: TrackingContext, spec: RunRegistration) 
     tx.learned[marker] = {}
 
 
-def _existing_run_id(tx: Tx, ws: str, spec: RunRegistration) -> str | None:
-    """The run already registered under this source identity, so a retry replays instead of duplicating."""
+def _existing_run_id(tx: Tx, ws: str, project: str, spec: RunRegistration) -> str | None:
+    """The run this project already holds under this source identity, so a retry replays instead of
+    duplicating. Another project's run with the same source id is not looked at (isolation)."""
     if spec.source_run_id is None:
         return None
     row = tx.conn.execute(
-        "SELECT run_id FROM runs WHERE workspace_id = ? AND source_system = ? AND source_run_id = ?",
-        (ws, spec.source_system, spec.source_run_id),
+        "SELECT run_id FROM runs WHERE workspace_id = ? AND project_id = ? AND source_system = ? AND source_run_id = ?",
+        (ws, project, spec.source_system, spec.source_run_id),
     ).fetchone()
     return str(row[0]) if row else None
 

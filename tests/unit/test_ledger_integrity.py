@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from bashgym.ledger import Ledger
+from bashgym.ledger import Ledger, store
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
 from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
 from bashgym.ledger.models import Actor, ProjectSpec, RunRegistration
@@ -110,3 +110,42 @@ async def test_restore_refuses_a_tampered_backup(tmp_path: Path, actor: Actor) -
     edit_with_sqlite_shell(backup, "UPDATE events SET payload_json = '{}' WHERE cursor = 1")
     with pytest.raises(InvalidInput, match="broken event chain at cursor 1"):
         restore_ledger(backup, tmp_path / "target.sqlite3")
+
+
+async def test_a_ledger_of_migration_7_upgrades_keeping_runs_attempts_and_references(
+    tmp_path: Path, actor: Actor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 8 rebuilds `runs`: every row and attempt comes through, the chain still verifies, the
+    attempts' reference to runs is still enforced, and a run id may now repeat in another project."""
+    path = tmp_path / "ledger.sqlite3"
+    with monkeypatch.context() as patch:  # a ledger written by the BashGym of migration 7
+        patch.setattr(store, "migrate", lambda conn: migrate(conn, MIGRATIONS[:7]))
+        async with await Ledger.open(path) as old:
+            await old.create_project(actor, "default", ProjectSpec(project_id="p1", name="P1"))
+            for run_id in ("r1", "r2"):
+                await old.register_run(actor, "default", RunRegistration(run_id=run_id, method="sft"))
+    assert _rows(path, "SELECT MAX(number) FROM schema_migrations") == [(7,)]
+    before = _rows(path, "SELECT * FROM runs ORDER BY run_id") + _rows(path, "SELECT * FROM attempts ORDER BY 1, 3")
+    async with await Ledger.open(path) as ledger:
+        assert (await ledger.verify())["ok"] is True
+        other = await ledger.register_run(
+            actor, "default", RunRegistration(run_id="r1", method="sft", tracking_context=None)
+        )
+        assert other.replayed  # the same run again in unassigned: a replay, not a second row
+    after = _rows(path, "SELECT * FROM runs ORDER BY run_id") + _rows(path, "SELECT * FROM attempts ORDER BY 1, 3")
+    assert after == before
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA foreign_keys=ON")
+        assert raw.execute("SELECT MAX(number) FROM schema_migrations").fetchone() == (8,)
+        assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute(
+                "INSERT INTO attempts (workspace_id, project_id, attempt_id, run_id, attempt_number, status, "
+                "identity_json, identity_digest, created_at, updated_at) "
+                "VALUES ('default', 'unassigned', 'x.a1', 'no-such-run', 1, 'queued', '{}', '', '', '')"
+            )
+
+
+def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return [tuple(row) for row in conn.execute(sql)]

@@ -2,8 +2,7 @@
 
 Every example opens its own ledger file in a temporary directory, so examples share nothing. The
 ledger is async; each example runs its scenario with asyncio.run, and each state machine owns one
-asyncio.Runner for its whole life. A property that fails on a known bug stays visible as a strict
-xfail that names the bug.
+asyncio.Runner for its whole life.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from bashgym.ledger.models import (
 )
 from bashgym.ledger.redaction import contains_secret
 from bashgym.ledger.states import TERMINAL, TRANSITIONS
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -74,9 +73,6 @@ FAST = settings(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# For the strict xfails: every example fails on the bug, the first one says so, and the minimal
-# counterexample is written in the reason, so shrinking would only cost time.
-KNOWN_BUG = settings(FAST, max_examples=5, phases=[Phase.explicit, Phase.generate], report_multiple_bugs=False)
 MACHINE = settings(FAST, max_examples=20, stateful_step_count=20)
 
 
@@ -766,15 +762,7 @@ async def check_lookups(ledger: Ledger, p: str, mine: dict[str, set[str]], every
     assert ledger.last_cursor == cursor, "a refused write through another project appended an event"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=sqlite3.IntegrityError,
-    reason="BUG: runs has UNIQUE (workspace_id, source_system, source_run_id) across projects, and source_run_id "
-    "defaults to the run id, so registering a run id (or source run id) another project already holds raises a "
-    "raw sqlite3.IntegrityError, where an id no project holds registers: another project's run is detectable, "
-    "and the caller gets an internal error",
-)
-@settings(KNOWN_BUG)
+@settings(FAST, max_examples=10)
 @given(
     # The second registration goes to another project, or (no context) to unassigned.
     homes=st.sampled_from([(a, b) for a in NAMES for b in (*NAMES, None) if a != b]),
