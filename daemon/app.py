@@ -20,6 +20,7 @@ from bashgym.daemon.settings import Settings
 from bashgym.daemon.sinks import SinkForwarder
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
+from bashgym.ledger.access import REQUEST_CLAIM, UNANSWERED, IdempotencyClaim
 from bashgym.ledger.errors import BashGymError, RateLimited
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.validation import IDENTIFIER_RE
@@ -333,9 +334,17 @@ class IdempotencyMiddleware:
             await self._replay(stored, digest, key, scope, receive, send)
             return
         captured = _Capture()
-        await self.app(scope, _replay_body(body), captured.send)
-        # Stored before the answer leaves, so a retry that follows at once already finds it.
-        if captured.status is not None and captured.status < 400:
+        # The request's first committing write records the key in its own transaction (ledger.access).
+        claim = IdempotencyClaim(principal, key, scope["method"], scope["path"], digest)
+        token = REQUEST_CLAIM.set(claim)
+        try:
+            await self.app(scope, _replay_body(body), captured.send)
+        finally:
+            claim.is_closed = True
+            REQUEST_CLAIM.reset(token)
+        # Stored before the answer leaves, so a retry that follows at once already finds it. An error
+        # answer is kept too when the request wrote before failing: a retry must not write again.
+        if captured.status is not None and (captured.status < 400 or claim.is_recorded):
             await self.ledger.store_idempotent(
                 principal=principal,
                 key=key,
@@ -357,6 +366,16 @@ class IdempotencyMiddleware:
                 f"Idempotency-Key {key!r} was used with a different request ({stored['method']} {stored['path']}).",
                 409,
                 hint="Use a new key for a new request.",
+            )
+        elif stored["status_code"] == UNANSWERED:
+            cursor = json.loads(stored["response_json"]).get("cursor")
+            response = error_response(
+                "idempotent_request_unanswered",
+                f"The request with Idempotency-Key {key!r} ({stored['method']} {stored['path']}) was carried out, "
+                f"but the daemon stopped before it answered; its writes are in the ledger (up to event {cursor}).",
+                409,
+                hint="Read the result instead of resending (bashgym ledger events, or the resource's GET route); "
+                "it will not be carried out twice.",
             )
         else:
             response = Response(

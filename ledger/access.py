@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from bashgym.ledger.errors import NotFound
@@ -213,11 +215,51 @@ def audit_events(conn: sqlite3.Connection, *, since: str, actor: str | None, lim
     return [dict(r) for r in reversed(rows)]
 
 
+@dataclass
+class IdempotencyClaim:
+    """The request an Idempotency-Key names, while it is carried out.
+
+    Its record is inserted inside the first transaction that writes for the request (status 0:
+    carried out, answer not stored yet) and completed with the answer afterwards, so no crash can
+    leave a committed write without its record and let a retry apply it a second time.
+    """
+
+    principal: str
+    key: str
+    method: str
+    path: str
+    request_digest: str
+    is_recorded: bool = False
+    is_closed: bool = False  # the answer has left; writes made later (background work) are not the request's
+
+
+REQUEST_CLAIM: ContextVar[IdempotencyClaim | None] = ContextVar("bashgym_idempotency_claim", default=None)
+UNANSWERED = 0  # status_code of a record whose request committed writes but whose answer was never stored
+
+
 def find_idempotent(conn: sqlite3.Connection, principal: str, key: str) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT * FROM idempotency_keys WHERE principal = ? AND idempotency_key = ?", (principal, key)
     ).fetchone()
     return dict(row) if row else None
+
+
+def record_claim(conn: sqlite3.Connection, claim: IdempotencyClaim, *, cursor: int, created_at: str) -> None:
+    """Inside the write's own transaction: mark the request as carried out, answer still to come."""
+    conn.execute(
+        "INSERT INTO idempotency_keys (principal, idempotency_key, method, path, request_digest, status_code, "
+        "response_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (
+            claim.principal,
+            claim.key,
+            claim.method,
+            claim.path,
+            claim.request_digest,
+            UNANSWERED,
+            canonical_json({"cursor": cursor}),
+            created_at,
+        ),
+    )
 
 
 def store_idempotent(
@@ -232,8 +274,11 @@ def store_idempotent(
     response_json: str,
     created_at: str,
 ) -> None:
+    """Store the answer: a new record, or the completion of the request's unanswered one."""
     conn.execute(
         "INSERT INTO idempotency_keys (principal, idempotency_key, method, path, request_digest, status_code, "
-        "response_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "response_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (principal, idempotency_key) "
+        f"DO UPDATE SET status_code = excluded.status_code, response_json = excluded.response_json "
+        f"WHERE status_code = {UNANSWERED} AND request_digest = excluded.request_digest",
         (principal, key, method, path, request_digest, status_code, response_json, created_at),
     )

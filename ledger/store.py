@@ -122,14 +122,24 @@ class Ledger:
     async def write(self, actor: Actor, fn: Callable[[Tx], T]) -> T:
         """Run fn in one IMMEDIATE transaction on the writer; its events commit with it."""
 
+        claim = access.REQUEST_CLAIM.get()
+        if claim is not None and (claim.is_recorded or claim.is_closed):
+            claim = None
+
         def run(conn: sqlite3.Connection) -> T:
             # Runs on the writer thread, where writes execute one after another, so the chain head
             # is read and advanced here and never raced.
             tx = Tx(conn, self._head, actor, self._clock, self._known_rows)
+            changes = conn.total_changes
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(tx)
+                claimed = claim if claim is not None and conn.total_changes != changes else None
+                if claimed is not None:
+                    access.record_claim(conn, claimed, cursor=tx.head.cursor, created_at=tx.now)
                 conn.execute("COMMIT")
+                if claimed is not None:
+                    claimed.is_recorded = True
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
