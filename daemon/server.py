@@ -72,32 +72,41 @@ async def ensure_bot_token(ledger: Ledger, path: Path) -> None:
         actor_id="discord-bot",
         profile="viewer",
         capabilities=["delegate.discord"],
-    )  # a new bot.token file gets its own token id (tok-discord-bot-<hash prefix>)
+    )
 
 
 async def _ensure_token(
-    ledger: Ledger,
-    path: Path,
-    *,
-    token_id: str,
-    actor_id: str,
-    profile: str,
-    capabilities: list[str],
-    unique_id: bool = False,
+    ledger: Ledger, path: Path, *, token_id: str, actor_id: str, profile: str, capabilities: list[str]
 ) -> None:
     token = await asyncio.to_thread(_read_or_create_token, path)
-    if await ledger.find_token(hash_token(token)) is None:
-        await ledger.insert_token(
-            SYSTEM,
-            token_id=f"{token_id}-{hash_token(token)[:8]}" if unique_id else token_id,
-            token_hash=hash_token(token),
-            actor_id=actor_id,
-            profile=profile,
-            capabilities=capabilities,
-            workspace_id=None,
-            project_id=None,
-            expires_at=None,
-        )
+    if await ledger.find_token(hash_token(token)) is not None:
+        return
+    taken = {t["token_id"]: t for t in await ledger.list_tokens()}
+    if token_id in taken:
+        # The ledger knows another token under this id: a restored or copied ledger on a new home, or
+        # a replaced token file. The file's token gets its own id; the earlier one is left to the operator.
+        earlier = token_id
+        token_id = f"{token_id}-{hash_token(token)[:8]}"
+        if not taken[earlier].get("revoked_at"):
+            log.warning(
+                "%s is not the token the ledger knows as %s; registered it as %s. The earlier token stays valid "
+                "until you revoke it: bashgym auth revoke %s",
+                path,
+                earlier,
+                token_id,
+                earlier,
+            )
+    await ledger.insert_token(
+        SYSTEM,
+        token_id=token_id,
+        token_hash=hash_token(token),
+        actor_id=actor_id,
+        profile=profile,
+        capabilities=capabilities,
+        workspace_id=None,
+        project_id=None,
+        expires_at=None,
+    )
 
 
 def _bind(settings: Settings) -> tuple[socket.socket, str, dict[str, object]]:

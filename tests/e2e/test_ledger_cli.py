@@ -204,3 +204,31 @@ def test_metric_batches_over_the_api_reject_nan_and_oversized_batches(daemon: Ru
         ok = client.post(url, json={**base, "points": [{"metric": "m", "step": i, "value": 1.0} for i in range(10)]})
         assert ok.status_code == 201
         assert httpx.get(f"{daemon.url}/v1/health").json()["ledger"] == "ok"
+
+
+def test_a_backup_restored_onto_a_new_home_starts_with_a_new_admin_token_and_keeps_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """The restored ledger knows tok-admin, but the new home's admin.token is another token: the daemon
+    registers it under its own id (it used to stop on an internal IntegrityError) and says how to revoke
+    the earlier one, which stays valid until then."""
+    backup = tmp_path / "backup.sqlite3"
+    with running_daemon(tmp_path / "old") as old:
+        assert cli(old.env(), "project", "create", "--id", "kept", "--name", "Kept").code == 0
+        assert cli(old.env(), "ledger", "backup", "--to", str(backup)).code == 0
+        old_token = old.token
+    new_home = tmp_path / "new"
+    restored = cli({**os.environ, "BASHGYM_HOME": str(new_home)}, "ledger", "restore", "--from", str(backup))
+    assert restored.code == 0, restored.stderr
+    with running_daemon(new_home) as new:
+        assert new.token != old_token
+        tokens = cli(new.env(), "auth", "list", "--json")
+        with httpx.Client(base_url=new.url, headers={"Authorization": f"Bearer {old_token}"}) as earlier:
+            still_valid = earlier.get("/v1/projects/kept")
+        verified = cli(new.env(), "ledger", "verify")
+    assert tokens.code == 0, tokens.stderr
+    admins = sorted(t["token_id"] for t in tokens.json() if t["actor_id"] == "admin")
+    assert admins[0] == "tok-admin" and admins[1].startswith("tok-admin-") and len(admins) == 2
+    assert still_valid.status_code == 200
+    assert "bashgym auth revoke tok-admin" in new.log
+    assert verified.code == 0
