@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bashgym.daemon.cli_output import emit, error
 from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings, secret_values
-from bashgym.daemon.wire_errors import EXIT_OK, EXIT_USAGE, ApiError, exit_code_for_status
+from bashgym.daemon.wire_errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, exit_code_for_status
 from bashgym.ledger.errors import BashGymError, InvalidInput
 from bashgym.ledger.redaction import register_secret_values
 
@@ -164,6 +164,10 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
     except BashGymError as exc:
         _report(args, exc.code, exc.message, exc.hint, None)
         return exit_code_for_status(exc.status)
+    except OSError as exc:  # the machine refused (a read-only or full disk, a missing file): said, not traced
+        where = f" ({exc.filename})" if exc.filename else ""
+        _report(args, "os_error", f"{exc.strerror or exc}{where}.", "Check that path and its disk, then retry.", None)
+        return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130
 

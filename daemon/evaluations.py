@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.lanes import read_from
 from bashgym.daemon.model_sources import local_model_dir, run_model_dir
@@ -254,7 +255,10 @@ class EvaluationService:
                 if code != 0:
                     job["status"], job["error"] = "failed", job["error"] or f"evaluator exited with code {code}"
                     return
-                job["result_id"] = await self._record(actor, ws, project, eval_dir, job, attempt_id)
+                job["result_id"] = await until_stored(
+                    lambda: self._record(actor, ws, project, eval_dir, job, attempt_id),
+                    what=f"evaluation {job['evaluation_id']}",
+                )
                 job["status"] = "completed"
         except asyncio.CancelledError:
             job["status"], job["error"] = "failed", "the daemon stopped during the evaluation"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from bashgym.daemon.background import until_stored
 from bashgym.daemon.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
 from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
 from bashgym.daemon.supervisor import RunHandle, Supervisor
@@ -112,7 +113,9 @@ class SshSupervisor(Supervisor):
             self._done.set()
             return await self._unknown(f"device {self.device.device_id} stopped answering: {exc}")
         try:
-            return await asyncio.shield(self._record_exit(code))
+            return await asyncio.shield(
+                until_stored(lambda: self._record_exit(code), what=f"the end of run {self.handle.run_id}")
+            )
         finally:
             await asyncio.shield(self.remote.close())
             self._done.set()

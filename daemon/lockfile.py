@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from bashgym.ledger.errors import Conflict
+from bashgym.ledger.errors import Conflict, LedgerReadOnly
 
 
 class DaemonAlreadyRunning(Conflict):
@@ -19,8 +19,17 @@ class HomeLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        home = self.path.parent
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise LedgerReadOnly(
+                f"The daemon cannot write to its home {home}: {exc.strerror}. It keeps the ledger, its lock "
+                "and the tokens there.",
+                hint="Make that directory writable (remount it read-write, or fix its owner), or point "
+                "BASHGYM_HOME at a writable one (bashgym ledger restore --from FILE brings a backup there).",
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

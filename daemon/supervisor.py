@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.daemon.anomalies import AnomalyWatch
+from bashgym.daemon.background import until_stored
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, InvalidTransition
 from bashgym.ledger.models import (
@@ -72,16 +74,16 @@ class MetricsFollower:
         self.attempt_id = attempt_id
         self.offset = 0
 
-    def read_batches(self) -> tuple[list[MetricBatch], list[tuple[int, dict[str, float]]]]:
-        """New points as ledger batches, and the raw (step, metrics) records for anomaly checks."""
+    def read_batches(self) -> tuple[list[MetricBatch], list[tuple[int, dict[str, float]]], int]:
+        """New points as ledger batches, the raw (step, metrics) records for anomaly checks, and the offset
+        past them: the caller moves `offset` there once the batches are stored, so none is skipped."""
         try:
             with self.path.open("rb") as handle:
                 handle.seek(self.offset)
                 data = handle.read()
         except FileNotFoundError:
-            return [], []
+            return [], [], self.offset
         end = data.rfind(b"\n") + 1
-        self.offset += end
         records = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
         points = [
             MetricPoint(metric=name, step=int(r["step"]), value=value)
@@ -93,7 +95,7 @@ class MetricsFollower:
             MetricBatch(run_id=self.run_id, attempt_id=self.attempt_id, points=points[i : i + MAX_METRIC_BATCH])
             for i in range(0, len(points), MAX_METRIC_BATCH)
         ]
-        return batches, [(int(r["step"]), r["metrics"]) for r in records]
+        return batches, [(int(r["step"]), r["metrics"]) for r in records], self.offset + end
 
 
 class Supervisor:
@@ -151,7 +153,9 @@ class Supervisor:
             raise
         finally:
             await asyncio.shield(self._ingest_metrics())
-        return await asyncio.shield(self._record_exit(code))
+        return await asyncio.shield(
+            until_stored(lambda: self._record_exit(code), what=f"the end of run {self.handle.run_id}")
+        )
 
     async def _follow(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -188,10 +192,14 @@ class Supervisor:
             await self._transition("running", reason=reason)
 
     async def _ingest_metrics(self) -> None:
-        batches, records = await asyncio.to_thread(self.metrics.read_batches)
+        batches, records, next_offset = await asyncio.to_thread(self.metrics.read_batches)
         h = self.handle
         for batch in batches:
-            await self.ledger.ingest_metrics(self.actor, h.workspace, h.project, batch)
+            await until_stored(
+                functools.partial(self.ledger.ingest_metrics, self.actor, h.workspace, h.project, batch),
+                what=f"metrics of run {h.run_id}",
+            )
+        self.metrics.offset = next_offset
         self._metrics_seen = self._metrics_seen or bool(records)
         if records:
             self._last_progress = time.monotonic()

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bashgym.ledger.storage import BUSY_TIMEOUT_MS
+
 T = TypeVar("T")
 
-BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 32 * 1024
 
 

@@ -89,3 +89,25 @@ class LedgerUnavailable(BashGymError):
 
 class MigrationMismatch(LedgerUnavailable):
     code = "ledger_migration_mismatch"
+
+
+class LedgerStorageFailed(LedgerUnavailable):
+    """The ledger's storage refused a write; nothing of it was stored and the ledger is intact.
+
+    A condition of the machine, not of the request: answered 503 so callers retry once it is fixed.
+    """
+
+    code = "ledger_storage_failed"
+    status = 503
+
+
+class LedgerDiskFull(LedgerStorageFailed):
+    code = "ledger_disk_full"
+
+
+class LedgerReadOnly(LedgerStorageFailed):
+    code = "ledger_read_only"
+
+
+class LedgerBusy(LedgerStorageFailed):
+    code = "ledger_busy"

@@ -51,6 +51,7 @@ from bashgym.ledger.models import (
     RunTransition,
     WriteResult,
 )
+from bashgym.ledger.storage import write_transaction
 from bashgym.ledger.tx import ChainHead, Tx, utc_iso
 
 T = TypeVar("T")
@@ -131,18 +132,13 @@ class Ledger:
             # is read and advanced here and never raced.
             tx = Tx(conn, self._head, actor, self._clock, self._known_rows)
             changes = conn.total_changes
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn, self.path):
                 result = fn(tx)
                 claimed = claim if claim is not None and conn.total_changes != changes else None
                 if claimed is not None:
                     access.record_claim(conn, claimed, cursor=tx.head.cursor, created_at=tx.now)
-                conn.execute("COMMIT")
-                if claimed is not None:
-                    claimed.is_recorded = True
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            if claimed is not None:
+                claimed.is_recorded = True
             self._head = tx.head
             if len(self._known_rows) > 100_000:
                 self._known_rows.clear()  # bounded; it is only a cache of committed rows
@@ -419,17 +415,12 @@ class Ledger:
                     f"Cursor {cursor} is past the last event ({last}).",
                     hint="Acknowledge only cursors you have received.",
                 )
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn, self.path):
                 conn.execute(
                     "INSERT INTO consumer_cursors (name, cursor, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) "
                     "DO UPDATE SET cursor = MAX(cursor, excluded.cursor), updated_at = excluded.updated_at",
                     (name, cursor, now),
                 )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             return queries.get_consumer_cursor(conn, name)
 
         return await asyncio.shield(self._writer.run(run))
@@ -599,7 +590,12 @@ class Ledger:
 
     async def store_idempotent(self, **fields: Any) -> None:
         now = utc_iso(self._clock())
-        await asyncio.shield(self._writer.run(lambda conn: access.store_idempotent(conn, created_at=now, **fields)))
+
+        def run(conn: sqlite3.Connection) -> None:
+            with write_transaction(conn, self.path):
+                access.store_idempotent(conn, created_at=now, **fields)
+
+        await asyncio.shield(self._writer.run(run))
 
 
 def _open_writer(path: Path, synchronous: str) -> sqlite3.Connection:

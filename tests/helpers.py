@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -69,14 +70,25 @@ class RunningDaemon:
         self._drainer.join(timeout=10)
 
 
-def start_daemon(home: Path, *extra: str, env: dict[str, str] | None = None) -> RunningDaemon:
-    """Start `bashgym daemon --port 0` and wait for the address it prints."""
+def start_daemon(
+    home: Path, *extra: str, env: dict[str, str] | None = None, max_file_bytes: int | None = None
+) -> RunningDaemon:
+    """Start `bashgym daemon --port 0` and wait for the address it prints.
+
+    max_file_bytes sets RLIMIT_FSIZE on the daemon: no file it writes grows past it (a full disk,
+    without a filesystem of its own).
+    """
     environment = {**os.environ, "BASHGYM_HOME": str(home), **(env or {})}
     home.mkdir(parents=True, exist_ok=True)
     # stderr (the daemon's log) goes to a file: an unread pipe would fill and block the daemon.
     with (home / "daemon.log").open("a") as log:
         proc = subprocess.Popen(
-            [*BASHGYM, "daemon", "--port", "0", *extra], env=environment, stdout=subprocess.PIPE, stderr=log, text=True
+            [*BASHGYM, "daemon", "--port", "0", *extra],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            preexec_fn=None if max_file_bytes is None else functools.partial(_limit_file_size, max_file_bytes),
         )
     assert proc.stdout is not None
     deadline = time.monotonic() + 30
@@ -93,9 +105,17 @@ def start_daemon(home: Path, *extra: str, env: dict[str, str] | None = None) -> 
     raise AssertionError(f"daemon did not start: {(home / 'daemon.log').read_text()}")
 
 
+def _limit_file_size(max_bytes: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))  # Python ignores SIGXFSZ: writes fail
+
+
 @contextlib.contextmanager
-def running_daemon(home: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[RunningDaemon]:
-    daemon = start_daemon(home, *extra, env=env)
+def running_daemon(
+    home: Path, *extra: str, env: dict[str, str] | None = None, max_file_bytes: int | None = None
+) -> Iterator[RunningDaemon]:
+    daemon = start_daemon(home, *extra, env=env, max_file_bytes=max_file_bytes)
     try:
         yield daemon
     finally:
