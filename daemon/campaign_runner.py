@@ -22,6 +22,7 @@ from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
+from bashgym.daemon.failpoints import reach
 from bashgym.daemon.model_sources import base_model_of
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -143,6 +144,8 @@ class CampaignRunner(BackgroundLoop):
             iterations = await self.ledger.list_iterations(ws, project, cid)
         current = next((i for i in iterations if i["stage"] != "decided"), None)
         if current is None:
+            # The last decision may have been recorded just before a crash, before its stop rule ran.
+            await self._stop_rule(campaign, iterations)
             return
         if current["kind"] == "candidate" and await self._stop_rule(campaign, iterations):
             return
@@ -308,6 +311,7 @@ class CampaignRunner(BackgroundLoop):
             stage,
             **fields,
         )
+        reach(self.settings.failpoint, f"campaign.{it['kind']}.{stage}")
         if stage == "decided" and it["kind"] == "candidate":
             iterations = await self.ledger.list_iterations(
                 campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from bashgym.daemon import curation
 from bashgym.daemon.cli import Ctx, command, done, no_args, read_json_file
+from bashgym.daemon.failpoints import reach
 from bashgym.daemon.version import bashgym_version
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE, EXIT_UNAVAILABLE, ApiError
 from bashgym.ledger.errors import InvalidInput
@@ -156,6 +157,7 @@ async def curate_once(ctx: Ctx, root: Path, project: str | None, consumer: str) 
             counts["written" if written else "unchanged"] += 1
         counts["events"] += len(events)
         cursor = int(page["next_cursor"])
+        reach(ctx.settings.failpoint, "curator.receipts_written")
         await client.request("PUT", f"/v1/consumers/{consumer}/cursor", body={"cursor": cursor})
 
 

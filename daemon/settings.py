@@ -73,6 +73,11 @@ class Settings(BaseSettings):
         description="Environment variables whose values are secrets, redacted wherever they would appear.",
     )
 
+    failpoint: str = Field(
+        "",
+        description="Tests only: comma-separated crash points where the daemon, CLI or a trainer SIGKILLs itself.",
+    )
+
     @field_validator("discord_guild_ids", "secret_env_vars", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:

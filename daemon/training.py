@@ -436,8 +436,11 @@ class TrainingService:
         self, principal: Principal, actor: Actor, workspace: str, project: str, run_id: str
     ) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.control")
-        if run["status"] != "paused" or run_id in self._tasks:
-            raise Conflict(f"Run {run_id} is {run['status']}; only a paused run can resume.")
+        if run_id in self._tasks or not (run["status"] == "paused" or await self._is_orphaned(run)):
+            raise Conflict(
+                f"Run {run_id} is {run['status']}; only a paused run, or an `unknown` one whose local trainer is "
+                "gone, can resume."
+            )
         handle = RunHandle(
             workspace,
             project,
@@ -456,16 +459,27 @@ class TrainingService:
         supervisor = self._active.get(run_id)
         if supervisor is not None:
             await supervisor.stop()
-        elif run["status"] in {"queued", "paused", "preparing"}:
+        elif run["status"] in {"queued", "paused", "preparing"} or await self._is_orphaned(run):
             task = self._tasks.pop(run_id, None)
             if task is not None:
                 task.cancel()
+            reason = "stopped while unknown" if run["status"] == "unknown" else "stopped before it ran"
             await self.ledger.transition_run(
-                actor, workspace, project, run_id, RunTransition(status="cancelled", reason="stopped before it ran")
+                actor, workspace, project, run_id, RunTransition(status="cancelled", reason=reason)
             )
         else:
             raise Conflict(f"Run {run_id} is {run['status']}; there is nothing to stop.")
         return dict(await self.ledger.get_run(workspace, project, run_id))
+
+    async def _is_orphaned(self, run: dict[str, Any]) -> bool:
+        """An `unknown` local run whose trainer is gone: what its `unknown` reason offers, resume or stop, is safe."""
+        run_dir = self.settings.runs_dir / run["run_id"]
+        if run["status"] != "unknown" or run["run_id"] in self._tasks:
+            return False
+        lane = await asyncio.to_thread(LaneState, run_dir)
+        state = await asyncio.to_thread(_read_state, run_dir)
+        pid = state.get("pid") or await asyncio.to_thread(spawned_pid, run_dir)
+        return lane.lane == "local" and not (isinstance(pid, int) and is_trainer_alive(pid, run_dir))
 
     async def _controllable(
         self, principal: Principal, workspace: str, project: str, run_id: str, capability: str

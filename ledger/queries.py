@@ -559,13 +559,15 @@ def get_consumer_cursor(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
 
 
 def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every run a daemon may still own (preparing, running, paused, unknown), with its latest attempt."""
+    """Every run a daemon may still own (queued, preparing, running, paused, unknown), with its latest attempt,
+    oldest first: a restart must also start the runs that were still waiting for a slot, in their order."""
+    owned = ("queued", *ACTIVE_STATUSES)
     rows = conn.execute(
         "SELECT r.workspace_id, r.project_id, r.run_id, r.status, r.method, "
         "(SELECT a.attempt_id FROM attempts a WHERE a.workspace_id = r.workspace_id AND a.project_id = r.project_id "
         "AND a.run_id = r.run_id ORDER BY a.attempt_number DESC LIMIT 1) AS attempt_id "
-        f"FROM runs r WHERE r.status IN ({', '.join('?' * len(ACTIVE_STATUSES))})",
-        ACTIVE_STATUSES,
+        f"FROM runs r WHERE r.status IN ({', '.join('?' * len(owned))}) ORDER BY r.created_at, r.run_id",
+        owned,
     ).fetchall()
     return [dict(row) for row in rows]
 

@@ -210,6 +210,9 @@ class DiscordStandIn:
         self.commands: dict[int | None, dict[str, dict[str, Any]]] = {}  # guild id (None: global) -> name -> command
         self.interactions: dict[str, SentInteraction] = {}  # by token
         self.errors: list[Exception] = []  # what the stand-in itself failed on; a test may assert it is empty
+        # Called with each channel message once it is stored, before the poster gets the answer (a crash test
+        # kills the poster there).
+        self.on_channel_post: Callable[[dict[str, Any]], None] | None = None
         self._messages: dict[int, dict[str, Any]] = {}
         self._deleted_ids: set[int] = set()
         self._nonces: dict[tuple[int, str], int] = {}
@@ -812,6 +815,8 @@ class DiscordStandIn:
         message = self._new_message(channel_id, payload, _files_of(rec.parts), kind=kind, sent=None, flags=0)
         if nonce is not None:
             self._nonces[key] = int(message["id"])
+        if self.on_channel_post is not None:
+            self.on_channel_post(message)  # the message is stored; the bot has not had the answer yet
         return _json(200, message)
 
     async def _get_channel_messages(

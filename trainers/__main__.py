@@ -23,11 +23,14 @@ def main(argv: list[str] | None = None) -> int:
 
     flags = ControlFlags()
     flags.install()
+    from bashgym.trainers import failpoints
     from bashgym.trainers.rundir import RunDirectory
     from bashgym.trainers.runner import run_training
 
     # The process's one read of the environment; the Hub token is looked up there by name.
-    return run_training(RunDirectory(run_dir, protocol), resume=args.resume, environ=dict(os.environ), flags=flags)
+    environ = dict(os.environ)
+    failpoints.arm(environ.get("BASHGYM_FAILPOINT", ""))
+    return run_training(RunDirectory(run_dir, protocol), resume=args.resume, environ=environ, flags=flags)
 
 
 def _protocol_to_stdout_logs_to_file(log_path: Path):  # type: ignore[no-untyped-def]

@@ -24,8 +24,10 @@ def apply_retention(run: RunDirectory, request: TrainingRequest) -> list[str]:
     merged/; full_run keeps everything.
     """
     removed: list[str] = []
-    if request.artifact_retention not in KEEPS_CHECKPOINTS:
-        for checkpoint in run.checkpoints():
+    complete = run.checkpoints()
+    for checkpoint in run.checkpoint_dirs():
+        # An incomplete checkpoint (its writer was killed mid-save) is never kept, whatever the policy.
+        if request.artifact_retention not in KEEPS_CHECKPOINTS or checkpoint not in complete:
             shutil.rmtree(checkpoint)
             removed.append(checkpoint.name)
     if request.artifact_retention not in KEEPS_MERGED and run.merged_dir.exists():

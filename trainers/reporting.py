@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from bashgym.trainers import failpoints
 from bashgym.trainers.rundir import RunDirectory, canonical_metrics
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
@@ -44,6 +45,8 @@ class ReportingCallback(TrainerCallback):
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         checkpoint = self.run.root / f"checkpoint-{state.global_step}"
+        failpoints.reach("trainer.checkpoint_written")  # every file written, not yet marked complete
+        self.run.mark_checkpoint_complete(checkpoint, state.global_step)
         self.run.write_state("running", step=state.global_step, last_checkpoint=checkpoint.name)
         self.run.emit("checkpoint", step=state.global_step, path=checkpoint.name)
 

@@ -21,6 +21,10 @@ EXIT_FAILED = 1
 EXIT_PAUSED = 75
 EXIT_CANCELLED = 76
 
+# Written into a checkpoint directory after everything else in it: a directory without it is a checkpoint
+# whose writer died mid-save, and resuming from it would load half a state (or fail on a missing file).
+CHECKPOINT_COMPLETE = "checkpoint_complete.json"
+
 CANONICAL_METRICS = {
     "loss": "train.loss",
     "learning_rate": "train.learning_rate",
@@ -92,9 +96,18 @@ class RunDirectory:
     def profile_path(self) -> Path:
         return self.root / "model_profile.json"
 
-    def checkpoints(self) -> list[Path]:
+    def checkpoint_dirs(self) -> list[Path]:
+        """Every checkpoint-N directory, complete or not, oldest first."""
         found = [p for p in self.root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
         return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+    def checkpoints(self) -> list[Path]:
+        """The complete checkpoints, oldest first: only these may be resumed from or kept."""
+        return [p for p in self.checkpoint_dirs() if (p / CHECKPOINT_COMPLETE).is_file()]
+
+    def mark_checkpoint_complete(self, checkpoint: Path, step: int) -> None:
+        """Record, atomically and last, that every file of `checkpoint` is written."""
+        _write_atomically(checkpoint / CHECKPOINT_COMPLETE, json.dumps({"step": step, "time": round(time.time(), 3)}))
 
     def last_checkpoint(self) -> Path | None:
         checkpoints = self.checkpoints()
@@ -116,12 +129,7 @@ class RunDirectory:
     def write_state(self, status: str, **fields: Any) -> None:
         """Replace run_state.json atomically (write, fsync, rename)."""
         state = {"status": status, "pid": os.getpid(), "updated_at": round(time.time(), 3), **fields}
-        tmp = self.state_path.with_suffix(".tmp")
-        with tmp.open("w") as handle:
-            json.dump(state, handle, indent=2, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(self.state_path)
+        _write_atomically(self.state_path, json.dumps(state, indent=2, default=str))
 
     def read_state(self) -> dict[str, Any]:
         try:
@@ -137,3 +145,13 @@ class RunDirectory:
             handle.write(json.dumps(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write, fsync, rename: a reader sees the old file or the whole new one, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)

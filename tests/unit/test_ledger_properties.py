@@ -60,7 +60,7 @@ pytestmark = pytest.mark.timeout(600)
 WS = "default"
 ACTOR = Actor(actor_id="alice", correlation_id="cor-properties")
 RUN_STATES = tuple(TRANSITIONS)
-ACTIVE = frozenset(RUN_STATES) - TERMINAL - {"queued"}
+OWNED = frozenset(RUN_STATES) - TERMINAL  # what a restarted daemon resolves, queued runs included
 METRICS = ("train.loss", "eval.loss")
 T = TypeVar("T")
 
@@ -895,7 +895,7 @@ class RunStatusMachine(LedgerMachine):
             folded = [e.payload["status"] for e in page.events if e.run_id == run_id]
             assert folded == history, "the run's status events do not replay to its history"
         active = {r["run_id"] for r in self.wait(self.ledger.active_runs())}
-        assert active == {run_id for run_id, history in self.history.items() if history[-1] in ACTIVE}
+        assert active == {run_id for run_id, history in self.history.items() if history[-1] in OWNED}
 
 
 TestRunsMoveOnlyAlongTheTransitionTable = RunStatusMachine.TestCase
