@@ -1,0 +1,336 @@
+"""The bad-input catalog (issue 12): one table of bad inputs per surface (API, CLI, slash commands, dataset
+files, spec files). Each case names what was sent, the 4xx (or exit code) it must get and the useful part of
+the message (the line, the suggested field, the limit, what to do), and leaves the ledger as it was: the row
+count of every table and the last cursor are compared before and after."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.factories import tracking_context
+from tests.helpers import RunningDaemon, running_daemon
+
+GUILD = "111111111111111111"
+SQL = "x' OR '1'='1; DROP TABLE events;--"
+MAX_BODY = 65536
+ENV = {
+    "BASHGYM_MAX_BODY_BYTES": str(MAX_BODY),
+    "BASHGYM_RATE_LIMIT_BURST": "10000",
+    "BASHGYM_RATE_LIMIT_PER_MINUTE": "10000",
+    "BASHGYM_DISCORD_GUILD_IDS": GUILD,
+}
+
+# -- the ledger guard every case runs under ---------------------------------------------------------
+
+
+def ledger_snapshot(daemon: RunningDaemon) -> dict[str, Any]:
+    """Row counts of every table (read-only connection) and the last cursor the daemon reports."""
+    uri = f"file:{daemon.home / 'ledger.sqlite3'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = {name: conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] for name in names}
+    with daemon.client() as admin:
+        last_cursor = admin.get("/v1/ledger/health").json()["last_cursor"]
+    return {"rows": rows, "last_cursor": last_cursor}
+
+
+def settled_snapshot(daemon: RunningDaemon) -> dict[str, Any]:
+    """A snapshot that holds still: the daemon's own consumers (console channel, bot notifier) may still be
+    acknowledging the setup's events."""
+    previous = ledger_snapshot(daemon)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        current = ledger_snapshot(daemon)
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
+@pytest.fixture
+def ledger_unchanged() -> Callable[[RunningDaemon], contextlib.AbstractContextManager[None]]:
+    """`with ledger_unchanged(daemon): ...` fails when the block changed a row count or the last cursor."""
+
+    @contextlib.contextmanager
+    def guard(daemon: RunningDaemon) -> Iterator[None]:
+        before = settled_snapshot(daemon)
+        yield
+        after = ledger_snapshot(daemon)
+        assert after == before, f"the ledger changed: {before} -> {after}"
+
+    return guard
+
+
+def error_of(answer: httpx.Response) -> str:
+    error = answer.json()["error"]
+    return f"{error['message']} {error.get('hint', '')}"
+
+
+# -- API ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ApiWorld:
+    daemon: RunningDaemon
+    tmp: Path
+    tokens: dict[str, str]
+    run_id: str
+    attempt_id: str
+    blob_sha256: str
+    malformed_jsonl: Path
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiWorld]:
+    tmp = tmp_path_factory.mktemp("bad-api")
+    home = tmp / "home"
+    with running_daemon(home, env=ENV) as first, first.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "cat", "name": "Catalog"}).raise_for_status()
+        context = tracking_context(project_id="cat", project_display_name="Catalog")
+        run = admin.post("/v1/runs", json={"method": "sft", "tracking_context": context})
+        run.raise_for_status()
+        tokens = {}
+        for name, body in {
+            "lead": {"actor_id": "mallory", "profile": "lead"},
+            "bot": {"actor_id": "discord-bot", "capabilities": ["delegate.discord"]},
+            "revoked": {"actor_id": "gone", "profile": "viewer"},
+            "expired": {"actor_id": "temp", "profile": "viewer", "expires_in_s": 3600},
+        }.items():
+            issued = admin.post("/v1/auth/tokens", json=body).json()
+            tokens[name], tokens[f"{name}_id"] = issued["token"], issued["token_id"]
+        admin.post(f"/v1/auth/tokens/{tokens['revoked_id']}/revoke").raise_for_status()
+        first_write = admin.post(
+            "/v1/projects/cat/annotations", json={"text": "first"}, headers={"Idempotency-Key": "k1"}
+        )
+        first_write.raise_for_status()
+        blob = admin.put("/v1/blobs", content=b'{"text": "ls"}\n').json()
+    # Expiry is checked against the stored row; a restart drops the daemon's cache of the rows it wrote.
+    with contextlib.closing(sqlite3.connect(home / "ledger.sqlite3")) as conn, conn:
+        conn.execute(
+            "UPDATE api_tokens SET expires_at = '2000-01-01T00:00:00Z' WHERE token_id = ?", (tokens["expired_id"],)
+        )
+    malformed = tmp / "data.jsonl"
+    malformed.write_text('{"text": "ok"}\n{"text": "ok"}\n{"text": \n')
+    with running_daemon(home, env=ENV) as daemon:
+        record = run.json()["record"]
+        yield ApiWorld(daemon, tmp, tokens, record["run_id"], f"{record['run_id']}.a1", blob["sha256"], malformed)
+
+
+@dataclass(frozen=True)
+class Api:
+    """One bad request: method and path, what goes with it, the status and a fragment of the message."""
+
+    id: str
+    method: str
+    path: str
+    status: int
+    says: str
+    json: Any = None
+    content: bytes | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    token: str = "admin"  # or a key of ApiWorld.tokens, or "" for none
+
+
+def jsonish(text: str) -> bytes:
+    return text.encode()
+
+
+def point_with(value: str, *, step: int = 1) -> bytes:
+    """A metric batch of one point whose value is written as given (NaN, -Infinity, 1e400 are JSON to Python)."""
+    point = f'{{"metric": "loss", "step": {step}, "value": {value}}}'
+    return jsonish(f'{{"run_id": "{{run}}", "attempt_id": "{{attempt}}", "points": [{point}]}}')
+
+
+P = "/v1/projects/cat"
+PLAN = {"strategy": "sft", "base_model": "m", "dataset_path": "/data/train.jsonl"}
+
+
+def as_discord(user: str = "333", guild: str = GUILD) -> dict[str, str]:
+    return {"X-Discord-User-Id": user, "X-Discord-Role-Ids": "", "X-Discord-Guild-Id": guild}
+
+
+API_CASES = [
+    # malformed JSON names the line
+    Api("malformed-json-names-the-line", "POST", "/v1/projects", 422, "line 2",
+        content=jsonish('{"project_id": "x",\n "name": }')),
+    Api("malformed-metric-batch-names-the-line", "POST", f"{P}/metrics", 422, "line 3",
+        content=jsonish('{"run_id": "r",\n\n "points": [')),
+    Api("malformed-training-request-names-the-line", "POST", "/v1/training/plan", 422, "line 2",
+        content=jsonish('{"strategy": "sft",\n "x": }')),
+    Api("body-not-utf8-is-invalid-json", "POST", "/v1/projects", 422, "not UTF-8",
+        content=b'{"project_id": "\xff\xfe"}', headers={"Content-Type": "application/json"}),
+    # wrong field names come with the closest valid one
+    Api("unknown-field-suggests", "POST", "/v1/projects", 422, "did you mean `name`?",
+        json={"project_id": "t1", "nmae": "x", "name": "T"}),
+    Api("misspelt-required-field-suggests-first", "POST", "/v1/projects", 422,
+        "first: `nmae` is not a field; did you mean `name`?",
+        json={"project_id": "t1", "nmae": "T"}),
+    Api("misspelt-budget-field-suggests", "POST", f"{P}/budget/amend", 422, "did you mean `runs`?",
+        json={"run": 1, "reason": "more"}),
+    Api("misspelt-training-field-suggests", "POST", "/v1/training/plan", 422, "did you mean `num_epochs`?",
+        json={**PLAN, "epochs": 3}),
+    # wrong types and out-of-range values
+    Api("wrong-type-integer", "POST", f"{P}/budget/amend", 422, "`runs`: Input should be a valid integer",
+        json={"runs": "many", "reason": "more"}),
+    Api("wrong-type-body-array", "POST", f"{P}/annotations", 422, "valid dictionary", json=[1, 2]),
+    Api("wrong-type-training-request-array", "POST", "/v1/training/plan", 422, "is a JSON object", json=[1]),
+    Api("page-limit-out-of-range", "GET", f"{P}/events", 422, "between 1 and 1000", params={"limit": 5000}),
+    Api("long-poll-out-of-range", "GET", f"{P}/events", 422, "between 0 and 30", params={"wait_s": 31}),
+    Api("checkpoint-limit-out-of-range", "POST", "/v1/training/plan", 422, "less than or equal to 20",
+        json={**PLAN, "checkpoint_limit": 999}),
+    Api("cursor-beyond-64-bits", "GET", f"{P}/events", 422, "integers must lie between",
+        params={"after_cursor": 10**30}),
+    Api("budget-runs-beyond-64-bits", "POST", f"{P}/budget/amend", 422, "integers must lie between",
+        json={"runs": 2**70, "reason": "more"}),
+    Api("consumer-cursor-past-the-end", "PUT", "/v1/consumers/catalog/cursor", 422, "is past the last event",
+        json={"cursor": 10**9}),
+    Api("unknown-campaign-action", "POST", f"{P}/campaigns/c1/explode", 422, "'start', 'pause', 'resume' or 'cancel'",
+        json={"expected_version": 1}),
+    # oversized bodies
+    Api("oversized-body-is-413", "POST", f"{P}/annotations", 413, f"the limit is {MAX_BODY}",
+        json={"text": "x" * 100_000}),
+    # path traversal in dataset paths, artifact names, receipt roots, device work dirs
+    Api("relative-dataset-path", "POST", "/v1/training/start", 422, "is relative",
+        json={**PLAN, "dataset_path": "../../etc/passwd"}),
+    Api("dataset-version-that-climbs", "POST", "/v1/training/start", 404, "No dataset version '../x'",
+        json={"strategy": "sft", "base_model": "m"}, params={"dataset_version": "../x", "dataset_project": "cat"}),
+    Api("blob-file-name-with-directories", "POST", f"{P}/dataset-versions/from-blob", 422, "not a bare file name",
+        json={"dataset_id": "d", "dataset_version_id": "d1", "sha256": "{blob}", "filename": "../../evil.jsonl"}),
+    Api("report-file-name-that-climbs", "GET", f"{P}/reports/r1/..%2F..%2Fledger.sqlite3", 404, "No route"),
+    Api("model-import-relative-dir", "POST", f"{P}/model-versions/import", 422, "is not an absolute path",
+        json={"from_dir": "../../etc"}),
+    Api("model-export-relative-target", "POST", f"{P}/model-versions/nope/export", 404, "No model version 'nope'",
+        json={"to": "../out"}),
+    Api("backup-to-relative-path", "POST", "/v1/ledger/backup", 422, "must be an absolute path",
+        params={"to": "../ledger-copy.sqlite3"}),
+    Api("backup-over-the-ledger", "POST", "/v1/ledger/backup", 422, "never overwrites",
+        params={"to": "{home}/ledger.sqlite3"}),
+    Api("device-work-dir-climbs", "POST", "/v1/devices", 422, "climbs out with `..`",
+        json={"device_id": "gpu1", "host": "gpu1.lan", "user": "u", "key_path": "/k", "work_dir": "../../etc"}),
+    # control characters and unicode tricks in identifiers
+    Api("identifier-rtl-override", "POST", "/v1/projects", 422, "is not a valid identifier",
+        json={"project_id": "cat\u202egpj", "name": "x"}),
+    Api("identifier-fullwidth-letters", "POST", "/v1/projects", 422, "is not a valid identifier",
+        json={"project_id": "\uff43\uff41\uff54", "name": "x"}),
+    Api("identifier-zero-width-space", "POST", "/v1/projects", 422, "is not a valid identifier",
+        json={"project_id": "cat\u200b", "name": "x"}),
+    Api("identifier-nul", "POST", "/v1/projects", 422, "is not a valid identifier",
+        json={"project_id": "a\x00b", "name": "x"}),
+    Api("identifier-newline-in-path", "PUT", "/v1/consumers/a%0Ab/cursor", 422, "is not a valid identifier",
+        json={"cursor": 1}),
+    Api("workspace-with-control-character", "GET", "/v1/projects", 422, "workspace 'de\\x1bfault' is not",
+        params={"workspace": "de\x1bfault"}),
+    Api("idempotency-key-too-long", "POST", f"{P}/annotations", 422, "1..200 printable ASCII",
+        json={"text": "x"}, headers={"Idempotency-Key": "k" * 500}),
+    # SQL metacharacters in every filter
+    *[
+        Api(f"sql-in-{name}", "GET", path, 422, says, params=params)
+        for name, path, params, says in [
+            ("runs-status", f"{P}/runs", {"status": SQL}, "is not a run state"),
+            ("runs-method", f"{P}/runs", {"method": SQL}, "method"),
+            ("runs-experiment", f"{P}/runs", {"experiment": SQL}, "experiment"),
+            ("runs-before", f"{P}/runs", {"before": SQL}, "is not an ISO 8601"),
+            ("events-type", f"{P}/events", {"type": SQL}, "type"),
+            ("workspace-events-type", "/v1/events", {"type": SQL}, "type"),
+            ("evaluations-suite", f"{P}/evaluations", {"suite": SQL}, "suite"),
+            ("trend-metric", f"{P}/trend", {"metric": SQL}, "is not a metric name"),
+            ("trend-run", f"{P}/trend", {"metric": "train.loss", "run": SQL}, "run"),
+            ("compare-run", f"{P}/compare", {"run": [SQL, "r2"]}, "run"),
+            ("compare-suite", f"{P}/compare", {"run": ["r1", "r2"], "suite": SQL}, "suite"),
+            ("audit-actor", "/v1/auth/audit", {"actor": SQL}, "actor"),
+            ("audit-since", "/v1/auth/audit", {"since": SQL}, "is not an ISO 8601"),
+            ("budget-scope", f"{P}/budget", {"scope": SQL}, "is not a budget scope"),
+            ("workspace", "/v1/projects", {"workspace": SQL}, "is not a valid identifier"),
+        ]
+    ],
+    # NaN and infinite metrics
+    Api("metric-nan", "POST", f"{P}/metrics", 422, "finite number",
+        content=point_with("NaN")),
+    Api("metric-infinity", "POST", f"{P}/metrics", 422, "finite number",
+        content=point_with("-Infinity")),
+    Api("metric-overflowing-float", "POST", f"{P}/metrics", 422, "finite number",
+        content=point_with("1e400")),
+    Api("metric-step-beyond-64-bits", "POST", f"{P}/metrics", 422, "integers must lie between",
+        content=point_with("1.0", step=2**70)),
+    Api("eval-metric-nan", "POST", f"{P}/eval-results", 422, "must be finite",
+        content=jsonish('{"suite_id": "s", "run_id": "{run}", "metrics": {"pass@1": NaN}}')),
+    Api("budget-hours-nan", "POST", f"{P}/budget/amend", 422, "finite number",
+        content=jsonish('{"gpu_hours": NaN, "reason": "more"}')),
+    Api("learning-rate-nan", "POST", "/v1/training/plan", 422, "`learning_rate`: Input should be a finite number",
+        content=jsonish('{"strategy": "sft", "base_model": "m", "dataset_path": "/d.jsonl", "learning_rate": NaN}')),
+    # unknown strategies and targets
+    Api("unknown-strategy", "POST", "/v1/training/plan", 422, "use one of sft, dpo, grpo",
+        json={**PLAN, "strategy": "ppo"}),
+    Api("target-that-is-no-lane", "POST", "/v1/training/plan", 422, "use `local`, `ssh:<device_id>` or",
+        json={**PLAN, "compute_target": "skypilot"}),
+    Api("ssh-target-of-an-unknown-device", "POST", "/v1/training/start", 422, "No device 'nowhere'",
+        json={**PLAN, "compute_target": "ssh:nowhere"}),
+    # idempotency-key reuse with another body
+    Api("idempotency-key-reused-with-another-body", "POST", f"{P}/annotations", 409,
+        "was used with a different request",
+        json={"text": "second"}, headers={"Idempotency-Key": "k1"}),
+    # expired and revoked tokens, forged Discord delegation
+    Api("no-token", "GET", "/v1/projects", 401, "needs a bearer token", token=""),
+    Api("unknown-token", "GET", "/v1/projects", 401, "not known", token="bgy_not-a-token"),
+    Api("revoked-token", "GET", "/v1/projects", 401, "revoked", token="revoked"),
+    Api("expired-token", "GET", "/v1/projects", 401, "expired", token="expired"),
+    Api("revoked-token-writing", "POST", "/v1/projects", 401, "revoked", json={"project_id": "r", "name": "R"},
+        token="revoked"),
+    Api("forged-delegation-from-a-non-bot-token", "POST", "/v1/projects", 403, "delegate.discord",
+        json={"project_id": "forged", "name": "F"}, headers=as_discord(), token="lead"),
+    Api("delegation-for-a-user-without-grants", "POST", "/v1/projects", 403, "discord:333 lacks the capability",
+        json={"project_id": "forged", "name": "F"}, headers=as_discord(), token="bot"),
+    Api("delegation-from-a-foreign-guild", "GET", "/v1/projects", 403, "guild 999",
+        headers=as_discord(guild="999"), token="bot"),
+    Api("delegate-capability-granted-to-a-person", "POST", "/v1/authority/grants", 422, "belongs to the bot's token",
+        json={"subject_kind": "user", "subject_id": "42", "capabilities": ["delegate.discord"]}),
+    Api("unknown-route-names-the-path", "GET", "/v1/no-such-thing", 404, "/v1/no-such-thing"),
+]  # fmt: skip
+
+
+def _filled(value: Any, world: ApiWorld) -> Any:
+    """Put the world's ids into a case's text: {run}, {attempt}, {blob}, {home}."""
+    if isinstance(value, str):
+        return (
+            value.replace("{run}", world.run_id)
+            .replace("{attempt}", world.attempt_id)
+            .replace("{blob}", world.blob_sha256)
+            .replace("{home}", str(world.daemon.home))
+        )
+    if isinstance(value, dict):
+        return {k: _filled(v, world) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_filled(v, world) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=[c.id for c in API_CASES])
+def test_api_refuses_bad_input_with_a_useful_4xx(api: ApiWorld, case: Api, ledger_unchanged: Any) -> None:
+    token = {"admin": api.daemon.token, "": None}.get(case.token, api.tokens.get(case.token, case.token))
+    headers = {**({"Authorization": f"Bearer {token}"} if token else {}), **case.headers}
+    if case.content is not None:
+        headers.setdefault("Content-Type", "application/json")
+    with ledger_unchanged(api.daemon), httpx.Client(base_url=api.daemon.url, timeout=30) as client:
+        answer = client.request(
+            case.method,
+            case.path,
+            json=_filled(case.json, api) if case.content is None else None,
+            content=_filled(case.content.decode(errors="surrogateescape"), api).encode(errors="surrogateescape")
+            if case.content is not None
+            else None,
+            params=_filled(case.params, api),
+            headers=headers,
+        )
+    assert answer.status_code == case.status, answer.text
+    assert case.says in error_of(answer), answer.text
