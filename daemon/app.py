@@ -234,9 +234,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
 
-def _with_line(err: Any, document: Any) -> dict[str, Any]:
+def _with_line(reported: Any, document: Any) -> dict[str, Any]:
     """FastAPI reports malformed JSON at a character offset; say the line and column, as the parsers we call do."""
-    err = dict(err)
+    err: dict[str, Any] = dict(reported)
     loc = err.get("loc", ())
     if err.get("type") == "json_invalid" and isinstance(document, str) and len(loc) == 2 and isinstance(loc[1], int):
         line = document.count("\n", 0, loc[1]) + 1

@@ -6,6 +6,7 @@ count of every table and the last cursor are compared before and after."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bashgym.daemon import cli as bashgym_cli
 
 from tests.factories import tracking_context
 from tests.helpers import RunningDaemon, running_daemon
@@ -334,3 +336,214 @@ def test_api_refuses_bad_input_with_a_useful_4xx(api: ApiWorld, case: Api, ledge
         )
     assert answer.status_code == case.status, answer.text
     assert case.says in error_of(answer), answer.text
+
+
+# -- CLI, dataset files, spec files: the real `bashgym` entry point, in-process ----------------------
+
+
+@dataclass
+class CliWorld:
+    daemon: RunningDaemon
+    tmp: Path
+    revoked_token: str
+
+    def env(self) -> dict[str, str]:
+        return {"BASHGYM_HOME": str(self.daemon.home), "BASHGYM_API": self.daemon.url}
+
+
+@pytest.fixture(scope="module")
+def cli_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliWorld]:
+    tmp = tmp_path_factory.mktemp("bad-cli")
+    with running_daemon(tmp / "home", env=ENV) as daemon, daemon.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "cat", "name": "Catalog"}).raise_for_status()
+        issued = admin.post("/v1/auth/tokens", json={"actor_id": "gone", "profile": "viewer"}).json()
+        admin.post(f"/v1/auth/tokens/{issued['token_id']}/revoke").raise_for_status()
+        spec = {**CAMPAIGN, "campaign_id": "c1"}
+        admin.post("/v1/projects/cat/campaigns", json=spec).raise_for_status()
+        yield CliWorld(daemon, tmp, issued["token"])
+
+
+@dataclass(frozen=True)
+class Cli:
+    """One bad command line: its arguments (files named {name} are written from `files` first), the exit code
+    and a fragment of what it prints."""
+
+    id: str
+    argv: tuple[str, ...]
+    code: int
+    says: str
+    files: dict[str, str | bytes] = field(default_factory=dict)
+
+
+def run_cli(world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    folder = world.tmp / case.id
+    folder.mkdir(exist_ok=True)
+    for name, text in case.files.items():
+        target = folder / name
+        target.write_bytes(text if isinstance(text, bytes) else text.encode())
+    argv = [a.replace("{dir}", str(folder)).replace("{revoked}", world.revoked_token) for a in case.argv]
+    try:
+        code = bashgym_cli.run(argv, world.env())
+    except SystemExit as exited:  # argparse's usage errors
+        code = int(exited.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def check_cli(world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str], guard: Any) -> None:
+    with guard(world.daemon):
+        code, printed = run_cli(world, case, capsys)
+    assert code == case.code, printed
+    assert case.says in printed, printed
+
+
+CAMPAIGN: dict[str, Any] = {
+    "campaign_id": "c2",
+    "title": "Better bash",
+    "objective": "Raise pass@1.",
+    "suite_id": "bash-tasks-v1",
+    "starting_model_version_id": "tiny-v1",
+    "dataset_version_ids": ["traces-v1"],
+    "base_recipe": {"strategy": "sft", "max_steps": 4},
+    "budget": {"runs": 2},
+    "stop_rules": {"max_iterations": 2},
+}
+PLAN_ARGS = ("training", "plan", "--strategy", "sft", "--model", "org/model", "--dataset-path", "/data/train.jsonl")
+
+
+def spec_file(**changes: Any) -> str:
+    spec = {**CAMPAIGN, **changes}
+    return json.dumps({k: v for k, v in spec.items() if v is not None}, indent=1)
+
+
+CLI_CASES = [
+    Cli("identifier-rtl-override", ("project", "create", "--id", "cat\u202egpj", "--name", "x"), 7,
+        "is not a valid identifier"),
+    Cli("identifier-that-climbs", ("project", "create", "--id", "../etc", "--name", "x"), 7,
+        "is not a valid identifier"),
+    Cli("unknown-strategy-is-a-usage-error", ("training", "plan", "--strategy", "ppo", "--model", "m",
+        "--dataset-path", "/d.jsonl"), 2, "invalid choice: 'ppo'"),
+    Cli("target-that-is-no-lane", (*PLAN_ARGS, "--compute-target", "hf-jobs"), 7, "is refused"),
+    Cli("checkpoint-limit-out-of-range", (*PLAN_ARGS, "--checkpoint-limit", "99"), 7, "less than or equal to 20"),
+    Cli("sql-in-run-status-filter", ("ledger", "runs", "--project", "cat", "--status", SQL), 7,
+        "is not a run state"),
+    Cli("sql-in-trend-metric", ("ledger", "trend", "--project", "cat", "--metric", SQL), 7, "is not a metric name"),
+    Cli("page-limit-out-of-range", ("ledger", "events", "--project", "cat", "--limit", "0"), 7,
+        "between 1 and 1000"),
+    Cli("budget-runs-beyond-64-bits", ("budget", "amend", "--project", "cat", "--runs", str(2**70), "--reason",
+        "more"), 7, "integers must lie between"),
+    Cli("revoked-token", ("auth", "whoami", "--token", "{revoked}"), 3, "revoked"),
+    Cli("unknown-token", ("project", "list", "--token", "bgy_not-a-token"), 3, "not known"),
+    Cli("device-work-dir-climbs", ("device", "add", "gpu1", "--host", "gpu1.lan", "--user", "u", "--key-path",
+        "/k", "--work-dir", "../../etc"), 7, "climbs out with `..`"),
+    Cli("receipt-entity-that-climbs", ("curate", "receipt", "{dir}/r.json", "--root", "{dir}/kb"), 7,
+        "cannot name a receipt file",
+        files={"r.json": json.dumps({"kind": "run", "workspace_id": "default", "project_id": "cat",
+                                      "entity_id": "../../../etc/cron.d/x", "title": "T"})}),
+    Cli("receipt-workspace-that-climbs", ("curate", "receipt", "{dir}/r.json", "--root", "{dir}/kb"), 7,
+        "cannot name a receipt file",
+        files={"r.json": json.dumps({"kind": "run", "workspace_id": "..", "project_id": "cat",
+                                      "entity_id": "r1", "title": "T"})}),
+    Cli("backup-over-an-existing-file", ("ledger", "backup", "--to", "{dir}/exists.sqlite3"), 7,
+        "never overwrites", files={"exists.sqlite3": "x"}),
+    Cli("model-import-from-a-file", ("model", "import", "{dir}/f", "--project", "cat"), 7, "is not a directory",
+        files={"f": "x"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_cli_refuses_bad_input_with_a_useful_exit(
+    cli_world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str], ledger_unchanged: Any
+) -> None:
+    check_cli(cli_world, case, capsys, ledger_unchanged)
+
+
+MALFORMED_JSONL = '{"text": "ok"}\n{"text": "ok"}\n{"text": \n'
+CHAT = [{"role": "user", "content": "list files"}, {"role": "assistant", "content": "ls"}]
+
+DATASET_CASES = [
+    Cli("malformed-jsonl-names-the-line", ("training", "validate", "--strategy", "sft", "--dataset",
+        "{dir}/data.jsonl"), 7, "data.jsonl:3: Not valid JSON", files={"data.jsonl": MALFORMED_JSONL}),
+    Cli("row-that-is-not-an-object", ("training", "validate", "--strategy", "sft", "--dataset", "{dir}/data.jsonl"),
+        7, "data.jsonl:2", files={"data.jsonl": '{"text": "ok"}\n[1, 2]\n'}),
+    Cli("row-that-is-not-utf8", ("training", "validate", "--strategy", "sft", "--dataset", "{dir}/data.jsonl"),
+        7, "data.jsonl:2", files={"data.jsonl": b'{"text": "ok"}\n{"text": "\xff"}\n'}),
+    Cli("empty-file", ("training", "validate", "--strategy", "sft", "--dataset", "{dir}/data.jsonl"), 7,
+        "empty_file", files={"data.jsonl": "\n\n"}),
+    Cli("misspelt-row-field", ("training", "validate", "--strategy", "sft", "--dataset", "{dir}/data.jsonl"), 7,
+        "data.jsonl:1", files={"data.jsonl": json.dumps({"mesages": CHAT}) + "\n"}),
+    Cli("identical-preference-pair", ("training", "validate", "--strategy", "dpo", "--dataset", "{dir}/data.jsonl"),
+        7, "data.jsonl:1 rejected", files={"data.jsonl": '{"prompt": "p", "chosen": "a", "rejected": "a"}\n'}),
+    Cli("nan-confidence-in-a-row", ("training", "validate", "--strategy", "session_distillation", "--dataset",
+        "{dir}/data.jsonl"), 7, "data.jsonl:1",
+        files={"data.jsonl": '{"record_id": "r", "reader_confidence": NaN}\n'}),
+    Cli("launch-on-malformed-jsonl", ("training", "start", "--strategy", "sft", "--model", "org/model",
+        "--dataset-path", "{dir}/data.jsonl"), 7, "data.jsonl:3: Not valid JSON",
+        files={"data.jsonl": MALFORMED_JSONL}),
+    Cli("launch-on-a-missing-file", ("training", "start", "--strategy", "sft", "--model", "org/model",
+        "--dataset-path", "{dir}/missing.jsonl"), 7, "missing.jsonl does not exist"),
+    Cli("launch-on-a-directory", ("training", "start", "--strategy", "sft", "--model", "org/model",
+        "--dataset-path", "{dir}"), 7, "is a directory, not a file"),
+    Cli("register-a-directory", ("dataset", "register", "--project", "cat", "--dataset", "d", "--version", "d1",
+        "--file", "{dir}"), 7, "is not a file"),
+    Cli("register-with-malformed-split-manifest", ("dataset", "register", "--project", "cat", "--dataset", "d",
+        "--version", "d1", "--file", "{dir}/data.jsonl", "--split-manifest", "{dir}/splits.json"), 7, "line 3",
+        files={"data.jsonl": '{"text": "ok"}\n', "splits.json": '{\n "train": 0.9,\n}\n'}),
+    Cli("register-under-a-version-with-a-zero-width-space", ("dataset", "register", "--project", "cat", "--dataset",
+        "d", "--version", "d1\u200b", "--file", "{dir}/data.jsonl"), 7, "is not a valid identifier",
+        files={"data.jsonl": '{"text": "ok"}\n'}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", DATASET_CASES, ids=[c.id for c in DATASET_CASES])
+def test_dataset_files_are_refused_naming_file_and_line(
+    cli_world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str], ledger_unchanged: Any
+) -> None:
+    check_cli(cli_world, case, capsys, ledger_unchanged)
+
+
+CREATE = ("campaign", "create", "--project", "cat", "--spec", "{dir}/spec.json")
+PLAN_WITH_CONFIG = (*PLAN_ARGS, "--config", "{dir}/config.json")
+
+SPEC_CASES = [
+    Cli("campaign-spec-malformed-names-the-line", CREATE, 7, "line 4, column 1",
+        files={"spec.json": '{\n "campaign_id": "c3",\n "title": \n}'}),
+    Cli("campaign-spec-misspelt-field-suggests", CREATE, 7, "did you mean `title`?",
+        files={"spec.json": spec_file(title=None, titel="Better bash")}),
+    Cli("campaign-spec-wrong-type", CREATE, 7, "`budget.runs`: Input should be a valid integer",
+        files={"spec.json": spec_file(budget={"runs": "two"})}),
+    Cli("campaign-spec-out-of-range", CREATE, 7, "`evaluation.samples`: Input should be less than or equal to 64",
+        files={"spec.json": spec_file(evaluation={"samples": 100})}),
+    Cli("campaign-spec-nan-budget", CREATE, 7, "holds NaN is not a JSON number; write a finite number",
+        files={"spec.json": spec_file(budget={"runs": 1, "gpu_hours": float("nan")})}),
+    Cli("campaign-spec-id-with-rtl-override", CREATE, 7, "is not a valid identifier",
+        files={"spec.json": spec_file(campaign_id="c\u202e3")}),
+    Cli("campaign-spec-not-an-object", CREATE, 7, "valid dictionary", files={"spec.json": "[1, 2]"}),
+    Cli("campaign-spec-oversized", CREATE, 7, f"the limit is {MAX_BODY}",
+        files={"spec.json": spec_file(objective="x" * 70_000)}),
+    Cli("campaign-spec-over-an-existing-campaign", CREATE, 6, "already exists",
+        files={"spec.json": spec_file(campaign_id="c1", title="Another title")}),
+    Cli("training-config-malformed-names-the-line", PLAN_WITH_CONFIG, 7, "line 2",
+        files={"config.json": '{"max_steps": 4,\n "learning_rate": }'}),
+    Cli("training-config-misspelt-field-suggests", PLAN_WITH_CONFIG, 7, "did you mean `num_epochs`?",
+        files={"config.json": '{"epochs": 2}'}),
+    Cli("training-config-nan", PLAN_WITH_CONFIG, 7, "holds NaN is not a JSON number",
+        files={"config.json": '{"learning_rate": NaN}'}),
+    Cli("training-config-sets-the-strategy", PLAN_WITH_CONFIG, 7, "--config may not set strategy",
+        files={"config.json": '{"strategy": "dpo"}'}),
+    Cli("tracking-context-malformed-names-the-line", (*PLAN_ARGS, "--tracking-context", "{dir}/ctx.json"), 7,
+        "line 2", files={"ctx.json": '{"project_id": "cat",\n}'}),
+    Cli("recipe-change-of-a-pinned-field", ("campaign", "propose", "c1", "--project", "cat", "--recipe-change",
+        "{dir}/change.json"), 7, "strategy",
+        files={"change.json": '{"primary_variable": "strategy", "value": "dpo", "rationale": "try dpo"}'}),
+    Cli("recipe-change-nan", ("campaign", "propose", "c1", "--project", "cat", "--recipe-change",
+        "{dir}/change.json"), 7, "holds NaN is not a JSON number",
+        files={"change.json": '{"primary_variable": "learning_rate", "value": NaN, "rationale": "r"}'}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SPEC_CASES, ids=[c.id for c in SPEC_CASES])
+def test_spec_files_are_refused_naming_what_to_fix(
+    cli_world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str], ledger_unchanged: Any
+) -> None:
+    check_cli(cli_world, case, capsys, ledger_unchanged)
