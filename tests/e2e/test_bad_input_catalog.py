@@ -5,21 +5,34 @@ count of every table and the last cursor are compared before and after."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from bashgym.bot.app import BashGymBot
+from bashgym.bot.settings import BotSettings
 from bashgym.daemon import cli as bashgym_cli
 
+from tests.discord_standin import (
+    ALICE_ID,
+    BOB_ID,
+    EPHEMERAL,
+    FAKE_TOKEN,
+    GUILD_ID,
+    DiscordStandIn,
+    discord_standin,
+    running_client,
+)
 from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, running_daemon
+from tests.helpers import RunningDaemon, running_daemon, start_daemon
 
 GUILD = "111111111111111111"
 SQL = "x' OR '1'='1; DROP TABLE events;--"
@@ -51,7 +64,7 @@ def settled_snapshot(daemon: RunningDaemon) -> dict[str, Any]:
     previous = ledger_snapshot(daemon)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
         current = ledger_snapshot(daemon)
         if current == previous:
             return current
@@ -547,3 +560,111 @@ def test_spec_files_are_refused_naming_what_to_fix(
     cli_world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str], ledger_unchanged: Any
 ) -> None:
     check_cli(cli_world, case, capsys, ledger_unchanged)
+
+
+# -- slash commands: the real bot against the Discord stand-in ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"  # module-wide, so the bot below is started once for every slash case
+
+
+@dataclass
+class SlashWorld:
+    daemon: RunningDaemon
+    standin: DiscordStandIn
+
+
+@pytest.fixture(scope="module")
+async def slash_world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SlashWorld]:
+    tmp = tmp_path_factory.mktemp("bad-slash")
+    env = {**ENV, "BASHGYM_DISCORD_GUILD_IDS": str(GUILD_ID), "BASHGYM_DISCORD_TOKEN": FAKE_TOKEN}
+    daemon = await asyncio.to_thread(start_daemon, tmp / "home", env=env)
+    try:
+        async with httpx.AsyncClient(base_url=daemon.url, headers={"Authorization": f"Bearer {daemon.token}"}) as admin:
+            (await admin.post("/v1/projects", json={"project_id": "nightly", "name": "Nightly"})).raise_for_status()
+            grant = {"subject_kind": "user", "subject_id": str(ALICE_ID), "profile": "lead"}
+            (await admin.post("/v1/authority/grants", json=grant)).raise_for_status()
+            blob = (await admin.put("/v1/blobs", content=b'{"text": "ls"}\n')).json()
+            dataset = {"dataset_id": "traces", "dataset_version_id": "traces-v1", "sha256": blob["sha256"],
+                       "filename": "traces.jsonl"}  # fmt: skip
+            (await admin.post("/v1/projects/nightly/dataset-versions/from-blob", json=dataset)).raise_for_status()
+        async with discord_standin() as standin:
+            settings = BotSettings(
+                discord_token=FAKE_TOKEN,
+                application_id=standin.application_id,
+                guild_ids=(GUILD_ID,),
+                api=daemon.url,
+                api_token=(daemon.home / "bot.token").read_text().strip(),
+                poll_wait_s=1.0,
+            )
+            bot = BashGymBot(settings)
+            async with running_client(bot, timeout_s=30):
+                await standin.wait_until(lambda: bot.synced or None, timeout_s=30, what="commands synced")
+                yield SlashWorld(daemon, standin)
+    finally:
+        await asyncio.to_thread(daemon.stop)
+
+
+@dataclass(frozen=True)
+class Slash:
+    id: str
+    command: str
+    options: dict[str, Any]
+    says: str
+    user: int = ALICE_ID
+
+
+def attachment(text: str) -> tuple[str, bytes]:
+    return ("file.json", text.encode())
+
+
+RUN_START = {"project": "nightly", "strategy": "sft", "model": "org/model", "dataset": "traces-v1"}
+
+SLASH_CASES = [
+    Slash("run-id-that-climbs-to-another-route", "run status", {"project": "nightly", "run": "../../../auth/whoami"},
+          "'..' is not a valid id"),
+    Slash("project-id-that-adds-a-query", "project context", {"project": "nightly?workspace=other"},
+          "is not a valid id"),
+    Slash("sql-in-the-run-status-filter", "run list", {"project": "nightly", "status": SQL}, "is not a run state"),
+    Slash("sql-in-the-trend-metric", "ledger trend", {"project": "nightly", "metric": SQL}, "is not a metric name"),
+    Slash("log-of-zero-lines", "run log", {"project": "nightly", "run": "r1", "lines": 0}, "between 1 and 10000"),
+    Slash("events-page-of-zero", "ledger events", {"project": "nightly", "limit": 0}, "between 1 and 1000"),
+    Slash("campaign-spec-malformed-names-the-line", "campaign create",
+          {"project": "nightly", "spec": attachment('{"campaign_id": "c1",\n "title": }')}, "line 2"),
+    Slash("campaign-spec-misspelt-field-suggests", "campaign create",
+          {"project": "nightly", "spec": attachment(spec_file(title=None, titel="Better bash"))},
+          "did you mean `title`?"),
+    Slash("config-that-is-not-an-object", "run start", {**RUN_START, "config": attachment("[1, 2]")},
+          "must hold a JSON object"),
+    Slash("config-with-nan", "run start", {**RUN_START, "config": attachment('{"learning_rate": NaN}')},
+          "NaN is not a JSON number"),
+    Slash("config-misspelt-field-suggests", "run start", {**RUN_START, "config": attachment('{"epochs": 2}')},
+          "did you mean `num_epochs`?"),
+    Slash("target-that-is-no-lane", "run start", {**RUN_START, "target": "skypilot"}, "is refused"),
+    Slash("person-without-a-grant", "project list", {}, f"discord:{BOB_ID} lacks the capability ledger.read",
+          user=BOB_ID),
+]  # fmt: skip
+
+
+def text_of(message: dict[str, Any]) -> str:
+    parts = [message.get("content") or ""]
+    for embed in message.get("embeds") or []:
+        parts += [embed.get("title", ""), embed.get("description") or ""]
+    return "\n".join(parts)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", SLASH_CASES, ids=[c.id for c in SLASH_CASES])
+async def test_slash_commands_answer_bad_input_privately_with_what_to_fix(
+    slash_world: SlashWorld, case: Slash, ledger_unchanged: Any
+) -> None:
+    guard = ledger_unchanged(slash_world.daemon)
+    await asyncio.to_thread(guard.__enter__)
+    sent = await slash_world.standin.send_slash(case.command, options=case.options, user_id=case.user)
+    reply = await slash_world.standin.wait_for_reply(sent, timeout_s=30)
+    await asyncio.sleep(0.3)  # a write the bot should not have made would land by now
+    await asyncio.to_thread(guard.__exit__, None, None, None)
+    assert reply["flags"] & EPHEMERAL, reply
+    assert case.says in text_of(reply), text_of(reply)
