@@ -34,12 +34,16 @@ def call(interaction: Interaction, method: str, path: str, **kw: Any) -> Awaitab
     return daemon_of(interaction).call(interaction, method, path, **kw)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; write a finite number")
+
+
 async def read_json_attachment(attachment: discord.Attachment, what: str) -> Any:
     if attachment.size > MAX_ATTACHMENT_BYTES:
         raise ApiError(413, "too_large", f"The {what} attachment is {attachment.size} bytes; the limit is 1 MiB.")
     raw = await attachment.read()
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_no_constant)
     except ValueError as exc:
         raise ApiError(
             422, "invalid_input", f"The {what} attachment is not valid JSON: {exc}.", "Attach a .json file."

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,22 @@ def identity_headers(interaction: discord.Interaction[Any]) -> dict[str, str]:
     }
 
 
+# Each segment of a daemon path is a fixed word or an id someone typed; ids follow the ledger's identifier rule.
+PATH_SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,159}$")
+
+
+def check_path(path: str) -> None:
+    """Refuse a path that a typed value bends: `..` would reach another route, `?` or `#` another query."""
+    for segment in path.split("/")[1:]:
+        if not PATH_SEGMENT_RE.match(segment) or segment == "..":
+            raise ApiError(
+                422,
+                "invalid_input",
+                f"{segment!r} is not a valid id (in {path[:200]!r}).",
+                "Ids are letters, digits and _ . : -, starting with a letter or digit; pick one from the list offered.",
+            )
+
+
 class Daemon:
     """The daemon client as used for one Discord user: every call carries their identity."""
 
@@ -68,6 +85,7 @@ class Daemon:
         body: Any = None,
         params: dict[str, Any] | None = None,
     ) -> Any:
+        check_path(path)
         return await self.client.request(
             method,
             path,

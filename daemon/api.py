@@ -48,7 +48,12 @@ from bashgym.daemon.blobs import count_rows
 from bashgym.daemon.routing import Call, ReadCall, WriteCall, requires, written
 from bashgym.ledger.errors import Forbidden, InvalidInput, NotFound
 from bashgym.ledger.models import Actor
-from bashgym.ledger.validation import check_identifier
+from bashgym.ledger.validation import (
+    check_identifier,
+    check_metric_name,
+    check_run_status,
+    check_timestamp,
+)
 from fastapi import APIRouter, FastAPI, Query, Request
 from starlette.responses import Response
 
@@ -206,6 +211,10 @@ def _run_routes() -> APIRouter:
         limit: int = 50,
         before: str | None = None,
     ) -> Response:
+        _check_optional(status, check_run_status)
+        _check_optional(method, lambda v: check_identifier(v, field="method"))
+        _check_optional(experiment, lambda v: check_identifier(v, field="experiment"))
+        _check_optional(before, lambda v: check_timestamp(v, field="before"))
         return json_response(
             await call.services.ledger.list_runs(
                 call.workspace, project, status=status, method=method, experiment=experiment, limit=limit, before=before
@@ -291,11 +300,14 @@ def _query_routes() -> APIRouter:
 
     @router.get("/projects/{project}/trend")
     async def trend(call: ReadCall, project: str, metric: str, run: str | None = None) -> Response:
+        check_metric_name(metric)
+        _check_optional(run, lambda v: check_identifier(v, field="run"))
         text = await call.services.ledger.trend_json(call.workspace, project, metric, run)
         return Response(text, media_type="application/json")
 
     @router.get("/projects/{project}/evaluations")
     async def evaluations(call: ReadCall, project: str, suite: str | None = None) -> Response:
+        _check_optional(suite, lambda v: check_identifier(v, field="suite"))
         listing = await call.services.ledger.list_evaluations(call.workspace, project, suite=suite)
         listing["results"] = await withhold_protected(call, project, listing["results"])
         return json_response(listing)
@@ -304,6 +316,9 @@ def _query_routes() -> APIRouter:
     async def compare(
         call: ReadCall, project: str, run: Annotated[list[str], Query()], suite: str | None = None
     ) -> Response:
+        for run_id in run:
+            check_identifier(run_id, field="run")
+        _check_optional(suite, lambda v: check_identifier(v, field="suite"))
         return json_response(await call.services.ledger.compare_runs(call.workspace, project, run, suite))
 
     @router.get("/projects/{project}/events", response_model=EventPage)
@@ -336,6 +351,8 @@ async def _events(
     """A page of events; with wait_s, hold the request (up to 30 s) until one arrives."""
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise InvalidInput(f"wait_s is {wait_s}; it must be between 0 and {MAX_WAIT_S:.0f} seconds.")
+    for event_type in types or ():
+        check_identifier(event_type, field="type")
     ledger = call.services.ledger
     deadline = time.monotonic() + wait_s
     while True:
@@ -347,3 +364,9 @@ async def _events(
         if page.count or remaining <= 0:
             return Response(page.text, media_type="application/json")
         await ledger.wait_for_events(max(head, after_cursor), remaining)
+
+
+def _check_optional(value: str | None, check: Callable[[str], object]) -> None:
+    """A filter left out matches everything; one given must be well formed, or it would silently match nothing."""
+    if value is not None:
+        check(value)

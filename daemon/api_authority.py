@@ -11,6 +11,7 @@ from bashgym.daemon.authority import check_grantable, hash_token, new_token
 from bashgym.daemon.routing import AUTHENTICATED, Call, requires, written
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.tx import new_id, utc_iso
+from bashgym.ledger.validation import check_identifier, check_timestamp
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
@@ -71,6 +72,9 @@ def authority_routes() -> APIRouter:
         actor: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> Response:
+        check_timestamp(since, field="since")
+        if actor is not None:
+            check_identifier(actor, field="actor")
         return json_response(await call.services.ledger.audit_events(since=since, actor=actor, limit=limit))
 
     @router.post("/authority/grants", status_code=201)

@@ -29,7 +29,7 @@ from bashgym.ledger.models import (
     WriteResult,
 )
 from bashgym.ledger.validation import Digest, Identifier
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "AliasMove",
@@ -118,6 +118,14 @@ class DatasetFromBlob(BaseModel):
     sha256: Digest
     filename: str = Field(min_length=1, max_length=300)
     split_manifest: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("filename")
+    @classmethod
+    def _bare_name(cls, value: str) -> str:
+        # The name is recorded in the split manifest; a path there would claim a place the file never was.
+        if "/" in value or "\\" in value or value in {".", ".."} or not value.isprintable():
+            raise ValueError(f"{value!r} is not a bare file name; send the name alone, e.g. train.jsonl")
+        return value
 
 
 class CursorAck(BaseModel):

@@ -16,6 +16,7 @@ from bashgym.ledger.lineage import parse_context
 from bashgym.ledger.models import BudgetEntrySpec
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.tx import new_id
+from bashgym.ledger.validation import check_scope
 from bashgym.trainers.specs import TrainingRequest
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -165,6 +166,7 @@ def training_routes() -> APIRouter:
     @router.get("/projects/{project}/budget")
     async def budget_show(call: ReadCall, project: str, scope: str = "project") -> Response:
         """A project's budget, or a campaign's (scope `campaign-<id>`)."""
+        check_scope(scope)
         return json_response(await call.services.ledger.budget_summary(call.workspace, project, scope))
 
     @router.post("/projects/{project}/budget/{kind}", status_code=201)

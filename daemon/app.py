@@ -35,6 +35,7 @@ log = logging.getLogger("bashgym.daemon")
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CORRELATION_HEADER = "x-correlation-id"
+IDEMPOTENCY_KEY_MAX = 200
 
 
 @dataclass
@@ -115,7 +116,7 @@ def create_app(services: Services) -> FastAPI:
     return app
 
 
-ERROR_STATUSES = ("401", "403", "404", "409", "413", "422", "429", "500")
+ERROR_STATUSES = ("401", "403", "404", "409", "413", "422", "429", "500", "503")
 
 
 def _document_errors(app: FastAPI) -> None:
@@ -139,7 +140,9 @@ def _document_errors(app: FastAPI) -> None:
         ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
+                _hoist_body_defs(operation, schema["components"]["schemas"])
                 responses = operation.setdefault("responses", {})
+                _document_replay(responses)
                 for status in ERROR_STATUSES:
                     responses.setdefault(status, {"description": "Error", **ref})
                 responses["422"] = {"description": "Invalid request or rejected by a rule", **ref}
@@ -147,6 +150,26 @@ def _document_errors(app: FastAPI) -> None:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _hoist_body_defs(operation: dict[str, Any], components: dict[str, Any]) -> None:
+    """A body schema given inline (the metrics route's) keeps its models under `$defs`, which no
+    reference outside it resolves: move them to the components and point the references there."""
+    for content in operation.get("requestBody", {}).get("content", {}).values():
+        body = content.get("schema", {})
+        defs = body.pop("$defs", None)
+        if defs:
+            components.update(defs)
+            content["schema"] = json.loads(json.dumps(body).replace('"#/$defs/', '"#/components/schemas/'))
+
+
+def _document_replay(responses: dict[str, Any]) -> None:
+    """A ledger write answers 201 when it records and 200 when it replays one already recorded."""
+    for recorded, other in (("201", "200"), ("200", "201")):
+        if recorded in responses and other not in responses:
+            described = "Replayed: the same write was already recorded" if other == "200" else "Recorded"
+            responses[other] = {**responses[recorded], "description": described}
+            return
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -157,14 +180,32 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        return _validation_answer(request, list(exc.errors()))
+        return _validation_answer(request, [_with_line(err, exc.body) for err in exc.errors()])
 
     @app.exception_handler(ValidationError)
     async def _invalid_model(request: Request, exc: ValidationError) -> Response:
         return _validation_answer(request, [dict(e) for e in exc.errors()])
 
+    @app.exception_handler(OverflowError)
+    async def _overflow(request: Request, exc: OverflowError) -> Response:
+        # SQLite stores 64-bit integers; a larger one in a body or query fails where it is bound.
+        return error_response(
+            "invalid_request",
+            f"A number in the request is too large ({exc}); integers must lie between -2**63 and 2**63-1.",
+            422,
+            hint="Fix the number and resend; nothing was recorded.",
+        )
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            # FastAPI's answer to a body that is not UTF-8: the same mistake as malformed JSON, said alike.
+            return error_response(
+                "invalid_json",
+                "Request body is not valid JSON: it is not UTF-8 text.",
+                422,
+                hint="Send a valid JSON document.",
+            )
         if exc.status_code == 404:
             return error_response(
                 "route_not_found",
@@ -194,7 +235,21 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
 
+def _with_line(reported: Any, document: Any) -> dict[str, Any]:
+    """FastAPI reports malformed JSON at a character offset; say the line and column, as the parsers we call do."""
+    err: dict[str, Any] = dict(reported)
+    loc = err.get("loc", ())
+    if err.get("type") == "json_invalid" and isinstance(document, str) and len(loc) == 2 and isinstance(loc[1], int):
+        line = document.count("\n", 0, loc[1]) + 1
+        column = loc[1] - (document.rfind("\n", 0, loc[1]) + 1) + 1
+        reason = err.get("ctx", {}).get("error", "invalid")
+        err["ctx"] = {"error": f"{reason} at line {line} column {column}"}
+    return err
+
+
 def _validation_answer(request: Request, errors: list[dict[str, Any]]) -> Response:
+    # An unknown field first: `titel` explains the missing `title`, and its suggestion is the fix.
+    errors = sorted(errors, key=lambda err: err.get("type") != "extra_forbidden")
     problems = [_describe(request, err) for err in errors[:10]]
     first = problems[0]
     if errors[0].get("type") == "json_invalid":
@@ -303,6 +358,16 @@ class IdempotencyMiddleware:
         key = headers.get(b"idempotency-key", b"").decode("latin-1")
         if scope["type"] != "http" or scope["method"] not in MUTATING or not key:
             await self.app(scope, receive, send)
+            return
+        if len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable() or not key.isascii():
+            response = error_response(
+                "invalid_request",
+                f"The Idempotency-Key header must be 1..{IDEMPOTENCY_KEY_MAX} printable ASCII characters; "
+                f"this one is {len(key)} characters long.",
+                422,
+                hint="Send a short random key, e.g. a UUID; nothing was recorded.",
+            )
+            await response(scope, receive, send)
             return
         try:
             body = await _read_body(receive)

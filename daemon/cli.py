@@ -15,9 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from bashgym.daemon.cli_output import emit, error
 from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings, secret_values
-from bashgym.daemon.wire_errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, exit_code_for_status
+from bashgym.daemon.wire_errors import (
+    EXIT_OK,
+    EXIT_RULE,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ApiError,
+    exit_code_for_status,
+)
 from bashgym.ledger.errors import BashGymError, InvalidInput
 from bashgym.ledger.redaction import register_secret_values
+from pydantic import ValidationError
 
 if TYPE_CHECKING:
     from bashgym.daemon.client import DaemonClient
@@ -168,6 +176,9 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         _report(args, "os_error", f"{exc.strerror or exc}{where}.", "Check that path and its disk, then retry.", None)
         return EXIT_UNAVAILABLE
+    except ValidationError as exc:  # a request model built here, from flags, before anything is sent
+        _report(args, "invalid_request", _first_problem(exc), "Fix the named value and run the command again.", None)
+        return EXIT_RULE
     except KeyboardInterrupt:
         return 130
 
@@ -190,17 +201,39 @@ def _report(args: argparse.Namespace, code: str, message: str, hint: str, refere
     error(message, hint)
 
 
+def _first_problem(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "value"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return (
+        f"`{where}`: {message}"
+        if len(exc.errors()) == 1
+        else f"{exc.error_count()} problems; first: `{where}`: {message}"
+    )
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_json_file(path: Path, *, what: str) -> Any:
     """Load a JSON file a user named, with an error that says which file and where it broke."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(), parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{what} {path} is not UTF-8 text: {exc.reason} at byte {exc.start}.") from exc
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise InvalidInput(
+                f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
+                hint="Fix the file and run the command again.",
+            ) from exc
+        # Python reads NaN and Infinity, which no JSON peer (the daemon included) accepts back.
+        raise InvalidInput(
+            f"{what} {path} holds {exc}; write a finite number.", hint="Fix the file and run the command again."
+        ) from exc
     except OSError as exc:
         raise InvalidInput(f"Cannot read {what} {path}: {exc.strerror}.") from exc
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(
-            f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
-            hint="Fix the file and run the command again.",
-        ) from exc
 
 
 def done(ctx: Ctx, result: Any, **render: Any) -> int:

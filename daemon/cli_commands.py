@@ -15,6 +15,7 @@ from bashgym.daemon.cli import Ctx, command, done, no_args, read_json_file
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_UNAVAILABLE, ApiError
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.models import FileDigest
+from bashgym.ledger.validation import check_identifier
 
 if TYPE_CHECKING:
     from bashgym.daemon.client import DaemonClient
@@ -214,6 +215,9 @@ async def dataset_register(ctx: Ctx) -> int:
     a = ctx.args
     if not a.file.is_file():
         raise InvalidInput(f"{a.file} is not a file.", hint="Pass the dataset file with --file.")
+    # Checked before the upload: a refused registration leaves nothing behind, not even a stored file.
+    for value, name in ((a.project, "--project"), (a.dataset, "--dataset"), (a.version, "--version")):
+        check_identifier(value, field=name)
     manifest = read_json_file(a.split_manifest, what="split manifest") if a.split_manifest else {}
     stored = await ctx.client.blob_upload(a.file)
     spec = DatasetFromBlob(

@@ -19,7 +19,7 @@ from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
+from bashgym.ledger.errors import Conflict, InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.lineage import parse_context
 from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunTransition
 from bashgym.ledger.tx import new_id
@@ -357,6 +357,12 @@ class TrainingService:
 
     async def _check_dataset(self, request: TrainingRequest) -> None:
         for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
+            if not Path(path).is_absolute():
+                # Relative to the daemon's working directory, which the caller neither sees nor chooses.
+                raise InvalidInput(
+                    f"dataset path {path!r} is relative; the daemon reads only absolute paths on its host.",
+                    hint="Name the file absolutely; bashgym training start resolves paths for you.",
+                )
             try:
                 report = await asyncio.to_thread(
                     validate_dataset, request.strategy, Path(path), teacher_model=request.teacher_model

@@ -312,6 +312,14 @@ class DeviceSpec(Spec):
                 data = {**data, "python": f"{data.get('work_dir') or 'bashgym-work'}/venv/bin/python"}
         return data
 
+    @field_validator("work_dir", "python")
+    @classmethod
+    def _no_parent_segments(cls, value: str) -> str:
+        # `..` walks out of the directory the device's owner named; name the intended directory itself.
+        if ".." in value.split("/"):
+            raise ValueError(f"{value!r} climbs out with `..`; name the directory itself, e.g. /scratch/bashgym")
+        return value
+
     @field_validator("host_key")
     @classmethod
     def _openssh_public_key(cls, value: str) -> str:

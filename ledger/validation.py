@@ -6,9 +6,11 @@ import hashlib
 import json
 import math
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from bashgym.ledger.errors import InvalidInput, PayloadTooLarge
+from bashgym.ledger.states import TRANSITIONS
 from pydantic import AfterValidator
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
@@ -54,6 +56,47 @@ def check_digest(value: str, *, field: str = "digest") -> str:
     """Return value when it is a lowercase sha256 hex digest."""
     if not isinstance(value, str) or not DIGEST_RE.match(value):
         raise InvalidInput(f"{field} must be a lowercase sha256 hex digest (64 characters of 0-9a-f).")
+    return value
+
+
+METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$")
+SCOPE_RE = re.compile(r"^(project|campaign-[A-Za-z0-9][A-Za-z0-9_.:-]*)$")
+RUN_STATES = tuple(TRANSITIONS)
+
+
+def check_run_status(value: str) -> str:
+    """A filter on run status names one of the run states; anything else would match nothing, silently."""
+    if value not in RUN_STATES:
+        raise InvalidInput(f"status {value!r} is not a run state.", hint=f"Use one of {', '.join(RUN_STATES)}.")
+    return value
+
+
+def check_metric_name(value: str) -> str:
+    if len(value) > 200 or not METRIC_NAME_RE.match(value):
+        raise InvalidInput(
+            f"metric {value!r} is not a metric name.",
+            hint="Metric names are letters, digits and _ . : / @ -, starting with a letter or digit (train.loss).",
+        )
+    return value
+
+
+def check_scope(value: str) -> str:
+    if len(value) > IDENTIFIER_MAX or not SCOPE_RE.match(value):
+        raise InvalidInput(
+            f"scope {value!r} is not a budget scope.", hint="Use `project`, or `campaign-<campaign_id>`."
+        )
+    return value
+
+
+def check_timestamp(value: str, *, field: str) -> str:
+    """An ISO 8601 date or time (UTC when it names no zone), as the ledger's timestamps compare."""
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(
+            f"{field} {value!r} is not an ISO 8601 date or time.",
+            hint="For example 2026-11-29 or 2026-11-29T09:00:00Z.",
+        ) from None
     return value
 
 

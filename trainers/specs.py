@@ -82,7 +82,9 @@ def parse_compute_target(target: str) -> tuple[str, str | None]:
 class TrainingRequest(BaseModel):
     """One training launch, exactly as the operator documents spell it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: NaN passes no range check's comparison, so `learning_rate: NaN` would otherwise be
+    # refused as "less than or equal to 1" instead of as what it is.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     strategy: Strategy
     base_model: Annotated[str, Field(min_length=1, max_length=500)]

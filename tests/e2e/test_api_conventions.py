@@ -115,3 +115,15 @@ def test_the_openapi_document_lives_under_v1_and_documents_the_error_shape(share
     document = httpx.get(f"{shared_daemon.url}/v1/openapi.json").json()
     assert "ErrorResponse" in document["components"]["schemas"]
     assert "401" in document["paths"]["/v1/projects"]["post"]["responses"]
+
+
+def test_the_openapi_document_declares_what_writes_answer_and_resolves_every_body(
+    shared_daemon: RunningDaemon,
+) -> None:
+    """Found by bench/fuzz_api.py: replays (200), revocations (201) and the metrics body's models were missing."""
+    document = httpx.get(f"{shared_daemon.url}/v1/openapi.json").json()
+    paths = document["paths"]
+    assert {"200", "201"} <= set(paths["/v1/projects"]["post"]["responses"])
+    assert {"200", "201"} <= set(paths["/v1/auth/tokens/{token_id}/revoke"]["post"]["responses"])
+    assert "#/$defs/" not in str(paths["/v1/projects/{project}/metrics"]["post"]["requestBody"])
+    assert "MetricPoint" in document["components"]["schemas"]
