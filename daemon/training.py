@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
@@ -19,7 +20,7 @@ from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import Conflict, InvalidInput, NotFound, RuleRejected
+from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.lineage import parse_context
 from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunTransition
 from bashgym.ledger.tx import new_id
@@ -108,14 +109,44 @@ class TrainingService:
             )
 
     async def _supervise(self, supervisor: Supervisor, work: Coroutine[Any, Any, str]) -> None:
+        async with self._supervising(supervisor):
+            await work
+
+    @contextlib.asynccontextmanager
+    async def _supervising(self, supervisor: Supervisor) -> AsyncIterator[None]:
+        """The supervisor is the run's active one, watched for progress. A failure of its supervision stays
+        that run's: these tasks share one TaskGroup, where an escaped error would end every run and the daemon."""
         run_id = supervisor.handle.run_id
         try:
             self._active[run_id] = supervisor
             async with self._watching(supervisor):
-                await work
+                yield
+        except Exception as exc:
+            await self._supervision_failed(supervisor, exc)
         finally:
             self._active.pop(run_id, None)
             self._tasks.pop(run_id, None)
+
+    async def _supervision_failed(self, supervisor: Supervisor, exc: Exception) -> None:
+        """Stop a local trainer nobody follows any more, and say so on the run; the log has the traceback."""
+        h, reference = supervisor.handle, secrets.token_hex(3)
+        log.error("Supervision of run %s failed (ref %s)", h.run_id, reference, exc_info=exc)
+        detail = exc.message if isinstance(exc, BashGymError) else str(exc)
+        status = "unknown"
+        outcome = "its trainer may still run: inspect training.log, then resume or stop the run"
+        if supervisor.stops_with_daemon:
+            with contextlib.suppress(Exception):
+                await supervisor.stop()
+                status, outcome = "failed", "its trainer was stopped"
+        reason = f"The daemon's supervision of this run failed ({type(exc).__name__}: {detail[:500]}; ref {reference})"
+        with contextlib.suppress(BashGymError):  # the ledger itself may be what failed; a restart resolves the run
+            await self.ledger.transition_run(
+                supervisor.actor,
+                h.workspace,
+                h.project,
+                h.run_id,
+                RunTransition(status=status, reason=f"{reason}; {outcome}."),
+            )
 
     @contextlib.asynccontextmanager
     async def _watching(self, supervisor: Supervisor) -> AsyncIterator[None]:
@@ -137,15 +168,8 @@ class TrainingService:
             watcher.cancel()
 
     async def _follow(self, supervisor: Supervisor, pid: int, *, is_running: bool) -> None:
-        run_id = supervisor.handle.run_id
-        try:
-            async with self._slots:
-                self._active[run_id] = supervisor
-                async with self._watching(supervisor):
-                    await supervisor.follow_existing(pid, is_running=is_running)
-        finally:
-            self._active.pop(run_id, None)
-            self._tasks.pop(run_id, None)
+        async with self._slots, self._supervising(supervisor):
+            await supervisor.follow_existing(pid, is_running=is_running)
 
     async def __aexit__(self, *exc: Any) -> None:
         self._is_accepting = False
@@ -413,22 +437,26 @@ class TrainingService:
         self._tasks[handle.run_id] = self._group.create_task(self._run(handle, actor, resume=resume))
 
     async def _run(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
-        lane = await asyncio.to_thread(LaneState, handle.run_dir)
-        supervisor = (
-            self._supervisor(handle, actor)
-            if lane.lane == "local"
-            else await self._remote_supervisor(handle, actor, lane)
-        )
-        run_id = handle.run_id
-        slots = self._slots_for(supervisor)
         try:
-            async with slots or contextlib.nullcontext():
-                self._active[run_id] = supervisor
-                async with self._watching(supervisor):
-                    await supervisor.run(resume=resume)
-        finally:
-            self._active.pop(run_id, None)
-            self._tasks.pop(run_id, None)
+            lane = await asyncio.to_thread(LaneState, handle.run_dir)
+            supervisor = (
+                self._supervisor(handle, actor)
+                if lane.lane == "local"
+                else await self._remote_supervisor(handle, actor, lane)
+            )
+        except BashGymError as exc:  # its device was removed meanwhile: this run's failure, not the daemon's
+            self._tasks.pop(handle.run_id, None)
+            with contextlib.suppress(BashGymError):
+                await self.ledger.transition_run(
+                    actor,
+                    handle.workspace,
+                    handle.project,
+                    handle.run_id,
+                    RunTransition(status="failed", reason=f"The run could not be launched: {exc.message}"),
+                )
+            return
+        async with self._slots_for(supervisor) or contextlib.nullcontext(), self._supervising(supervisor):
+            await supervisor.run(resume=resume)
 
     async def pause(self, principal: Principal, workspace: str, project: str, run_id: str) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.control")
@@ -447,16 +475,19 @@ class TrainingService:
                 f"Run {run_id} is {run['status']}; only a paused run, or an `unknown` one whose local trainer is "
                 "gone, can resume."
             )
-        handle = RunHandle(
-            workspace,
-            project,
-            run_id,
-            run["attempts"][-1]["attempt_id"],
-            self.settings.runs_dir / run_id,
-            run["method"],
-        )
+        run_dir = self.settings.runs_dir / run_id
+        attempt_id = run["attempts"][-1]["attempt_id"]
+        if run["status"] == "unknown":
+            # The lost trainer recorded steps past its last complete checkpoint; the resumed one redoes them,
+            # as a new attempt with a metrics file of its own.
+            lost = attempt_id
+            attempt_id = await self.ledger.supersede_attempt(
+                actor, workspace, project, run_id, "the trainer was lost; the run went on as a new attempt"
+            )
+            await asyncio.to_thread(_set_aside_metrics, run_dir, lost)
+        handle = RunHandle(workspace, project, run_id, attempt_id, run_dir, run["method"])
         self._launch(handle, actor, resume=True)
-        return {"run_id": run_id, "status": "resuming"}
+        return {"run_id": run_id, "status": "resuming", "attempt_id": attempt_id}
 
     async def stop(
         self, principal: Principal, actor: Actor, workspace: str, project: str, run_id: str
@@ -504,3 +535,10 @@ def _read_state(run_dir: Path) -> dict[str, Any]:
 def _write_request(run_dir: Path, request: TrainingRequest) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "request.json").write_text(json.dumps(request.model_dump(mode="json"), indent=2))
+
+
+def _set_aside_metrics(run_dir: Path, attempt_id: str) -> None:
+    """metrics.jsonl is the current attempt's; a superseded attempt's lines move to metrics.<attempt>.jsonl."""
+    current = run_dir / "metrics.jsonl"
+    if current.exists():
+        current.replace(run_dir / f"metrics.{attempt_id}.jsonl")

@@ -29,6 +29,14 @@ class RunStatusChanged(_Payload):
     reason: str = ""
 
 
+class AttemptSuperseded(_Payload):
+    """An `unknown` run's lost attempt closed as failed, so the run can go on as a new attempt."""
+
+    attempt_id: str
+    next_attempt_id: str
+    reason: str
+
+
 class MetricsIngested(_Payload):
     count: int
     inserted: int
@@ -100,6 +108,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "environment.registered": EntityRegistered,
     "run.registered": EntityRegistered,
     "attempt.created": EntityRegistered,
+    "attempt.superseded": AttemptSuperseded,
     "artifact.registered": EntityRegistered,
     "eval_suite.registered": EntityRegistered,
     "eval_result.recorded": EntityRegistered,

@@ -151,6 +151,39 @@ def create_attempt(tx: Tx, ws: str, project: str, run_id: str) -> str:
     return attempt_id
 
 
+def supersede_attempt(tx: Tx, ws: str, project: str, run_id: str, reason: str) -> str:
+    """Close the latest attempt of an `unknown` run as failed and open the next one (queued); return its id.
+
+    A run whose trainer was lost resumes from its last complete checkpoint and redoes the steps after it.
+    Those steps are the new attempt's: the lost attempt's points stay as they were recorded.
+    """
+    run = get_run_row(tx.conn, ws, project, run_id)
+    if run["status"] != "unknown":
+        raise Conflict(
+            f"Run {run_id} is {run['status']}; only an `unknown` run goes on as a new attempt.",
+            hint="A paused run resumes as the same attempt.",
+        )
+    lost = latest_attempt(tx.conn, ws, project, run_id)
+    check_transition(lost["status"], "failed", what=f"Attempt {lost['attempt_id']}")
+    reason = redact_text(reason)
+    tx.conn.execute(
+        "UPDATE attempts SET status = 'failed', status_reason = ?, updated_at = ?, ended_at = ? "
+        "WHERE workspace_id = ? AND project_id = ? AND attempt_id = ?",
+        (reason, tx.now, tx.now, ws, project, lost["attempt_id"]),
+    )
+    attempt_id = create_attempt(tx, ws, project, run_id)
+    tx.append_event(
+        "attempt.superseded",
+        workspace_id=ws,
+        project_id=project,
+        experiment_id=run["experiment_id"],
+        run_id=run_id,
+        attempt_id=lost["attempt_id"],
+        payload={"attempt_id": lost["attempt_id"], "next_attempt_id": attempt_id, "reason": reason},
+    )
+    return attempt_id
+
+
 def get_run_row(tx_conn: Any, ws: str, project: str, run_id: str) -> dict[str, Any]:
     require_project(tx_conn, ws, project)
     row = tx_conn.execute(

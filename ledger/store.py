@@ -204,6 +204,10 @@ class Ledger:
     ) -> WriteResult:
         return await self._put(actor, lambda tx: runs.transition_run(tx, ws, project, run_id, spec))
 
+    async def supersede_attempt(self, actor: Actor, ws: str, project: str, run_id: str, reason: str) -> str:
+        """An `unknown` run goes on as a new attempt (runs.supersede_attempt); returns the new attempt's id."""
+        return await self.write(actor, lambda tx: runs.supersede_attempt(tx, ws, project, run_id, reason))
+
     async def ingest_metrics(self, actor: Actor, ws: str, project: str, batch: MetricBatch) -> WriteResult:
         def fn(tx: Tx) -> WriteResult:
             result = runs.ingest_metrics(tx, ws, project, batch)

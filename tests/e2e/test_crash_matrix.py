@@ -226,12 +226,6 @@ def test_trainer_running_a_kill_resolves_the_run_exactly_once(
         assert run_of(second, run_id)["status"] == "cancelled"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the resumed trainer redoes steps 6-10 with new values under the same attempt; the ledger "
-    "refuses them (Conflict: recorded metric points never change) and that error ends the daemon's task group. "
-    "Fix: resume an `unknown` run as a new attempt.",
-)
 @pytest.mark.timeout(300)
 def test_checkpoint_being_written_a_resume_after_the_crash_starts_from_the_last_complete_checkpoint(
     tiny: Path, home: Path, tmp_path: Path
@@ -259,9 +253,17 @@ def test_checkpoint_being_written_a_resume_after_the_crash_starts_from_the_last_
             project_events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
     assert run["status"] == "completed", run["attempts"][-1]
     steps = [e["payload"]["step"] for e in project_events if e["event_type"] == "run.checkpoint"]
-    assert steps == [5, 10, 15], "resumed from checkpoint-5; the half-written checkpoint-10 was saved again"
-    assert run["metric_summary"]["train.loss"]["count"] == 15
+    assert steps == [10, 15], "the half-written checkpoint-10 was written again by the resumed attempt"
     assert events_of(events, run_id).count("run.resumed") == 1
+    # The lost trainer's steps past checkpoint-5 are redone as attempt 2; attempt 1's record stays as it was.
+    lost, resumed_attempt = run["attempts"]
+    assert lost["status"] == "failed" and "went on as a new attempt" in lost["status_reason"]
+    assert resumed_attempt["status"] == "completed"
+    assert events_of(events, run_id).count("attempt.superseded") == 1
+    redone = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert redone[0] == 6 and redone[-1] == 15, "attempt 2 started after the last complete checkpoint"
+    assert (run_dir / f"metrics.{lost['attempt_id']}.jsonl").is_file()
+    assert run["metric_summary"]["train.loss"]["last_step"] == 15
 
 
 CAMPAIGN_SPEC = {
