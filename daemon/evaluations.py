@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -275,6 +276,8 @@ class EvaluationService:
             "-m",
             "bashgym.trainers.evaluate",
             str(eval_dir),
+            "--parent-pid",
+            str(os.getpid()),
             stdout=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

@@ -40,10 +40,26 @@ class EvalRequest(BaseModel):
     limit_tasks: int | None = Field(None, ge=1)
 
 
+def end_with_parent(parent_pid: int) -> None:
+    """An evaluation is not re-attached after a daemon restart, it is run again: so a local evaluator ends with
+    the daemon that started it (Linux: PR_SET_PDEATHSIG), rather than compete with its own rerun."""
+    if sys.platform == "linux":
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the daemon was gone before the request above was made
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bashgym.trainers.evaluate")
     parser.add_argument("eval_dir", type=Path)
+    parser.add_argument("--parent-pid", type=int, help="end with this process (the local daemon that started it)")
     args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        end_with_parent(args.parent_pid)
     eval_dir: Path = args.eval_dir.resolve()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     log_fd = os.open(eval_dir / "evaluation.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
