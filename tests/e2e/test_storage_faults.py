@@ -7,7 +7,6 @@ import os
 import sqlite3
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,15 +79,15 @@ def daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
         yield running
 
 
-def hold_write_lock(ledger: Path, hold_s: float) -> threading.Thread:
-    """Another process's writer (a sqlite3 shell in BEGIN IMMEDIATE) holds the lock for hold_s."""
+def hold_write_lock(ledger: Path, release: threading.Event) -> threading.Thread:
+    """Another process's writer (a sqlite3 shell in BEGIN IMMEDIATE) holds the lock until `release` is set."""
     taken = threading.Event()
 
     def hold() -> None:
         conn = sqlite3.connect(ledger, isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")
         taken.set()
-        time.sleep(hold_s)
+        release.wait(60)
         conn.execute("ROLLBACK")
         conn.close()
 
@@ -101,12 +100,16 @@ def hold_write_lock(ledger: Path, hold_s: float) -> threading.Thread:
 def test_a_briefly_locked_ledger_is_waited_for_and_a_long_lock_is_said_plainly(daemon: RunningDaemon) -> None:
     ledger = daemon.home / "ledger.sqlite3"
     with daemon.client() as client:
-        brief = hold_write_lock(ledger, 1.0)
+        released = threading.Event()
+        brief = hold_write_lock(ledger, released)
+        threading.Timer(1.0, released.set).start()  # well inside the 5 s the daemon waits
         waited = client.post("/v1/projects", json={"project_id": "waited", "name": "W"})
         brief.join()
-        long = hold_write_lock(ledger, 7.0)
+        held = threading.Event()
+        long = hold_write_lock(ledger, held)  # held until the daemon has given up
         refused = client.post("/v1/projects", json={"project_id": "refused", "name": "R"})
         read = client.get("/v1/projects")
+        held.set()
         long.join()
         after = client.post("/v1/projects", json={"project_id": "refused", "name": "R"})
         cursor = client.get("/v1/ledger/health").json()["last_cursor"]
