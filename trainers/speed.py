@@ -201,9 +201,14 @@ def estimate_training_bytes(shape: ModelShape, tokens: int, *, checkpointing: bo
     return weights + optimizer + activations + logits
 
 
-def resolve_gradient_checkpointing(requested: object, machine: Machine, shape: ModelShape, tokens: int) -> Choice:
+def resolve_gradient_checkpointing(
+    requested: object, machine: Machine, shape: ModelShape, tokens: int, strategy: str = "sft"
+) -> Choice:
     if choice := forced(requested):
         return choice
+    if strategy not in SFT_PATH:
+        # Pairs, generations and teachers multiply a step's memory in ways the estimate does not model.
+        return Choice("auto", True, f"TRL's default for {strategy}")
     need = estimate_training_bytes(shape, tokens, checkpointing=False)
     budget = int(machine.memory_bytes * CHECKPOINTING_MEMORY_SHARE)
     where = "GPU" if machine.cuda else "host"
@@ -287,7 +292,7 @@ def plan_speed(
             "bf16": resolve_bf16(request.bf16, machine),
             "fused_adamw": resolve_fused_adamw(request.fused_adamw, machine),
             "gradient_checkpointing": resolve_gradient_checkpointing(
-                request.gradient_checkpointing, machine, shape, tokens
+                request.gradient_checkpointing, machine, shape, tokens, request.strategy
             ),
             "dataloader_workers": resolve_workers(request.dataloader_workers, machine),
             "pin_memory": resolve_pin_memory(request.pin_memory, machine),
