@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.speed import Machine, resolve_bf16
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 
@@ -39,7 +40,9 @@ def load_model_and_tokenizer(
     tokenizer = AutoTokenizer.from_pretrained(request.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if facts["bf16"] else torch.float32}
+    # Weights load in bf16 when the run trains in bf16 (the request's `bf16`, resolved for this machine).
+    bf16 = resolve_bf16(request.bf16, Machine.detect()).used
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 else torch.float32}
     if request.load_in_4bit:
         from transformers import BitsAndBytesConfig
 

@@ -59,7 +59,8 @@ def _train(
         run.write_state("cancelled", step=0)
         run.emit("cancelled", step=0)
         return EXIT_CANCELLED
-    trainer = build_trainer(request, model, tokenizer, run)
+    trainer, speed = build_trainer(request, model, tokenizer, run)
+    facts["speed"] = speed.record()
     trainer.add_callback(ControlCallback(flags))
     _quiet_stdout_printer(trainer)
     run.emit("started", strategy=request.strategy, resumed_from=checkpoint.name if checkpoint else None, **facts)

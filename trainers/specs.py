@@ -42,6 +42,18 @@ REFUSED_TARGETS: dict[str, str] = {
 
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+# A speed setting: "auto" lets the trainer decide from the machine and the data; true or false forces it.
+Toggle = Literal["auto"] | bool
+SPEED_FIELDS: tuple[str, ...] = (
+    "compile",
+    "packing",
+    "liger",
+    "bf16",
+    "fused_adamw",
+    "gradient_checkpointing",
+    "dataloader_workers",
+    "pin_memory",
+)
 
 
 class InvalidRequest(ValueError):
@@ -97,8 +109,16 @@ class TrainingRequest(BaseModel):
     learning_rate: Annotated[float, Field(gt=0, le=1.0)] = 2e-5
     warmup_ratio: Probability = 0.0
     lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
-    # None keeps the trainer's own default (TRL turns it on: memory for speed on large models).
-    gradient_checkpointing: bool | None = None
+    # Speed (issue 13): "auto" resolves per machine and run (bashgym.trainers.speed); the run records what
+    # was asked and what was used. null is read as "auto" (it used to mean the trainer's default).
+    gradient_checkpointing: Toggle = "auto"
+    compile: Toggle = "auto"
+    packing: Toggle = "auto"
+    liger: Toggle = "auto"
+    bf16: Toggle = "auto"
+    fused_adamw: Toggle = "auto"
+    dataloader_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
+    pin_memory: Toggle = "auto"
     max_seq_length: Annotated[int, Field(ge=8, le=1_048_576)] = 4096
     save_steps: Annotated[int, Field(ge=1)] = 500
     logging_steps: Annotated[int, Field(ge=1)] = 1
@@ -164,6 +184,9 @@ class TrainingRequest(BaseModel):
                 suggestion = closest_field(str(key), fields)
                 hint = f"; did you mean `{suggestion}`?" if suggestion else "."
                 raise InvalidRequest(f"`{key}` is not a field{hint}")
+        if data.get("gradient_checkpointing", "auto") is None:
+            # Requests stored before the speed fields said null for "the trainer's default"; auto replaces it.
+            data = {**data, "gradient_checkpointing": "auto"}
         strategy = str(data.get("strategy", "")).lower()
         if strategy in SEPARATE_WORKFLOWS:
             raise InvalidRequest(f"strategy `{strategy}` is not started directly. {SEPARATE_WORKFLOWS[strategy]}")

@@ -122,6 +122,10 @@ def test_each_strategy_trains_and_leaves_a_complete_run_directory(
     assert not list(run_dir.glob("checkpoint-*")), "adapter_only keeps final/ only"
     profile = json.loads((run_dir / "model_profile.json").read_text())
     assert profile["files"] and all(sha256_file(run_dir / f["path"]) == f["sha256"] for f in profile["files"])
+    # The speed settings as asked and as used, in the started event and the profile alike (issue 13).
+    assert events[0]["speed"] == profile["speed"]
+    assert profile["speed"]["bf16"] == "auto -> off (no GPU)"
+    assert "speed: compile" in (run_dir / "training.log").read_text()
 
 
 def test_distillation_with_a_teacher_model_trains_on_policy(models: dict[str, Path], tmp_path: Path) -> None:

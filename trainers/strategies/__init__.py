@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
+from bashgym.trainers.modeling import load_rows
 from bashgym.trainers.reporting import ReportingCallback
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.speed import SFT_PATH, Machine, ModelShape, SpeedPlan, compile_with_fallback, plan_speed
+
+# Rows read to judge whether lengths vary enough for packing: enough for a stable share, cheap to tokenize.
+LENGTH_SAMPLE_ROWS = 1024
 
 
 def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
-    """TrainingArguments every strategy shares; field names map one to one from the request."""
+    """TrainingArguments every strategy shares; field names map one to one from the request.
+
+    The speed settings (bf16, optimizer, checkpointing, data loading) come from the run's SpeedPlan.
+    """
     cuda = torch.cuda.is_available()
     return {
         "output_dir": str(run.root),
@@ -22,9 +34,6 @@ def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
         "learning_rate": request.learning_rate,
         "warmup_steps": request.warmup_ratio,  # a float below 1 is a fraction of the run in transformers 5
         "lr_scheduler_type": request.lr_scheduler_type,
-        **(
-            {} if request.gradient_checkpointing is None else {"gradient_checkpointing": request.gradient_checkpointing}
-        ),
         "logging_steps": request.logging_steps,
         "save_steps": request.save_steps,
         "save_total_limit": request.checkpoint_limit,
@@ -33,8 +42,6 @@ def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
         "report_to": "none",
         "disable_tqdm": True,
         "use_cpu": not cuda,
-        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
-        "dataloader_num_workers": 0,
     }
 
 
@@ -49,7 +56,18 @@ def eval_args(request: TrainingRequest) -> dict[str, Any]:
     }
 
 
-def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory) -> Any:
+def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory) -> tuple[Any, SpeedPlan]:
+    """The strategy's trainer with the run's speed settings applied, and those settings as resolved."""
+    machine = Machine.detect()
+    plan = plan_speed(
+        request,
+        machine,
+        ModelShape.of(model, use_lora=request.use_lora),
+        lengths=_sample_lengths(request, tokenizer) if _needs_lengths(request, machine) else (),
+    )
+    args = {**common_args(request, run), **_renamed_for_transformers(plan.training_args())}
+    if request.strategy in SFT_PATH:
+        args |= {"packing": plan.uses("packing"), "use_liger_kernel": plan.uses("liger")}
     match request.strategy:
         case "sft":
             from bashgym.trainers.strategies.sft import build
@@ -61,6 +79,65 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
             from bashgym.trainers.strategies.distillation import build
         case "session_distillation":
             from bashgym.trainers.strategies.session import build
-    trainer = build(request, model, tokenizer, run, common_args(request, run))
+    trainer = build(request, model, tokenizer, run, args)
+    if plan.uses("compile"):
+        plan = _compile(trainer, plan)
+    print(plan.log_line(), flush=True)
     trainer.add_callback(ReportingCallback(run))
-    return trainer
+    return trainer, plan
+
+
+def _renamed_for_transformers(args: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5.2x renamed gradient_checkpointing to activation_checkpointing and warns on the old name
+    (TRL's own default sets it); earlier 5.x releases know only the old one."""
+    from transformers import TrainingArguments
+
+    if "activation_checkpointing" in {f.name for f in dataclasses.fields(TrainingArguments)}:
+        args = dict(args)
+        args["activation_checkpointing"] = args.pop("gradient_checkpointing")
+    return args
+
+
+def _needs_lengths(request: TrainingRequest, machine: Machine) -> bool:
+    return request.strategy in SFT_PATH and request.packing == "auto" and machine.cuda and request.batch_size > 1
+
+
+def _sample_lengths(request: TrainingRequest, tokenizer: Any) -> Sequence[int]:
+    """Token lengths of a seeded sample of the training rows, in the order random batches would draw them."""
+    rows = load_rows(request.dataset_path)
+    random.Random(request.seed).shuffle(rows)
+    lengths = []
+    for row in rows[:LENGTH_SAMPLE_ROWS]:
+        if "messages" in row:
+            lengths.append(len(tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=False)))
+        else:
+            lengths.append(len(tokenizer(str(row.get("text", "")))["input_ids"]))
+    return lengths
+
+
+def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
+    """Compile the model in place, proven by one real step; a failure trains eager and is recorded as such."""
+    failure = compile_with_fallback(trainer.model, lambda: _probe_step(trainer), log=_print)
+    if failure is None:
+        return plan
+    choice = plan.choices["compile"]
+    failed = replace(choice, used=False, reason=f"compilation failed: {failure}")
+    return SpeedPlan({**plan.choices, "compile": failed})
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)  # stdout is training.log in a trainer process
+
+
+def _probe_step(trainer: Any) -> None:
+    """One forward and backward of the first training batch, leaving weights, gradients and RNG as they were."""
+    batch = next(iter(trainer.get_train_dataloader()))
+    inputs = trainer._prepare_inputs(batch)
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices), trainer.accelerator.autocast():
+        loss = trainer.compute_loss(trainer.model, inputs)
+        loss.backward()
+    trainer.model.zero_grad(set_to_none=True)
+    # TRL averages per-batch figures (entropy, token accuracy) into the next log; the probe is not a step.
+    for values in getattr(trainer, "_metrics", {}).get("train", {}).values():
+        values.clear()

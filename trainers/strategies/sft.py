@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from bashgym.trainers.modeling import load_rows, lora_config
@@ -14,22 +15,27 @@ from trl import SFTConfig, SFTTrainer
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
     train = _dataset(request.dataset_path)
+    # `packing` (best-fit decreasing, padding-free: position ids restart per sequence, so attention never
+    # crosses a boundary) and `use_liger_kernel` come in `args` from the run's SpeedPlan.
     config = SFTConfig(
         **args,
         **eval_args(request),
         max_length=request.max_seq_length,
-        packing=False,
         assistant_only_loss=_assistant_only(train, tokenizer),
     )
     eval_dataset = _dataset(request.eval_dataset_path) if request.eval_dataset_path else None
-    return SFTTrainer(
-        model=model,
-        args=config,
-        train_dataset=train,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        peft_config=lora_config(request),
-    )
+    with warnings.catch_warnings():
+        # TRL 1.16 deprecates use_liger_kernel for Hub kernels, which an offline trainer cannot fetch; Liger's
+        # installed kernels are still the ones this machine has.
+        warnings.filterwarnings("ignore", message="`use_liger_kernel=True` is deprecated", category=FutureWarning)
+        return SFTTrainer(
+            model=model,
+            args=config,
+            train_dataset=train,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(request),
+        )
 
 
 def _assistant_only(train: Dataset, tokenizer: Any) -> bool:

@@ -1,0 +1,140 @@
+"""Speed settings on the real SFT path (issue 13): packing keeps sequences apart and cuts padding; compile falls back.
+
+These build BashGym's SFT trainer in-process on the tiny model, exactly as a trainer process does, and read
+the batches its dataloader hands the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.speed import compile_with_fallback
+from bashgym.trainers.strategies import build_trainer
+from bashgym.trainers.tiny import build_tiny
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+pytestmark = pytest.mark.timeout(120)
+
+WORDS = ["ls", "cat", "grep", "wc", "sort", "uniq", "head", "tail", "find", "echo", "awk", "sed", "cut", "tr", "xargs"]
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("student"))
+
+
+@pytest.fixture
+def devnull() -> Iterator[Any]:
+    with open(os.devnull, "w") as handle:
+        yield handle
+
+
+def variable_length_rows(path: Path, count: int = 24) -> Path:
+    draw = random.Random(7)
+    rows = [{"text": " ".join(draw.choice(WORDS) for _ in range(draw.randint(2, 40)))} for _ in range(count)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def sft_trainer(student: Path, tmp_path: Path, devnull: Any, **fields: Any) -> tuple[Any, Any]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    request = TrainingRequest(
+        strategy="sft",
+        base_model=str(student),
+        dataset_path=str(variable_length_rows(tmp_path / "rows.jsonl")),
+        use_lora=False,
+        batch_size=4,
+        gradient_accumulation_steps=1,
+        max_seq_length=128,
+        max_steps=2,
+        **fields,
+    )
+    model = AutoModelForCausalLM.from_pretrained(student)
+    tokenizer = AutoTokenizer.from_pretrained(student)
+    return build_trainer(request, model, tokenizer, RunDirectory(tmp_path, devnull))
+
+
+def batches(trainer: Any) -> list[dict[str, torch.Tensor]]:
+    """One epoch of the batches the trainer's dataloader hands the model."""
+    return list(trainer.get_train_dataloader())
+
+
+def sequences_of(batch: dict[str, torch.Tensor]) -> list[tuple[int, int]]:
+    """(start, end) of each packed sequence: its position ids restart at 0."""
+    positions = batch["position_ids"][0].tolist()
+    starts = [i for i, p in enumerate(positions) if p == 0]
+    return list(zip(starts, [*starts[1:], len(positions)], strict=True))
+
+
+def test_packed_sequences_do_not_attend_to_each_other(student: Path, tmp_path: Path, devnull: Any) -> None:
+    trainer, plan = sft_trainer(student, tmp_path, devnull, packing=True)
+    assert plan.record()["packing"] == "on -> on (requested)"
+    batch = batches(trainer)[0]
+    assert "attention_mask" not in batch, "padding-free packing marks sequences by position ids alone"
+    spans = sequences_of(batch)
+    assert len(spans) >= 4, f"expected several sequences in one packed row, got {spans}"
+    model = trainer.model.eval()
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.no_grad():
+        packed = model(**inputs).logits[0]
+        # The same tokens with positions that never restart: one long sequence, so later ones see earlier ones.
+        joined = model(input_ids=batch["input_ids"]).logits[0]
+        for start, end in spans:
+            alone = model(input_ids=batch["input_ids"][:, start:end]).logits[0]
+            torch.testing.assert_close(packed[start:end], alone, atol=1e-4, rtol=1e-4)
+    later = spans[1]
+    assert not torch.allclose(joined[later[0] : later[1]], packed[later[0] : later[1]], atol=1e-3), (
+        "the control failed: without restarting positions the second sequence should see the first"
+    )
+
+
+def test_packing_removes_the_padding_of_variable_length_batches(student: Path, tmp_path: Path, devnull: Any) -> None:
+    padded_trainer, _ = sft_trainer(student, tmp_path / "off", devnull, packing=False)
+    packed_trainer, _ = sft_trainer(student, tmp_path / "on", devnull, packing=True)
+    padded, packed = batches(padded_trainer), batches(packed_trainer)
+    padded_share = 1 - sum(int(b["attention_mask"].sum()) for b in padded) / sum(b["input_ids"].numel() for b in padded)
+    assert padded_share > 0.2, f"variable lengths should pad plain batches heavily: {padded_share:.0%}"
+    # Padding-free packing hands the model one row of real tokens, sequences marked by their position ids.
+    assert all("attention_mask" not in b and b["input_ids"].shape[0] == 1 for b in packed)
+    real_tokens = sum(int(b["attention_mask"].sum()) for b in padded)
+    assert sum(b["input_ids"].numel() for b in packed) == real_tokens, "packing dropped or padded tokens"
+    assert len(packed) < len(padded), "the same tokens should take fewer steps packed"
+
+
+def test_a_cpu_run_records_each_speed_setting_as_requested_and_used(
+    student: Path, tmp_path: Path, devnull: Any
+) -> None:
+    _, plan = sft_trainer(student, tmp_path, devnull, gradient_checkpointing=True)
+    record = plan.record()
+    assert record["compile"] == "auto -> off (no GPU)"
+    assert record["packing"] == "auto -> off (no GPU)"
+    assert record["bf16"] == "auto -> off (no GPU)"
+    assert record["liger"] in {"auto -> off (liger-kernel not installed)", "auto -> off (no GPU)"}
+    assert record["gradient_checkpointing"] == "on -> on (requested)"
+    assert record["dataloader_workers"] == "auto -> 0 (no GPU: collate in the training process)"
+
+
+def test_a_failing_compiler_falls_back_to_eager_with_a_log_line(student: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(student).eval()
+    tokens = torch.tensor([[2, 10, 11, 12, 13]])
+    with torch.no_grad():
+        expected = model(input_ids=tokens).logits
+
+    def broken_backend(graph: Any, example_inputs: Any) -> Any:
+        raise RuntimeError("no C++ compiler on this host")
+
+    lines: list[str] = []
+    failure = compile_with_fallback(model, lambda: model(input_ids=tokens), log=lines.append, backend=broken_backend)
+    assert failure is not None and "no C++ compiler" in failure
+    assert lines and lines[0].startswith("speed: torch.compile failed") and lines[0].endswith("training eager")
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=tokens).logits, expected)

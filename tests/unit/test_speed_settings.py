@@ -1,0 +1,119 @@
+"""What each speed setting resolves to on a CPU host and on an H200, and what the run records (issue 13)."""
+
+from __future__ import annotations
+
+import pytest
+from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.speed import Machine, ModelShape, SpeedRefused, padding_waste, plan_speed
+from pydantic import ValidationError
+
+GiB = 1024**3
+CPU = Machine(cuda=False, bf16_supported=False, memory_bytes=8 * GiB, cpu_count=2, has_liger=False)
+H200 = Machine(cuda=True, bf16_supported=True, memory_bytes=141 * GiB, cpu_count=16, has_liger=False)
+# The reference model of bench/gpu_sft.py: Llama-style, 374M parameters.
+REFERENCE = ModelShape(
+    parameters=374_000_000,
+    trainable_parameters=374_000_000,
+    hidden_size=1024,
+    num_layers=24,
+    intermediate_size=2816,
+    vocab_size=32000,
+    bytes_per_weight=4,
+)
+EIGHT_B = ModelShape(
+    parameters=8_000_000_000,
+    trainable_parameters=8_000_000_000,
+    hidden_size=4096,
+    num_layers=32,
+    intermediate_size=14336,
+    vocab_size=128256,
+    bytes_per_weight=2,
+)
+
+
+def request(**fields: object) -> TrainingRequest:
+    base: dict[str, object] = {"strategy": "sft", "base_model": "m", "dataset_path": "d.jsonl"}
+    return TrainingRequest.model_validate({**base, **fields})
+
+
+def test_every_speed_setting_defaults_to_auto() -> None:
+    r = request()
+    assert (r.compile, r.packing, r.liger, r.bf16, r.fused_adamw, r.gradient_checkpointing) == ("auto",) * 6
+    assert (r.dataloader_workers, r.pin_memory) == ("auto", "auto")
+
+
+def test_a_misspelt_speed_field_is_refused_with_the_right_name() -> None:
+    with pytest.raises(ValidationError, match="did you mean `packing`"):
+        request(pack1ng=True)
+
+
+def test_a_stored_request_with_null_checkpointing_still_validates_as_auto() -> None:
+    assert request(gradient_checkpointing=None).gradient_checkpointing == "auto"
+
+
+def test_on_a_cpu_host_auto_keeps_the_cpu_recipe() -> None:
+    record = plan_speed(request(batch_size=8, max_seq_length=640), CPU, REFERENCE).record()
+    assert record["compile"] == "auto -> off (no GPU)"
+    assert record["packing"] == "auto -> off (no GPU)"
+    assert record["bf16"] == "auto -> off (no GPU)"
+    assert record["fused_adamw"] == "auto -> on (CPU kernel)"
+    assert record["liger"] == "auto -> off (liger-kernel not installed)"
+    assert record["dataloader_workers"] == "auto -> 0 (no GPU: collate in the training process)"
+    assert record["pin_memory"] == "auto -> off (no GPU to copy to)"
+
+
+def test_on_an_h200_auto_turns_the_fast_paths_on() -> None:
+    even = [2048] * 64
+    plan = plan_speed(request(batch_size=16, max_seq_length=2048), H200, REFERENCE, lengths=even)
+    record = plan.record()
+    assert record["compile"] == "auto -> on (GPU present)"
+    assert record["bf16"] == "auto -> on (GPU supports bf16)"
+    assert record["fused_adamw"] == "auto -> on (CUDA kernel)"
+    assert record["packing"] == "auto -> off (lengths even: 0% padding)"
+    assert record["gradient_checkpointing"].startswith("auto -> off (~")
+    assert record["dataloader_workers"] == "auto -> 4 (16 CPUs beside the GPU)"
+    args = plan.training_args()
+    assert args["optim"] == "adamw_torch_fused" and args["bf16"] and not args["gradient_checkpointing"]
+    assert args["dataloader_pin_memory"] and args["dataloader_persistent_workers"]
+
+
+def test_packing_turns_on_for_variable_lengths_on_a_gpu() -> None:
+    varied = [64 + (i * 397) % 1985 for i in range(256)]
+    record = plan_speed(request(batch_size=16, max_seq_length=2048), H200, REFERENCE, lengths=varied).record()
+    assert record["packing"].startswith("auto -> on (lengths vary: ")
+    assert padding_waste(varied, 16, 2048) > 0.3
+
+
+def test_batch_size_one_pads_nothing_so_packing_stays_off() -> None:
+    record = plan_speed(request(batch_size=1), H200, REFERENCE, lengths=[10, 2000]).record()
+    assert record["packing"] == "auto -> off (batch_size 1 pads nothing)"
+
+
+def test_checkpointing_turns_on_only_when_memory_does_not_fit() -> None:
+    small_gpu = Machine(cuda=True, bf16_supported=True, memory_bytes=24 * GiB, cpu_count=8, has_liger=False)
+    record = plan_speed(request(batch_size=8, max_seq_length=4096), small_gpu, EIGHT_B).record()
+    assert record["gradient_checkpointing"].startswith("auto -> on (~")
+    assert "exceeds 60% of GPU memory" in record["gradient_checkpointing"]
+    forced = plan_speed(request(gradient_checkpointing=False), small_gpu, EIGHT_B).record()
+    assert forced["gradient_checkpointing"] == "off -> off (requested)"
+
+
+def test_liger_forced_on_without_the_package_is_refused_plainly() -> None:
+    with pytest.raises(SpeedRefused, match="liger-kernel package is not installed"):
+        plan_speed(request(liger=True), H200, REFERENCE)
+    with_liger = Machine(cuda=True, bf16_supported=True, memory_bytes=141 * GiB, cpu_count=16, has_liger=True)
+    assert plan_speed(request(), with_liger, REFERENCE).record()["liger"] == "auto -> on (installed)"
+
+
+def test_sft_only_settings_say_so_on_other_strategies() -> None:
+    record = plan_speed(request(strategy="dpo", compile=True), H200, REFERENCE).record()
+    assert record["compile"] == "on -> off (not applied to dpo)"
+    assert record["packing"] == "auto -> off (not applied to dpo)"
+    assert record["gradient_checkpointing"] == "auto -> on (TRL's default for dpo)"
+
+
+def test_forced_settings_are_recorded_as_requested() -> None:
+    record = plan_speed(request(compile=True, dataloader_workers=3, bf16=False), CPU, REFERENCE).record()
+    assert record["compile"] == "on -> on (requested)"
+    assert record["dataloader_workers"] == "3 -> 3 (requested)"
+    assert record["bf16"] == "off -> off (requested)"

@@ -1,0 +1,325 @@
+"""The speed settings of a run (issue 13): what each "auto" resolves to on this machine, for this model and data.
+
+Every decision is a pure function of the request, the machine and the model's shape, so it can be tested
+without a GPU; the run records each one as "requested -> used (why)" in its started event, model_profile.json
+and training.log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bashgym.trainers.specs import TrainingRequest
+
+# Strategies whose trainer is TRL's SFTTrainer over one model: compile, packing and Liger apply there.
+SFT_PATH = frozenset({"sft"})
+# Padding below this share of a batch's tokens is not worth changing the step's make-up for.
+PACKING_MIN_WASTE = 0.10
+# Gradient checkpointing turns on when the estimated training memory passes this share of the device's memory:
+# the estimate is rough (allocator slack, fragmentation), so it keeps a margin.
+CHECKPOINTING_MEMORY_SHARE = 0.6
+MAX_AUTO_WORKERS = 4
+
+
+class SpeedRefused(RuntimeError):
+    """A speed setting forced on that this machine cannot honour; the message says what to send instead."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the trainer runs on, as far as the speed decisions care."""
+
+    cuda: bool
+    bf16_supported: bool
+    memory_bytes: int  # the GPU's when there is one, else the host's
+    cpu_count: int
+    has_liger: bool
+
+    @classmethod
+    def detect(cls) -> Machine:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        memory = torch.cuda.get_device_properties(0).total_memory if cuda else _host_memory_bytes()
+        return cls(
+            cuda=cuda,
+            bf16_supported=bool(cuda and torch.cuda.is_bf16_supported()),
+            memory_bytes=int(memory),
+            cpu_count=os.cpu_count() or 1,
+            has_liger=importlib.util.find_spec("liger_kernel") is not None,
+        )
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes the memory estimate reads from a model."""
+
+    parameters: int
+    trainable_parameters: int
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    vocab_size: int
+    bytes_per_weight: int
+
+    @classmethod
+    def of(cls, model: Any, *, use_lora: bool) -> ModelShape:
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        parameters = sum(p.numel() for p in model.parameters())
+        hidden = int(getattr(config, "hidden_size", 0) or 0)
+        layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+        # LoRA r=16 on every linear layer trains well under 2% of the weights; count it as 2%.
+        trainable = parameters // 50 if use_lora else parameters
+        return cls(
+            parameters=parameters,
+            trainable_parameters=trainable,
+            hidden_size=hidden,
+            num_layers=layers,
+            intermediate_size=int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden),
+            vocab_size=int(getattr(config, "vocab_size", 0) or 0),
+            bytes_per_weight=next(model.parameters()).element_size(),
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One setting: what the request said, what the run uses, and why."""
+
+    requested: str
+    used: bool | int
+    reason: str
+
+    def describe(self) -> str:
+        used = self.used if isinstance(self.used, int) and not isinstance(self.used, bool) else _on(self.used)
+        return f"{self.requested} -> {used} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class SpeedPlan:
+    """Every speed choice of one run."""
+
+    choices: dict[str, Choice]
+
+    def uses(self, name: str) -> bool:
+        return bool(self.choices[name].used)
+
+    def record(self) -> dict[str, str]:
+        """name -> "requested -> used (why)", as the run records it."""
+        return {name: choice.describe() for name, choice in self.choices.items()}
+
+    def training_args(self) -> dict[str, Any]:
+        """The TrainingArguments these choices set (packing, Liger and compile are the SFT path's own)."""
+        workers = int(self.choices["dataloader_workers"].used)
+        return {
+            "bf16": self.uses("bf16"),
+            "optim": "adamw_torch_fused" if self.uses("fused_adamw") else "adamw_torch",
+            "gradient_checkpointing": self.uses("gradient_checkpointing"),
+            "dataloader_num_workers": workers,
+            "dataloader_pin_memory": self.uses("pin_memory"),
+            "dataloader_persistent_workers": workers > 0,
+        }
+
+    def log_line(self) -> str:
+        return "speed: " + "; ".join(f"{name} {text}" for name, text in self.record().items())
+
+
+def _on(value: bool | int) -> str:
+    return "on" if value else "off"
+
+
+def _asked(value: object) -> str:
+    if isinstance(value, bool):
+        return _on(value)
+    return str(value)
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # not POSIX: assume a modest machine
+        return 8 * 1024**3
+
+
+def forced(requested: object, reason: str = "requested") -> Choice | None:
+    """The choice for a setting the request fixed, or None when it says auto."""
+    if requested == "auto":
+        return None
+    return Choice(_asked(requested), bool(requested) if isinstance(requested, bool) else int(str(requested)), reason)
+
+
+def resolve_bf16(requested: object, machine: Machine) -> Choice:
+    if requested is True and not machine.cuda:
+        return Choice("on", True, "requested; CPU autocast")
+    if choice := forced(requested):
+        return choice
+    if not machine.cuda:
+        return Choice("auto", False, "no GPU")
+    if not machine.bf16_supported:
+        return Choice("auto", False, "this GPU has no bf16")
+    return Choice("auto", True, "GPU supports bf16")
+
+
+def resolve_fused_adamw(requested: object, machine: Machine) -> Choice:
+    if choice := forced(requested):
+        return choice
+    # torch ships fused AdamW kernels for CUDA and, since 2.4, the CPU; transformers picks them by default too.
+    return Choice("auto", True, "CUDA kernel" if machine.cuda else "CPU kernel")
+
+
+def resolve_pin_memory(requested: object, machine: Machine) -> Choice:
+    if choice := forced(requested):
+        return choice
+    return Choice("auto", machine.cuda, "host-to-GPU copies" if machine.cuda else "no GPU to copy to")
+
+
+def resolve_workers(requested: object, machine: Machine) -> Choice:
+    if choice := forced(requested):
+        return choice
+    if not machine.cuda:
+        # On the CPU the collator and the model compete for the same cores; a worker only adds a process.
+        return Choice("auto", 0, "no GPU: collate in the training process")
+    workers = max(0, min(MAX_AUTO_WORKERS, machine.cpu_count // 2))
+    return Choice("auto", workers, f"{machine.cpu_count} CPUs beside the GPU")
+
+
+def estimate_training_bytes(shape: ModelShape, tokens: int, *, checkpointing: bool) -> int:
+    """A rough peak of one training step: weights, gradients and AdamW state, and saved activations.
+
+    Activations per token and layer follow a Llama block under bf16 autocast with fused attention (no
+    sequence-squared term): ~20·hidden + 8·intermediate bytes. With checkpointing only each layer's input stays.
+    """
+    weights = shape.parameters * shape.bytes_per_weight
+    optimizer = shape.trainable_parameters * (shape.bytes_per_weight + 8)
+    per_token_layer = 2 * shape.hidden_size if checkpointing else 20 * shape.hidden_size + 8 * shape.intermediate_size
+    activations = tokens * shape.num_layers * per_token_layer
+    # The loss reads logits: bf16 logits plus fp32 for the softmax, for every token.
+    logits = tokens * shape.vocab_size * 6
+    return weights + optimizer + activations + logits
+
+
+def resolve_gradient_checkpointing(
+    requested: object, machine: Machine, shape: ModelShape, tokens: int, strategy: str = "sft"
+) -> Choice:
+    if choice := forced(requested):
+        return choice
+    if strategy not in SFT_PATH:
+        # Pairs, generations and teachers multiply a step's memory in ways the estimate does not model.
+        return Choice("auto", True, f"TRL's default for {strategy}")
+    need = estimate_training_bytes(shape, tokens, checkpointing=False)
+    budget = int(machine.memory_bytes * CHECKPOINTING_MEMORY_SHARE)
+    where = "GPU" if machine.cuda else "host"
+    fits = need <= budget
+    verdict = "fits" if fits else "exceeds"
+    reason = f"~{need / 1024**3:.1f} GiB without it {verdict} {CHECKPOINTING_MEMORY_SHARE:.0%} of {where} memory"
+    return Choice("auto", not fits, reason)
+
+
+def resolve_compile(requested: object, machine: Machine, strategy: str) -> Choice:
+    if strategy not in SFT_PATH:
+        return Choice(_asked(requested), False, f"not applied to {strategy}")
+    if choice := forced(requested):
+        return choice
+    return Choice("auto", machine.cuda, "GPU present" if machine.cuda else "no GPU")
+
+
+def resolve_liger(requested: object, machine: Machine, strategy: str) -> Choice:
+    if strategy not in SFT_PATH:
+        return Choice(_asked(requested), False, f"not applied to {strategy}")
+    if requested is True and not machine.has_liger:
+        raise SpeedRefused("liger is true but the liger-kernel package is not installed; install it or set it false.")
+    if requested is True and not machine.cuda:
+        raise SpeedRefused("liger is true but Liger's kernels need a CUDA GPU and this machine has none; set it false.")
+    if choice := forced(requested):
+        return choice
+    if not machine.has_liger:
+        return Choice("auto", False, "liger-kernel not installed")
+    return Choice("auto", machine.cuda, "installed" if machine.cuda else "no GPU")
+
+
+def padding_waste(lengths: Sequence[int], batch_size: int, max_length: int) -> float:
+    """The share of tokens that would be padding in batches of `batch_size` rows, each padded to its longest."""
+    padded = real = 0
+    for start in range(0, len(lengths), batch_size):
+        batch = [min(n, max_length) for n in lengths[start : start + batch_size]]
+        real += sum(batch)
+        padded += max(batch) * len(batch)
+    return 1 - real / padded if padded else 0.0
+
+
+def resolve_packing(
+    requested: object, machine: Machine, strategy: str, *, lengths: Sequence[int], batch_size: int, max_length: int
+) -> Choice:
+    if strategy not in SFT_PATH:
+        return Choice(_asked(requested), False, f"not applied to {strategy}")
+    if choice := forced(requested):
+        return choice
+    if not machine.cuda:
+        # Packing changes what a step holds (many short rows in one), so CPU runs keep their measured recipes.
+        return Choice("auto", False, "no GPU")
+    if batch_size < 2:
+        return Choice("auto", False, "batch_size 1 pads nothing")
+    waste = padding_waste(lengths, batch_size, max_length)
+    if waste < PACKING_MIN_WASTE:
+        return Choice("auto", False, f"lengths even: {waste:.0%} padding")
+    return Choice("auto", True, f"lengths vary: {waste:.0%} padding without it")
+
+
+def plan_speed(
+    request: TrainingRequest,
+    machine: Machine,
+    shape: ModelShape,
+    *,
+    lengths: Sequence[int] = (),
+) -> SpeedPlan:
+    """Resolve every speed setting of `request` for this machine, model and data."""
+    tokens = request.batch_size * request.max_seq_length
+    return SpeedPlan(
+        {
+            "compile": resolve_compile(request.compile, machine, request.strategy),
+            "packing": resolve_packing(
+                request.packing,
+                machine,
+                request.strategy,
+                lengths=lengths,
+                batch_size=request.batch_size,
+                max_length=request.max_seq_length,
+            ),
+            "liger": resolve_liger(request.liger, machine, request.strategy),
+            "bf16": resolve_bf16(request.bf16, machine),
+            "fused_adamw": resolve_fused_adamw(request.fused_adamw, machine),
+            "gradient_checkpointing": resolve_gradient_checkpointing(
+                request.gradient_checkpointing, machine, shape, tokens, request.strategy
+            ),
+            "dataloader_workers": resolve_workers(request.dataloader_workers, machine),
+            "pin_memory": resolve_pin_memory(request.pin_memory, machine),
+        }
+    )
+
+
+def compile_with_fallback(
+    model: Any, probe: Callable[[], None], *, log: Callable[[str], None], backend: Any = "inductor"
+) -> str | None:
+    """Compile `model` in place and run `probe` through it; on any failure, train eager. Return the failure.
+
+    torch.compile fails late (at the first forward, when the backend runs), so the probe runs one real
+    forward and backward before training starts: a missing compiler or an unsupported op then costs a log line,
+    not the run.
+    """
+    import torch
+
+    model.compile(backend=backend)
+    try:
+        probe()
+    except Exception as exc:  # any backend failure means eager training, which is always correct
+        # nn.Module.compile keeps the compiled call here; clearing it restores the eager module.
+        model._compiled_call_impl = None
+        torch._dynamo.reset()
+        detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        failure = f"{type(exc).__name__}: {detail}"[:300]
+        log(f"speed: torch.compile failed ({failure}); training eager")
+        return failure
+    return None
