@@ -136,6 +136,7 @@ def assert_no_stage_repeated(outcome: Outcome) -> None:
     assert moves == ["ready", "active", "awaiting_authority", "active", "exhausted"]
 
 
+@pytest.mark.slow  # minutes of training; the crash matrix keeps a campaign killed mid-stage in the default suite
 @pytest.mark.timeout(900)
 def test_a_campaign_survives_a_kill_waits_for_budget_and_exhausts_by_its_rules(tmp_path: Path) -> None:
     setup = Setup(

@@ -132,28 +132,6 @@ def test_pause_resume_and_stop_through_the_cli(trainer_daemon: RunningDaemon, ti
     assert log.code == 0 and log.json()["lines"]
 
 
-def test_a_daemon_killed_mid_run_resolves_the_run_exactly_once_after_restart(tiny: Path, tmp_path: Path) -> None:
-    import signal
-
-    home = tmp_path / "home"
-    with running_daemon(home) as first, first.client() as client:
-        info = client.post(
-            "/v1/training/start",
-            json=training_request(tiny, sft_data(tmp_path, 64), max_steps=30, save_steps=10, learning_rate=1e-4),
-        ).json()
-        wait_for(client, "nightly", info["run_id"], {"running"})
-        first.proc.send_signal(signal.SIGKILL)
-        first.proc.wait(timeout=10)
-    with running_daemon(home) as second, second.client() as client:
-        run = wait_for(client, "nightly", info["run_id"], TERMINAL)
-        events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
-        assert cli(second.env(), "ledger", "verify").code == 0
-    assert run["status"] == "completed", run["attempts"][-1]
-    kinds = [e["event_type"] for e in events if e["run_id"] == info["run_id"]]
-    assert kinds.count("run.completed") == 1 and kinds.count("run.started") == 1
-    assert run["metric_summary"]["train.loss"]["count"] == 30  # every step once, nothing twice
-
-
 def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_log(tiny: Path, tmp_path: Path) -> None:
     fake_token = "hf_" + "Kx7" * 12  # shaped like a Hugging Face token; never real
     home = tmp_path / "home"
