@@ -22,7 +22,7 @@ from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, s
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.lineage import parse_context
-from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunTransition
+from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunStatus, RunTransition
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
@@ -93,13 +93,7 @@ class TrainingService:
         try:
             supervisor = await self._remote_supervisor(handle, actor, lane)
         except NotFound as exc:
-            await self.ledger.transition_run(
-                actor,
-                handle.workspace,
-                handle.project,
-                handle.run_id,
-                RunTransition(status="unknown", reason=f"{exc.message} The daemon cannot follow the run."),
-            )
+            await self._settle(handle, actor, "unknown", f"{exc.message} The daemon cannot follow the run.")
             return
         if isinstance(supervisor, SshSupervisor):
             self._tasks[handle.run_id] = self._group.create_task(self._supervise(supervisor, supervisor.reattach()))
@@ -132,7 +126,7 @@ class TrainingService:
         h, reference = supervisor.handle, secrets.token_hex(3)
         log.error("Supervision of run %s failed (ref %s)", h.run_id, reference, exc_info=exc)
         detail = exc.message if isinstance(exc, BashGymError) else str(exc)
-        status = "unknown"
+        status: RunStatus = "unknown"
         outcome = "its trainer may still run: inspect training.log, then resume or stop the run"
         if supervisor.stops_with_daemon:
             with contextlib.suppress(Exception):
@@ -140,13 +134,12 @@ class TrainingService:
                 status, outcome = "failed", "its trainer was stopped"
         reason = f"The daemon's supervision of this run failed ({type(exc).__name__}: {detail[:500]}; ref {reference})"
         with contextlib.suppress(BashGymError):  # the ledger itself may be what failed; a restart resolves the run
-            await self.ledger.transition_run(
-                supervisor.actor,
-                h.workspace,
-                h.project,
-                h.run_id,
-                RunTransition(status=status, reason=f"{reason}; {outcome}."),
-            )
+            await self._settle(h, supervisor.actor, status, f"{reason}; {outcome}.")
+
+    async def _settle(self, handle: RunHandle, actor: Actor, status: RunStatus, reason: str) -> None:
+        """Move a run the daemon cannot (or can no longer) supervise to `status`, saying why."""
+        transition = RunTransition(status=status, reason=reason)
+        await self.ledger.transition_run(actor, handle.workspace, handle.project, handle.run_id, transition)
 
     @contextlib.asynccontextmanager
     async def _watching(self, supervisor: Supervisor) -> AsyncIterator[None]:
@@ -447,13 +440,7 @@ class TrainingService:
         except BashGymError as exc:  # its device was removed meanwhile: this run's failure, not the daemon's
             self._tasks.pop(handle.run_id, None)
             with contextlib.suppress(BashGymError):
-                await self.ledger.transition_run(
-                    actor,
-                    handle.workspace,
-                    handle.project,
-                    handle.run_id,
-                    RunTransition(status="failed", reason=f"The run could not be launched: {exc.message}"),
-                )
+                await self._settle(handle, actor, "failed", f"The run could not be launched: {exc.message}")
             return
         async with self._slots_for(supervisor) or contextlib.nullcontext(), self._supervising(supervisor):
             await supervisor.run(resume=resume)
