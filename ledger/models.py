@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from bashgym.ledger.validation import Digest, Identifier
+from bashgym.ledger.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RunStatus = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
@@ -129,7 +129,7 @@ class RunTransition(Spec):
 
 
 class MetricPoint(Spec):
-    metric: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
+    metric: Annotated[str, Field(min_length=1, max_length=METRIC_NAME_MAX, pattern=METRIC_NAME_RE.pattern)]
     step: Annotated[int, Field(ge=0)]
     # Checked in pydantic-core: a Python validator here costs ~4 us per point on 10,000-point batches.
     value: Annotated[float, Field(allow_inf_nan=False)]

@@ -59,7 +59,8 @@ def check_digest(value: str, *, field: str = "digest") -> str:
     return value
 
 
-METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$")
+METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")  # as trainers name them: train.loss, eval/pass_at_1
+METRIC_NAME_MAX = 200
 SCOPE_RE = re.compile(r"^(project|campaign-[A-Za-z0-9][A-Za-z0-9_.:-]*)$")
 RUN_STATES = tuple(TRANSITIONS)
 
@@ -72,10 +73,11 @@ def check_run_status(value: str) -> str:
 
 
 def check_metric_name(value: str) -> str:
-    if len(value) > 200 or not METRIC_NAME_RE.match(value):
+    """A metric filter names what a metric batch could have stored (MetricPoint.metric takes the same pattern)."""
+    if len(value) > METRIC_NAME_MAX or not METRIC_NAME_RE.match(value):
         raise InvalidInput(
             f"metric {value!r} is not a metric name.",
-            hint="Metric names are letters, digits and _ . : / @ -, starting with a letter or digit (train.loss).",
+            hint="Metric names are letters, digits and _ . : / -, starting with a letter or digit (train.loss).",
         )
     return value
 

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -40,6 +41,7 @@ import discord.http
 import yarl
 from aiohttp import WSMsgType, web
 from aiohttp.multipart import BodyPartReader
+from bashgym.bot.settings import BotSettings
 
 T = TypeVar("T")
 
@@ -1142,6 +1144,18 @@ def pointed_at(standin: DiscordStandIn) -> Iterator[None]:
         yield
     finally:
         discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = saved
+
+
+def bot_settings_for(standin: DiscordStandIn, api: str, home: Path) -> BotSettings:
+    """The bot's settings against this stand-in and the daemon at `api` whose home holds bot.token."""
+    return BotSettings(
+        discord_token=FAKE_TOKEN,
+        application_id=standin.application_id,
+        guild_ids=(GUILD_ID,),
+        api=api,
+        api_token=(home / "bot.token").read_text().strip(),
+        poll_wait_s=1.0,
+    )
 
 
 @asynccontextmanager

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 from bashgym.bot.app import BashGymBot
-from bashgym.bot.settings import BotSettings
 from bashgym.daemon import cli as bashgym_cli
 
 from tests.discord_standin import (
@@ -28,6 +27,7 @@ from tests.discord_standin import (
     FAKE_TOKEN,
     GUILD_ID,
     DiscordStandIn,
+    bot_settings_for,
     discord_standin,
     running_client,
 )
@@ -591,14 +591,7 @@ async def slash_world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
                        "filename": "traces.jsonl"}  # fmt: skip
             (await admin.post("/v1/projects/nightly/dataset-versions/from-blob", json=dataset)).raise_for_status()
         async with discord_standin() as standin:
-            settings = BotSettings(
-                discord_token=FAKE_TOKEN,
-                application_id=standin.application_id,
-                guild_ids=(GUILD_ID,),
-                api=daemon.url,
-                api_token=(daemon.home / "bot.token").read_text().strip(),
-                poll_wait_s=1.0,
-            )
+            settings = bot_settings_for(standin, daemon.url, daemon.home)
             bot = BashGymBot(settings)
             async with running_client(bot, timeout_s=30):
                 await standin.wait_until(lambda: bot.synced or None, timeout_s=30, what="commands synced")

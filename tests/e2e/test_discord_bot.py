@@ -28,6 +28,7 @@ from tests.discord_standin import (
     FAKE_TOKEN,
     GUILD_ID,
     DiscordStandIn,
+    bot_settings_for,
     discord_standin,
     running_client,
 )
@@ -69,14 +70,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     daemon = await asyncio.to_thread(start_daemon, tmp_path / "home", env=env)
     try:
         async with discord_standin() as standin:
-            settings = BotSettings(
-                discord_token=FAKE_TOKEN,
-                application_id=standin.application_id,
-                guild_ids=(GUILD_ID,),
-                api=daemon.url,
-                api_token=(daemon.home / "bot.token").read_text().strip(),
-                poll_wait_s=1.0,
-            )
+            settings = bot_settings_for(standin, daemon.url, daemon.home)
             denv = daemon.env()
             assert (await cli_async(denv, "project", "create", "--id", "nightly", "--name", "Nightly SFT")).code == 0
             granted = await cli_async(denv, "authority", "grant", "--discord-user", str(ALICE_ID), "--profile", "lead")
