@@ -28,6 +28,8 @@ from bashgym.ledger.models import (
     MetricPoint,
     RunTransition,
 )
+from bashgym.trainers.distributed import charged_gpus
+from bashgym.trainers.specs import TrainingRequest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger("bashgym.supervisor")
@@ -124,16 +126,20 @@ class Supervisor:
         self._last_progress = time.monotonic()
         self._last_step: int | None = None
 
-    @property
-    def command(self) -> list[str]:
-        return [self.python, "-u", "-m", "bashgym.trainers", str(self.handle.run_dir)]
+    def command(self, request: TrainingRequest) -> list[str]:
+        """One trainer process; a scaled-out run's launcher, which starts the ranks through `accelerate launch`."""
+        module = "bashgym.trainers.launch" if request.is_distributed else "bashgym.trainers"
+        return [self.python, "-u", "-m", module, str(self.handle.run_dir)]
 
     async def run(self, *, resume: bool) -> str:
         """Spawn, follow to the end, record the outcome; return the final status."""
-        command = [*self.command, "--resume"] if resume else self.command
+        request = await asyncio.to_thread(read_request, self.handle.run_dir)
+        command = [*self.command(request), "--resume"] if resume else self.command(request)
         if not resume:
             # A resumed run stays `paused` until its first progress line moves it to running.
             await self._transition("preparing", reason="trainer starting")
+            if request.is_distributed:
+                await self._append("run.topology", topology_record(request))
         log.info("Starting trainer for %s: %s", self.handle.run_id, " ".join(command))
         self.proc = await asyncio.create_subprocess_exec(
             *command,
@@ -267,7 +273,9 @@ class Supervisor:
             return
         h = self.handle
         run = await self.ledger.get_run(h.workspace, h.project, h.run_id)
-        hours = _hours_between(run.get("started_at"), run.get("ended_at")) * self.gpus
+        request = await asyncio.to_thread(read_request, h.run_dir)
+        # A scaled-out run holds a GPU per rank, so every rank's time is charged.
+        hours = _hours_between(run.get("started_at"), run.get("ended_at")) * charged_gpus(request, self.gpus)
         for kind, amount in (("release", 0.0), ("settle", hours)):
             spec = BudgetEntrySpec(
                 entry_id=f"{h.run_id}.{kind}",
@@ -366,6 +374,24 @@ class Supervisor:
             os.killpg(self._pid, signum)  # the trainer leads its own session, so its group id is its pid
         except ProcessLookupError:  # it exited between the check and the signal
             return
+
+
+def read_request(run_dir: Path) -> TrainingRequest:
+    return TrainingRequest.model_validate_json((run_dir / "request.json").read_text())
+
+
+def topology_record(request: TrainingRequest, members: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The `run.topology` event of a scaled-out run: its shape as requested, and each machine that runs it."""
+    return {
+        "launcher": "accelerate",
+        "world_size": request.num_processes,
+        "num_machines": request.num_machines,
+        "processes_per_machine": request.num_processes // request.num_machines,
+        "strategy": request.distributed_strategy,
+        "mixed_precision": request.mixed_precision,
+        "device_group": request.device_group,
+        "members": members or [{"machine_rank": 0, "device_id": request.ssh_device or "local"}],
+    }
 
 
 def _hours_between(start: str | None, end: str | None) -> float:

@@ -26,6 +26,7 @@ from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistr
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
+from bashgym.trainers.distributed import DistributedRefused, check_strategy
 from bashgym.trainers.specs import TrainingRequest
 
 log = logging.getLogger("bashgym.training")
@@ -180,6 +181,7 @@ class TrainingService:
         if not self._is_accepting:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
         device = await self._check_lane(workspace, request)
+        await self._check_scale_out(request)
         await self._check_dataset(request)
         dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
         context, _ = parse_context(request.tracking_context)
@@ -321,6 +323,20 @@ class TrainingService:
                     hint="Name a Customizer config as base_model, or train on `local` or `ssh:<device_id>`.",
                 )
         return None
+
+    async def _check_scale_out(self, request: TrainingRequest) -> None:
+        """Refuse, before anything runs, a local scaled-out run whose strategy the trainer's Python cannot run.
+
+        Only a strategy other than ddp needs the probe (it imports torch, which takes seconds); ddp runs anywhere
+        accelerate does, on GPUs or over gloo on the CPU, and the launcher itself refuses more ranks than GPUs."""
+        if request.lane != "local" or request.distributed_strategy == "ddp":
+            return
+        python = self.settings.trainer_python or sys.executable
+        facts = await _probe_trainer_python(python)
+        try:
+            check_strategy(request, cuda=bool(facts.get("cuda")), has_deepspeed=bool(facts.get("deepspeed")))
+        except DistributedRefused as exc:
+            raise RuleRejected(f"{exc} (checked with {python})", hint="Nothing was launched.") from exc
 
     async def _submit_nemo_job(self, run_id: str, request: TrainingRequest, dataset_sha256: str) -> dict[str, Any]:
         namespace, _, name = (request.nemo_dataset or f"{self.settings.nemo_namespace}/").partition("/")
@@ -510,6 +526,27 @@ class TrainingService:
     ) -> dict[str, Any]:
         """The run to control; who may control it was decided by the route's dependency."""
         return dict(await self.ledger.get_run(workspace, project, run_id))
+
+
+_PROBE = (
+    "import importlib.util, json, torch; "
+    "print(json.dumps({'cuda': torch.cuda.is_available(), "
+    "'deepspeed': importlib.util.find_spec('deepspeed') is not None}))"
+)
+
+
+async def _probe_trainer_python(python: str) -> dict[str, Any]:
+    """What the local trainer's Python offers a scaled-out run: CUDA, and whether DeepSpeed is installed."""
+    proc = await asyncio.create_subprocess_exec(
+        python, "-c", _PROBE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuleRejected(
+            f"The trainer's Python {python} could not be checked: {err.decode(errors='replace').strip()[-500:]}",
+            hint="Install bashgym[train] into it, or set trainer_python to one that has it.",
+        )
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

@@ -56,6 +56,19 @@ class RunCheckpoint(_Payload):
     path: str
 
 
+class RunTopology(_Payload):
+    """A scaled-out run's shape: its world size, machines, strategy, and each machine (device and environment)."""
+
+    launcher: str
+    world_size: int
+    num_machines: int
+    processes_per_machine: int
+    strategy: str
+    mixed_precision: str
+    device_group: str | None = None
+    members: list[dict[str, Any]]
+
+
 class RunAnomaly(_Payload):
     """NaN or infinite loss, a loss spike, collapsed reward variance, or no progress for too long."""
 
@@ -127,6 +140,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "run.cancelled": RunStatusChanged,
     "run.checkpoint": RunCheckpoint,
     "run.anomaly": RunAnomaly,
+    "run.topology": RunTopology,
     "metrics.ingested": MetricsIngested,
     "alias.moved": AliasMoved,
     "annotation.added": Annotation,

@@ -273,6 +273,12 @@ def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dic
     run["artifacts"] = [
         to_record(r) for r in conn.execute(f"SELECT * FROM artifacts WHERE {scope} ORDER BY created_at", key)
     ]
+    # A scaled-out run's shape (world size, machines, group); a run without one ran as one process.
+    topology = conn.execute(
+        f"SELECT payload_json FROM events WHERE {scope} AND event_type = 'run.topology' ORDER BY cursor DESC LIMIT 1",
+        key,
+    ).fetchone()
+    run["topology"] = json.loads(topology[0]) if topology else None
     run["metric_summary"] = {
         row["metric"]: {"count": row["n"], "min": row["lo"], "max": row["hi"], "last_step": row["last_step"]}
         for row in conn.execute(

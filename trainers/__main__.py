@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import IO
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,23 +18,38 @@ def main(argv: list[str] | None = None) -> int:
     if not (run_dir / "request.json").is_file():
         print(f"error: {run_dir}/request.json does not exist.", file=sys.stderr)
         return 2
-    protocol = _protocol_to_stdout_logs_to_file(run_dir / "training.log")
-    # Signals first: torch takes seconds to import, and a stop sent meanwhile must still end `cancelled`.
-    from bashgym.trainers.signals import ControlFlags
+    # The process's one read of the environment; the Hub token is looked up there by name.
+    environ = dict(os.environ)
+    from bashgym.trainers.distributed import LAUNCHER_PID_ENV, RankInfo
+    from bashgym.trainers.signals import ControlFlags, end_with_parent
 
+    rank = RankInfo.from_env(environ)
+    if environ.get(LAUNCHER_PID_ENV, "").isdigit():
+        end_with_parent(int(environ[LAUNCHER_PID_ENV]))  # a rank of a scaled-out run ends with its launcher
+    # The main process logs to training.log and speaks the protocol; another rank keeps a log of its own.
+    log_name = "training.log" if rank.is_main else f"rank-{rank.rank}.log"
+    protocol: IO[str] | None = _protocol_to_stdout_logs_to_file(run_dir / log_name)
+    if protocol is not None and not rank.is_main:
+        protocol.close()  # only the main process speaks to the supervisor
+        protocol = None
+    # Signals first: torch takes seconds to import, and a stop sent meanwhile must still end `cancelled`.
     flags = ControlFlags()
     flags.install()
     from bashgym.trainers import failpoints
-    from bashgym.trainers.rundir import RunDirectory
+    from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_PAUSED, RunDirectory
     from bashgym.trainers.runner import run_training
 
-    # The process's one read of the environment; the Hub token is looked up there by name.
-    environ = dict(os.environ)
-    failpoints.arm(environ.get("BASHGYM_FAILPOINT", ""))
-    return run_training(RunDirectory(run_dir, protocol), resume=args.resume, environ=environ, flags=flags)
+    failpoints.arm(environ.get("BASHGYM_FAILPOINT", ""), rank.rank)
+    run = RunDirectory(run_dir, protocol, rank)
+    code = run_training(run, resume=args.resume, environ=environ, flags=flags)
+    if rank.is_distributed and code in {EXIT_PAUSED, EXIT_CANCELLED}:
+        # torch's launcher takes any nonzero exit for a failure and kills the ranks still saving; a rank that
+        # paused or stopped as agreed exits 0, and the launcher reads the outcome from run_state.json.
+        return 0
+    return code
 
 
-def _protocol_to_stdout_logs_to_file(log_path: Path):  # type: ignore[no-untyped-def]
+def _protocol_to_stdout_logs_to_file(log_path: Path) -> IO[str]:
     """Keep the real stdout for protocol lines only; everything else printed goes to training.log."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+from bashgym.trainers.signals import end_with_parent
 from pydantic import BaseModel, ConfigDict, Field
 
 GOLD = "gold"
@@ -38,19 +39,6 @@ class EvalRequest(BaseModel):
     split: Literal["all", "holdout"] = "all"
     min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
     limit_tasks: int | None = Field(None, ge=1)
-
-
-def end_with_parent(parent_pid: int) -> None:
-    """An evaluation is not re-attached after a daemon restart, it is run again: so a local evaluator ends with
-    the daemon that started it (Linux: PR_SET_PDEATHSIG), rather than compete with its own rerun."""
-    if sys.platform == "linux":
-        import ctypes
-        import signal
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the daemon was gone before the request above was made
-        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 module lives in daemon/ (trainers import nothing from it); a trainer is armed from the
 BASHGYM_FAILPOINT its supervisor passed on in its environment, once, at start.
 
-`name` fires the first time the point is reached, `name@N` the N-th time."""
+`name` fires the first time the point is reached, `name@N` the N-th time; in a scaled-out run `name:rankR`
+(or `name:rankR@N`) arms it in global rank R only, so a test can kill one rank of several."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import sys
 _armed: dict[str, int] = {}  # point -> reaches left before the kill
 
 
-def arm(spec: str) -> None:
+def arm(spec: str, rank: int = 0) -> None:
     """Arm the trainer points named in `spec` (comma-separated, as BASHGYM_FAILPOINT holds them)."""
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, count = part.partition("@")
-        if name.startswith("trainer."):
+        name, _, only = name.partition(":rank")
+        if name.startswith("trainer.") and (not only or int(only) == rank):
             _armed[name] = int(count or 1)
 
 

@@ -41,7 +41,7 @@ def load_model_and_tokenizer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # Weights load in bf16 when the run trains in bf16 (the request's `bf16`, resolved for this machine).
-    bf16 = resolve_bf16(request.bf16, Machine.detect()).used
+    bf16 = resolve_bf16(request.bf16, Machine.detect(), request.mixed_precision).used
     kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 else torch.float32}
     if request.load_in_4bit:
         from transformers import BitsAndBytesConfig

@@ -45,10 +45,18 @@ class ReportingCallback(TrainerCallback):
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         checkpoint = self.run.root / f"checkpoint-{state.global_step}"
+        _wait_for_every_rank()  # each rank writes its own RNG state into the checkpoint
         failpoints.reach("trainer.checkpoint_written")  # every file written, not yet marked complete
         self.run.mark_checkpoint_complete(checkpoint, state.global_step)
         self.run.write_state("running", step=state.global_step, last_checkpoint=checkpoint.name)
         self.run.emit("checkpoint", step=state.global_step, path=checkpoint.name)
+
+
+def _wait_for_every_rank() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def _gpu_memory_gb() -> float | None:

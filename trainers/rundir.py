@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from bashgym.trainers.distributed import MAIN, RankInfo
+
 # Exit codes the supervisor reads: distinct for every way a trainer can end.
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
@@ -62,11 +64,17 @@ def canonical_metrics(logs: dict[str, Any]) -> dict[str, float]:
 
 
 class RunDirectory:
-    """Paths and writers of one run directory; the trainer's only way to report."""
+    """Paths and writers of one run directory; the trainer's only way to report.
 
-    def __init__(self, root: Path, protocol: IO[str] | None = None) -> None:
+    In a scaled-out run every rank holds one, but only the main process's reports: another rank's protocol
+    lines, metrics and checkpoint markers are dropped, and its state goes to rank-<N>.state.json, where the
+    launcher finds what a failed rank said.
+    """
+
+    def __init__(self, root: Path, protocol: IO[str] | None = None, rank: RankInfo = MAIN) -> None:
         self.root = root
-        self._protocol: IO[str] | None = protocol or sys.stdout
+        self.rank = rank
+        self._protocol: IO[str] | None = (protocol or sys.stdout) if rank.is_main else None
 
     @property
     def request_path(self) -> Path:
@@ -105,9 +113,22 @@ class RunDirectory:
         """The complete checkpoints, oldest first: only these may be resumed from or kept."""
         return [p for p in self.checkpoint_dirs() if (p / CHECKPOINT_COMPLETE).is_file()]
 
+    def rank_state_path(self, rank: int) -> Path:
+        return self.root / f"rank-{rank}.state.json"
+
     def mark_checkpoint_complete(self, checkpoint: Path, step: int) -> None:
-        """Record, atomically and last, that every file of `checkpoint` is written."""
-        _write_atomically(checkpoint / CHECKPOINT_COMPLETE, json.dumps({"step": step, "time": round(time.time(), 3)}))
+        """Record, atomically and last, that every file of `checkpoint` is written (the main process does)."""
+        if not self.rank.is_main:
+            return
+        marker = {"step": step, "time": round(time.time(), 3), "world_size": self.rank.world_size}
+        _write_atomically(checkpoint / CHECKPOINT_COMPLETE, json.dumps(marker))
+
+    def checkpoint_world_size(self, checkpoint: Path) -> int:
+        """How many processes wrote `checkpoint` (markers from before scale-out count as one)."""
+        try:
+            return int(json.loads((checkpoint / CHECKPOINT_COMPLETE).read_text()).get("world_size", 1))
+        except (OSError, ValueError):
+            return 1
 
     def last_checkpoint(self) -> Path | None:
         checkpoints = self.checkpoints()
@@ -127,9 +148,10 @@ class RunDirectory:
             self._protocol = None
 
     def write_state(self, status: str, **fields: Any) -> None:
-        """Replace run_state.json atomically (write, fsync, rename)."""
+        """Replace run_state.json atomically (write, fsync, rename); another rank writes its own state file."""
         state = {"status": status, "pid": os.getpid(), "updated_at": round(time.time(), 3), **fields}
-        _write_atomically(self.state_path, json.dumps(state, indent=2, default=str))
+        path = self.state_path if self.rank.is_main else self.rank_state_path(self.rank.rank)
+        _write_atomically(path, json.dumps(state, indent=2, default=str))
 
     def read_state(self) -> dict[str, Any]:
         try:
@@ -138,7 +160,7 @@ class RunDirectory:
             return {}
 
     def append_metrics(self, step: int, metrics: dict[str, float], epoch: float | None = None) -> None:
-        if not metrics:
+        if not metrics or not self.rank.is_main:
             return
         record = {"step": step, "epoch": epoch, "time": round(time.time(), 3), "metrics": metrics}
         with self.metrics_path.open("a") as handle:

@@ -53,14 +53,23 @@ def _train(
     from bashgym.trainers.strategies import build_trainer
 
     checkpoint = run.last_checkpoint() if resume else None
+    if checkpoint is not None and run.checkpoint_world_size(checkpoint) != run.rank.world_size:
+        raise RefusedRequest(
+            f"{checkpoint.name} was written by {run.checkpoint_world_size(checkpoint)} processes and this run has "
+            f"{run.rank.world_size}; a run resumes with the world size it was checkpointed at. Start a new run "
+            "from its weights to change it."
+        )
     run.write_state("preparing", step=0, resumed_from=checkpoint.name if checkpoint else None)
     model, tokenizer, facts = load_model_and_tokenizer(request)
-    if flags.stop:  # stopped while loading: nothing trained, nothing to keep
+    if flags.stop and not run.rank.is_distributed:  # stopped while loading: nothing trained, nothing to keep
+        # (Ranks stop together, at a step boundary they agree on: ControlCallback.)
         run.write_state("cancelled", step=0)
         run.emit("cancelled", step=0)
         return EXIT_CANCELLED
     trainer, speed = build_trainer(request, model, tokenizer, run)
     facts["speed"] = speed.record()
+    if request.is_distributed:
+        facts["distributed"] = _topology(request)
     trainer.add_callback(ControlCallback(flags))
     _quiet_stdout_printer(trainer)
     run.emit("started", strategy=request.strategy, resumed_from=checkpoint.name if checkpoint else None, **facts)
@@ -75,7 +84,8 @@ def _train(
     if flags.stop:
         from bashgym.trainers.artifacts import apply_retention
 
-        apply_retention(run, request)
+        if run.rank.is_main:
+            apply_retention(run, request)
         run.write_state("cancelled", step=step)
         run.emit("cancelled", step=step)
         return EXIT_CANCELLED
@@ -94,7 +104,10 @@ def _finish(
 ) -> int:
     from bashgym.trainers.artifacts import apply_retention, wants_merged, write_profile
 
-    trainer.save_model(str(run.final_dir))
+    trainer.save_model(str(run.final_dir))  # every rank takes part (sharded weights are gathered); rank 0 writes
+    if not run.rank.is_main:
+        run.write_state("completed", step=step)
+        return EXIT_COMPLETED
     tokenizer.save_pretrained(str(run.final_dir))
     if wants_merged(request):
         merged = trainer.model.merge_and_unload()
@@ -107,6 +120,19 @@ def _finish(
     run.write_state("completed", step=step, removed=removed, hub=hub)
     run.emit("completed", step=step, metrics=summary, files=len(profile["files"]))
     return EXIT_COMPLETED
+
+
+def _topology(request: TrainingRequest) -> dict[str, Any]:
+    from bashgym.trainers.distributed import topology
+    from bashgym.trainers.speed import Machine, resolve_mixed_precision
+
+    return {**topology(request, resolve_mixed_precision(request, Machine.detect())), "backend": _backend()}
+
+
+def _backend() -> str:
+    import torch.distributed
+
+    return str(torch.distributed.get_backend()) if torch.distributed.is_initialized() else "none"
 
 
 def _upload(run: RunDirectory, request: TrainingRequest, environ: dict[str, str]) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,3 +24,18 @@ class ControlFlags:
 
     def _on_stop(self, signum: int, frame: Any) -> None:
         self.stop = True
+
+
+def end_with_parent(parent_pid: int) -> None:
+    """End this process when `parent_pid`, its parent, ends (Linux: PR_SET_PDEATHSIG SIGKILL).
+
+    A local evaluator is not re-attached after a daemon restart but run again, so it ends with the daemon rather
+    than compete with its rerun; a training rank ends with its launcher, since torch starts every rank in a session
+    of its own and a launcher killed outright would otherwise leave its ranks waiting on each other for good."""
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent was gone before the request above was made
+        os._exit(1)

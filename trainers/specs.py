@@ -54,6 +54,9 @@ SPEED_FIELDS: tuple[str, ...] = (
     "dataloader_workers",
     "pin_memory",
 )
+# Scale-out (issue 14): the strategies `accelerate launch` runs; DeepSpeed's only where the package is installed.
+DistributedStrategy = Literal["ddp", "fsdp", "deepspeed-zero2", "deepspeed-zero3"]
+MixedPrecision = Literal["auto", "no", "bf16", "fp16"]
 
 
 class InvalidRequest(ValueError):
@@ -82,12 +85,21 @@ def parse_compute_target(target: str) -> tuple[str, str | None]:
                 f"`{target}` does not name a device; use ssh:<device_id> with a registered id (bashgym device list)."
             )
         return "ssh", device
+    if target.startswith("ssh-group:"):
+        group = target[len("ssh-group:") :]
+        if not _DEVICE_ID.match(group):
+            raise InvalidRequest(
+                f"`{target}` does not name a device group; use ssh-group:<group_id> with a registered group "
+                "(bashgym device group list)."
+            )
+        return "ssh-group", group
     head = target.split(":", 1)[0].lower()
     for prefix, reason in REFUSED_TARGETS.items():
         if head == prefix or head.startswith(prefix):
             raise InvalidRequest(f"compute_target `{target}` is refused. {reason}")
     raise InvalidRequest(
-        f"compute_target `{target}` is not a lane; use `local`, `ssh:<device_id>` or `cloud:nemo-customizer`."
+        f"compute_target `{target}` is not a lane; use `local`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
+        "`cloud:nemo-customizer`."
     )
 
 
@@ -119,6 +131,13 @@ class TrainingRequest(BaseModel):
     fused_adamw: Toggle = "auto"
     dataloader_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
     pin_memory: Toggle = "auto"
+    # Scale-out (issue 14), in accelerate's terms: num_processes counts every process over all machines.
+    # One process on one machine with ddp is the plain path; anything else runs through `accelerate launch`.
+    num_processes: Annotated[int, Field(ge=1, le=4096)] = 1
+    num_machines: Annotated[int, Field(ge=1, le=64)] = 1
+    distributed_strategy: DistributedStrategy = "ddp"
+    # "auto" follows the bf16 speed setting; "no", "bf16" and "fp16" fix it for every rank.
+    mixed_precision: MixedPrecision = "auto"
     max_seq_length: Annotated[int, Field(ge=8, le=1_048_576)] = 4096
     save_steps: Annotated[int, Field(ge=1)] = 500
     logging_steps: Annotated[int, Field(ge=1)] = 1
@@ -220,6 +239,7 @@ class TrainingRequest(BaseModel):
                 f"device_id `{self.device_id}` is set with compute_target `{self.compute_target}`; "
                 "a device belongs only with `ssh:<device_id>`."
             )
+        self._check_scale_out(lane)
         if self.nemo_dataset is not None and lane != "nemo":
             raise InvalidRequest(
                 f"nemo_dataset names a NeMo Data Store dataset, which only compute_target "
@@ -243,6 +263,34 @@ class TrainingRequest(BaseModel):
             )
         return self
 
+    def _check_scale_out(self, lane: str) -> None:
+        if self.num_processes % self.num_machines:
+            raise InvalidRequest(
+                f"num_processes {self.num_processes} does not split evenly over num_machines {self.num_machines}; "
+                "num_processes counts every process on every machine (accelerate's meaning), so make it a multiple."
+            )
+        if self.num_machines > 1 and lane != "ssh-group":
+            raise InvalidRequest(
+                f"num_machines {self.num_machines} needs compute_target `ssh-group:<group_id>`, a device group with "
+                "one member per machine (bashgym device group create)."
+            )
+        if lane == "nemo" and (self.is_distributed or self.mixed_precision != "auto"):
+            raise InvalidRequest(
+                "NeMo Customizer places its own jobs; drop num_processes, num_machines, distributed_strategy and "
+                "mixed_precision for `cloud:nemo-customizer`."
+            )
+        clash = {"bf16": self.bf16 is False, "no": self.bf16 is True, "fp16": self.bf16 is True}
+        if clash.get(self.mixed_precision, False):
+            raise InvalidRequest(
+                f"mixed_precision `{self.mixed_precision}` contradicts bf16 {str(self.bf16).lower()}; set one of them, "
+                "or make them agree."
+            )
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether the run goes through `accelerate launch` rather than one plain trainer process."""
+        return self.num_processes > 1 or self.num_machines > 1 or self.distributed_strategy != "ddp"
+
     @classmethod
     def from_recipe(cls, payload: dict[str, Any]) -> TrainingRequest:
         """Accept the operator documents' shape: `use_remote_ssh` + `device_id` means `ssh:<device_id>`."""
@@ -259,7 +307,13 @@ class TrainingRequest(BaseModel):
 
     @property
     def ssh_device(self) -> str | None:
-        return parse_compute_target(self.compute_target)[1]
+        lane, name = parse_compute_target(self.compute_target)
+        return name if lane == "ssh" else None
+
+    @property
+    def device_group(self) -> str | None:
+        lane, name = parse_compute_target(self.compute_target)
+        return name if lane == "ssh-group" else None
 
 
 CLI_ONLY_FIELDS = frozenset(

@@ -103,6 +103,7 @@ class SpeedPlan:
     """Every speed choice of one run."""
 
     choices: dict[str, Choice]
+    fp16: bool = False  # mixed_precision fp16: autocast to half precision with loss scaling (GPU only)
 
     def uses(self, name: str) -> bool:
         return bool(self.choices[name].used)
@@ -116,6 +117,7 @@ class SpeedPlan:
         workers = int(self.choices["dataloader_workers"].used)
         return {
             "bf16": self.uses("bf16"),
+            "fp16": self.fp16,
             "optim": "adamw_torch_fused" if self.uses("fused_adamw") else "adamw_torch",
             "gradient_checkpointing": self.uses("gradient_checkpointing"),
             "dataloader_num_workers": workers,
@@ -151,7 +153,10 @@ def forced(requested: object, reason: str = "requested") -> Choice | None:
     return Choice(_asked(requested), bool(requested) if isinstance(requested, bool) else int(str(requested)), reason)
 
 
-def resolve_bf16(requested: object, machine: Machine) -> Choice:
+def resolve_bf16(requested: object, machine: Machine, mixed_precision: str = "auto") -> Choice:
+    if mixed_precision != "auto":
+        # The request validated that bf16 agrees; mixed_precision is the setting every rank's launcher reads too.
+        return Choice(_asked(requested), mixed_precision == "bf16", f"mixed_precision {mixed_precision}")
     if requested is True and not machine.cuda:
         return Choice("on", True, "requested; CPU autocast")
     if choice := forced(requested):
@@ -161,6 +166,15 @@ def resolve_bf16(requested: object, machine: Machine) -> Choice:
     if not machine.bf16_supported:
         return Choice("auto", False, "this GPU has no bf16")
     return Choice("auto", True, "GPU supports bf16")
+
+
+def resolve_mixed_precision(request: TrainingRequest, machine: Machine) -> str:
+    """`no`, `bf16` or `fp16` for every rank: the request's mixed_precision, else what its bf16 setting resolves to."""
+    if request.mixed_precision == "fp16" and not machine.cuda:
+        raise SpeedRefused("mixed_precision fp16 needs a CUDA GPU and this machine has none; use bf16 or no.")
+    if request.mixed_precision != "auto":
+        return request.mixed_precision
+    return "bf16" if resolve_bf16(request.bf16, machine).used else "no"
 
 
 def resolve_fused_adamw(requested: object, machine: Machine) -> Choice:
@@ -289,14 +303,15 @@ def plan_speed(
                 max_length=request.max_seq_length,
             ),
             "liger": resolve_liger(request.liger, machine, request.strategy),
-            "bf16": resolve_bf16(request.bf16, machine),
+            "bf16": resolve_bf16(request.bf16, machine, request.mixed_precision),
             "fused_adamw": resolve_fused_adamw(request.fused_adamw, machine),
             "gradient_checkpointing": resolve_gradient_checkpointing(
                 request.gradient_checkpointing, machine, shape, tokens, request.strategy
             ),
             "dataloader_workers": resolve_workers(request.dataloader_workers, machine),
             "pin_memory": resolve_pin_memory(request.pin_memory, machine),
-        }
+        },
+        fp16=resolve_mixed_precision(request, machine) == "fp16",
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 CHILD = (
-    "import os, time; from bashgym.trainers.evaluate import end_with_parent; "
+    "import os, time; from bashgym.trainers.signals import end_with_parent; "
     "end_with_parent(os.getppid()); print('armed', flush=True); time.sleep(120)"
 )
 PARENT = (

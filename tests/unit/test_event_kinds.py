@@ -12,7 +12,14 @@ from bashgym.ledger.models import Actor, ProjectSpec
 from bashgym.ledger.tx import Tx
 
 pytestmark = pytest.mark.anyio
-SAMPLES: dict[Any, Any] = {str: "sample", int: 3, float: 0.5, list[str]: ["a", "b"], bool: True}
+SAMPLES: dict[Any, Any] = {
+    str: "sample",
+    int: 3,
+    float: 0.5,
+    list[str]: ["a", "b"],
+    bool: True,
+    list[dict[str, Any]]: [{"machine_rank": 0}],
+}
 
 
 def minimal_payload(event_type: str) -> dict[str, Any]:

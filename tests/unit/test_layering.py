@@ -60,6 +60,7 @@ TORCH_FREE = (
     "bashgym.trainers.sandbox",
     "bashgym.trainers.evaluate",
     "bashgym.trainers.canaries",
+    "bashgym.trainers.distributed",
 )
 
 
@@ -84,8 +85,9 @@ def test_no_module_but_settings_reads_the_environment() -> None:
                 readers.append(str(path.relative_to(ROOT)))
     # Each process reads its environment once, at its entry point, and passes what it needs down: the
     # CLI (and so the daemon) through load_settings, a trainer through run_training, the bot through
-    # load_bot_settings.
-    assert sorted(readers) == ["bot/__main__.py", "daemon/cli.py", "trainers/__main__.py"]
+    # load_bot_settings. A scaled-out run's launcher is a trainer's entry point too: it hands its pid to the
+    # ranks accelerate starts, through the environment they inherit.
+    assert sorted(readers) == ["bot/__main__.py", "daemon/cli.py", "trainers/__main__.py", "trainers/launch.py"]
 
 
 def test_importing_daemon_and_bot_does_not_load_torch() -> None:

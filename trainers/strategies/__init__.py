@@ -122,7 +122,7 @@ def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
         return plan
     choice = plan.choices["compile"]
     failed = replace(choice, used=False, reason=f"compilation failed: {failure}")
-    return SpeedPlan({**plan.choices, "compile": failed})
+    return replace(plan, choices={**plan.choices, "compile": failed})
 
 
 def _print(line: str) -> None:
