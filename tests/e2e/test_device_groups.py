@@ -20,7 +20,7 @@ from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import PreflightVerdict
 
-from tests.helpers import inprocess_daemon
+from tests.helpers import cli_async, inprocess_daemon, running_daemon
 from tests.ssh_standin import SshServer, ssh_server
 
 pytestmark = pytest.mark.anyio
@@ -220,3 +220,41 @@ async def test_a_group_is_refused_with_an_unknown_member_and_its_members_cannot_
     assert (await groups.api.delete("/v1/device-groups/pair")).is_success
     assert (await groups.api.get("/v1/device-groups")).json() == {"groups": []}
     assert (await groups.api.delete("/v1/devices/gpu2")).is_success
+
+
+async def test_the_group_cli_creates_lists_shows_preflights_and_removes(tmp_path: Path) -> None:
+    async with ssh_server(tmp_path / "ssh") as ssh:
+        with running_daemon(tmp_path / "home") as daemon:
+            env = daemon.env()
+            async with httpx.AsyncClient(
+                base_url=daemon.url, headers={"Authorization": f"Bearer {daemon.token}"}
+            ) as api:
+                for name in ("gpu1", "gpu2"):  # `device add` has its own CLI test in test_ssh_lane.py
+                    (await api.post("/v1/devices", json=device_spec(ssh, name))).raise_for_status()
+            port = str(free_port())
+            group = ["pair", "--device", "gpu1", "--device", "gpu2", "--main-port", port]
+            created = await cli_async(env, "device", "group", "create", *group, "--json")
+            assert created.code == 0, created.stderr
+            assert created.json()["record"]["members"] == ["gpu1", "gpu2"]
+
+            # One preflight (seconds: each member imports torch); the ready one is the API test's.
+            with taken(int(port)):
+                blocked = await cli_async(env, "device", "group", "preflight", "pair")
+            assert blocked.code == 7, blocked.stderr
+            assert "Preflight of group pair: not ready" in blocked.stdout
+            assert "rank 1  gpu2: ready (python" in blocked.stdout, "each member's own verdict"
+            assert f"Rendezvous 127.0.0.1:{port} on gpu1: the port is in use" in blocked.stdout
+            assert f"not ready: port {port} is in use on gpu1" in blocked.stdout
+
+            listed = (await cli_async(env, "device", "group", "list", "--json")).json()
+            assert [(g["group_id"], g["members"], g["ready"]) for g in listed["groups"]] == [
+                ("pair", ["gpu1", "gpu2"], False)
+            ]
+            shown = (await cli_async(env, "device", "group", "show", "pair", "--json")).json()
+            assert shown["main_process_port"] == int(port)
+
+            member = await cli_async(env, "device", "remove", "gpu1", "--yes")
+            assert member.code == 6 and "bashgym device group remove pair" in member.stderr
+            removed = await cli_async(env, "device", "group", "remove", "pair", "--yes", "--json")
+            assert removed.code == 0, removed.stderr
+            assert removed.json()["record"]["group_id"] == "pair"
