@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from bashgym.daemon.api_authority import authority_routes
 from bashgym.daemon.api_campaigns import campaign_routes
+from bashgym.daemon.api_device_groups import device_group_routes
 from bashgym.daemon.api_devices import device_routes
 from bashgym.daemon.api_evaluations import evaluation_routes, withhold_protected
 from bashgym.daemon.api_exchange import exchange_routes
@@ -70,6 +71,7 @@ def register_routes(app: FastAPI) -> None:
         _query_routes(),
         training_routes(),
         device_routes(),
+        device_group_routes(),
         evaluation_routes(),
         exchange_routes(),
         campaign_routes(),

@@ -75,6 +75,7 @@ class Ctx:
 
 Handler = Callable[[Ctx], Awaitable[int]]
 COMMANDS: dict[tuple[str, ...], tuple[Handler, Callable[[argparse.ArgumentParser], None], str]] = {}
+GROUP_HELP: dict[tuple[str, ...], str] = {}
 
 
 def command(
@@ -90,6 +91,11 @@ def command(
         return with_handler
 
     return with_args
+
+
+def command_group(*path: str, help: str) -> None:
+    """Describe `bashgym <path...>`, a word that only groups commands (`device group`), in the help."""
+    GROUP_HELP[path] = help
 
 
 def no_args(parser: argparse.ArgumentParser) -> None:
@@ -139,7 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
             if prefix in leaves:  # a command that also has subcommands (`curate` and `curate receipt`)
                 groups[prefix] = leaves[prefix].add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=False)
                 continue
-            group_parser = groups[path[: depth - 1]].add_parser(path[depth - 1], help=f"{path[depth - 1]} commands")
+            group_parser = groups[path[: depth - 1]].add_parser(
+                path[depth - 1],
+                help=GROUP_HELP.get(prefix, f"{path[depth - 1]} commands"),
+                description=GROUP_HELP.get(prefix),
+            )
             groups[prefix] = group_parser.add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=True)
         leaf = groups[path[:-1]].add_parser(path[-1], parents=[common], help=help_text, description=help_text)
         add_args(leaf)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bashgym.daemon.cli import Ctx, command, done, no_args
+from bashgym.daemon.cli import Ctx, command, command_group, done, no_args
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
 from bashgym.ledger.errors import InvalidInput
 
@@ -126,3 +126,134 @@ async def device_bootstrap(ctx: Ctx) -> int:
         "POST", f"/v1/devices/{a.name}/bootstrap", body=body, params={"workspace": ctx.workspace}, timeout_s=3600
     )
     return done(ctx, result, title=f"Bootstrapped {a.name}")
+
+
+# -- device groups ------------------------------------------------------------------------------
+
+command_group("device", "group", help="named, ordered sets of devices that train one run together (multi-node)")
+
+
+def _group_name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="device group id")
+
+
+def _group_create_args(parser: argparse.ArgumentParser) -> None:
+    _group_name(parser)
+    parser.add_argument(
+        "--device",
+        action="append",
+        required=True,
+        dest="devices",
+        help="a member device, in machine-rank order (repeat: 2 to 64; the first runs the main process)",
+    )
+    parser.add_argument(
+        "--main-address", help="where the other members reach the first one (default: its registered host)"
+    )
+    parser.add_argument("--main-port", type=int, default=29500, help="rendezvous port on the first member")
+
+
+@command("device", "group", "create", help="register a device group (device.manage); then run device group preflight")(
+    _group_create_args
+)
+async def device_group_create(ctx: Ctx) -> int:
+    a = ctx.args
+    spec: dict[str, Any] = {"group_id": a.name, "members": a.devices, "main_process_port": a.main_port}
+    if a.main_address:
+        spec["main_process_ip"] = a.main_address
+    result = await ctx.client.request("POST", "/v1/device-groups", body=spec, params={"workspace": ctx.workspace})
+    return done(ctx, result, title=f"Device group {a.name}")
+
+
+@command("device", "group", "list", help="registered device groups with their last group preflight verdict")(no_args)
+async def device_group_list(ctx: Ctx) -> int:
+    result = await ctx.client.request("GET", "/v1/device-groups", params={"workspace": ctx.workspace})
+    if ctx.as_json:
+        return done(ctx, result)
+    rows = [
+        {
+            "group": g["group_id"],
+            "members": ", ".join(g["members"]),
+            "main": f"{g['main_process_ip']}:{g['main_process_port']}",
+            "ready": g["ready"],
+            "preflight_at": g["preflight_at"] or "never",
+        }
+        for g in result["groups"]
+    ]
+    return done(ctx, rows, title="Device groups")
+
+
+@command("device", "group", "show", help="one device group: its members in rank order and its last verdict")(
+    _group_name
+)
+async def device_group_show(ctx: Ctx) -> int:
+    name = ctx.args.name
+    result = await ctx.client.request("GET", f"/v1/device-groups/{name}", params={"workspace": ctx.workspace})
+    return done(ctx, result, title=f"Device group {name}")
+
+
+def _group_remove_args(parser: argparse.ArgumentParser) -> None:
+    _group_name(parser)
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+@command("device", "group", "remove", help="remove a device group; its devices stay (device.manage)")(
+    _group_remove_args
+)
+async def device_group_remove(ctx: Ctx) -> int:
+    a = ctx.args
+    if not a.yes and sys.stdin.isatty():
+        answer = await asyncio.to_thread(input, f"Remove device group {a.name}? [y/N] ")
+        if answer.strip().lower() not in {"y", "yes"}:
+            print("Not removed.")
+            return EXIT_OK
+    result = await ctx.client.request("DELETE", f"/v1/device-groups/{a.name}", params={"workspace": ctx.workspace})
+    return done(ctx, result, title=f"Removed device group {a.name}")
+
+
+@command(
+    "device",
+    "group",
+    "preflight",
+    help="preflight every member, compare their software and GPUs, and check the rendezvous port",
+)(_group_name)
+async def device_group_preflight(ctx: Ctx) -> int:
+    a = ctx.args
+    result = await ctx.client.request(
+        "POST", f"/v1/device-groups/{a.name}/preflight", params={"workspace": ctx.workspace}, timeout_s=300
+    )
+    group = result["record"]
+    if ctx.as_json:
+        done(ctx, group)
+    else:
+        verdict = group["preflight"]
+        print(f"Preflight of group {a.name}: {'ready' if verdict['ready'] else 'not ready'}")
+        for member in verdict["facts"]["members"]:
+            print(_member_line(member))
+        print(_rendezvous_line(verdict["facts"]["rendezvous"]))
+        for reason in verdict["reasons"]:
+            print(f"  not ready: {reason}")
+    return EXIT_OK if group["ready"] else EXIT_RULE
+
+
+def _member_line(member: dict[str, Any]) -> str:
+    where = f"  rank {member['machine_rank']}  {member['device_id']}"
+    if not member["facts"]:
+        return f"{where}: not ready: {'; '.join(member['reasons'])}"
+    facts = member["facts"]
+    found = (
+        f"python {facts.get('python')}, bashgym {facts.get('bashgym')}, torch {facts.get('torch')}, "
+        f"{len(facts.get('gpus') or [])} GPUs, env {member['env_digest'][:12]}"
+    )
+    return f"{where}: {'ready' if member['ready'] else 'not ready'} ({found})"
+
+
+def _rendezvous_line(rendezvous: dict[str, Any]) -> str:
+    where = f"Rendezvous {rendezvous['address']}:{rendezvous['port']} on {rendezvous['main_device_id']}"
+    if rendezvous["port_in_use"]:
+        return f"{where}: the port is in use"
+    if not rendezvous["listening"]:
+        return f"{where}: {rendezvous['error'] or 'not checked'}"
+    outcomes = {True: "reached it", False: "cannot reach it", None: "not checked"}
+    return f"{where}: listening; " + "; ".join(
+        f"{c['device_id']} {outcomes[c['reached']]}" for c in rendezvous["members"]
+    )

@@ -18,6 +18,7 @@ from bashgym.daemon.supervisor import ArtifactMismatch
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger.errors import BashGymError
 from bashgym.ledger.models import PreflightVerdict
+from bashgym.ledger.validation import canonical_json, sha256_text
 
 log = logging.getLogger("bashgym.ssh")
 
@@ -173,6 +174,20 @@ def _judge(device: Device, facts: dict[str, Any]) -> list[str]:
     if free < MIN_DISK_GIB:
         reasons.append(f"only {free} GiB free in {device.work_dir}; at least {MIN_DISK_GIB} GiB needed")
     return reasons
+
+
+def environment_digest(facts: dict[str, Any]) -> str:
+    """sha256 of what must match across the ranks of one run, from a preflight's facts: Python major.minor,
+    bashgym, torch, CUDA and the GPU models. Paths, free memory and disk are left out; the form is stable."""
+    python = facts.get("python")
+    environment = {
+        "python": ".".join(str(python).split(".")[:2]) if python else None,
+        "bashgym": facts.get("bashgym"),
+        "torch": facts.get("torch"),
+        "cuda_version": facts.get("cuda_version"),
+        "gpu_names": [gpu.get("name") for gpu in facts.get("gpus") or []],
+    }
+    return sha256_text(canonical_json(environment))
 
 
 async def bootstrap(device: Device, *, base_python: str, pip_args: list[str], wheel: Path | None) -> dict[str, Any]:

@@ -269,6 +269,13 @@ class TrainingService:
             if isinstance(supervisor, SshSupervisor) and supervisor.device.device_id == device_id
         ]
 
+    def runs_on_group(self, group_id: str) -> list[str]:
+        """Ids of the active runs that train across device group `group_id`; its removal waits for them.
+
+        None yet: multi-node runs (issue 14) are launched by the group lane, which fills this in.
+        """
+        return []
+
     async def lane_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
         """Would the lane take this run now: the verdict `training plan` shows, from the same checks as start."""
         try:

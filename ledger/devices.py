@@ -7,6 +7,7 @@ import sqlite3
 from typing import Any
 
 from bashgym.ledger.access import WORKSPACE_SCOPE
+from bashgym.ledger.device_groups import groups_with_member
 from bashgym.ledger.errors import Conflict, NotFound
 from bashgym.ledger.models import DeviceSpec, PreflightVerdict
 from bashgym.ledger.tx import Tx
@@ -59,6 +60,11 @@ def add_device(tx: Tx, ws: str, spec: DeviceSpec) -> tuple[dict[str, Any], bool]
 
 def remove_device(tx: Tx, ws: str, device_id: str) -> tuple[dict[str, Any], bool]:
     record = get_device(tx.conn, ws, device_id)
+    if groups := groups_with_member(tx.conn, ws, device_id):
+        raise Conflict(
+            f"Device {device_id} is a member of device group {', '.join(groups)}.",
+            hint=f"Remove the group first (bashgym device group remove {groups[0]}), then the device.",
+        )
     tx.conn.execute("DELETE FROM devices WHERE workspace_id = ? AND device_id = ?", (ws, device_id))
     tx.append_event(
         "device.removed",

@@ -87,6 +87,12 @@ class DevicePreflight(_Payload):
     reasons: list[str]
 
 
+class DeviceGroupPreflight(_Payload):
+    group_id: str
+    ready: bool
+    reasons: list[str]
+
+
 class CampaignTransitioned(_Payload):
     campaign_id: str
     status: str
@@ -151,6 +157,9 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "device.registered": EntityRegistered,
     "device.removed": EntityRegistered,
     "device.preflight": DevicePreflight,
+    "device_group.registered": EntityRegistered,
+    "device_group.removed": EntityRegistered,
+    "device_group.preflight": DeviceGroupPreflight,
     "runcard.created": EntityRegistered,
     "campaign.created": EntityRegistered,
     "campaign.iteration_added": EntityRegistered,

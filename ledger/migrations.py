@@ -7,7 +7,17 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger import schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7, schema_v8
+from bashgym.ledger import (
+    schema_v1,
+    schema_v2,
+    schema_v3,
+    schema_v4,
+    schema_v5,
+    schema_v6,
+    schema_v7,
+    schema_v8,
+    schema_v9,
+)
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
 
@@ -34,6 +44,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "project_channels", schema_v6.SQL),
     Migration(7, "event_sinks", schema_v7.SQL),
     Migration(8, "run_source_unique_per_project", schema_v8.SQL, rebuilds_tables=True),
+    Migration(9, "device_groups", schema_v9.SQL),
 )
 
 _RECORD_TABLE = """

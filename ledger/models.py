@@ -286,11 +286,15 @@ class EventPage(BaseModel):
     events: list[Event]
 
 
+# A host name or address as the shell and SSH take it: no spaces, quotes or shell metacharacters.
+Host = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:\-\[\]]+$")]
+
+
 class DeviceSpec(Spec):
     """An SSH compute device. Keys are referenced by path only; a password is never stored."""
 
     device_id: Identifier
-    host: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:\-\[\]]+$")]
+    host: Host
     port: Annotated[int, Field(ge=1, le=65535)] = 22
     user: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._\-]+$")]
     key_path: Annotated[str, Field(min_length=1, max_length=1000)]
@@ -327,6 +331,25 @@ class DeviceSpec(Spec):
         if value and (len(parts) < 2 or not parts[0].startswith(("ssh-", "ecdsa-", "sk-"))):
             raise ValueError("host_key must be an OpenSSH public key line such as `ssh-ed25519 AAAA...`")
         return " ".join(parts[:2])
+
+
+class DeviceGroupSpec(Spec):
+    """Registered devices that train one run together. Member i is machine rank i; the first member's machine
+    runs the main process, which the others reach at main_process_ip:main_process_port."""
+
+    group_id: Identifier
+    members: Annotated[list[Identifier], Field(min_length=2, max_length=64)]
+    # Default: the first member's registered host, resolved when the group is registered.
+    main_process_ip: Host | None = None
+    main_process_port: Annotated[int, Field(ge=1024, le=65535)] = 29500
+
+    @field_validator("members")
+    @classmethod
+    def _each_machine_once(cls, members: list[str]) -> list[str]:
+        for member in members:
+            if members.count(member) > 1:
+                raise ValueError(f"device {member!r} is listed twice; each member is one machine rank")
+        return members
 
 
 class PreflightVerdict(Spec):

@@ -14,6 +14,7 @@ from bashgym.ledger import (
     access,
     campaigns,
     channels,
+    device_groups,
     devices,
     evidence,
     integrity,
@@ -36,6 +37,7 @@ from bashgym.ledger.models import (
     ComparisonSpec,
     DatasetVersionSpec,
     DecisionSpec,
+    DeviceGroupSpec,
     DeviceSpec,
     EnvironmentSpec,
     EvalResultSpec,
@@ -402,6 +404,25 @@ class Ledger:
 
     async def list_devices(self, ws: str) -> list[dict[str, Any]]:
         return await self.read(lambda conn: devices.list_devices(conn, ws))
+
+    # -- device groups -------------------------------------------------------------------------
+
+    async def add_device_group(self, actor: Actor, ws: str, spec: DeviceGroupSpec) -> WriteResult:
+        return await self._put(actor, lambda tx: device_groups.add_device_group(tx, ws, spec))
+
+    async def remove_device_group(self, actor: Actor, ws: str, group_id: str) -> WriteResult:
+        return await self._put(actor, lambda tx: device_groups.remove_device_group(tx, ws, group_id))
+
+    async def record_group_preflight(
+        self, actor: Actor, ws: str, group_id: str, verdict: PreflightVerdict
+    ) -> WriteResult:
+        return await self._put(actor, lambda tx: device_groups.record_group_preflight(tx, ws, group_id, verdict))
+
+    async def get_device_group(self, ws: str, group_id: str) -> dict[str, Any]:
+        return await self.read(lambda conn: device_groups.get_device_group(conn, ws, group_id))
+
+    async def list_device_groups(self, ws: str) -> list[dict[str, Any]]:
+        return await self.read(lambda conn: device_groups.list_device_groups(conn, ws))
 
     # -- consumers -------------------------------------------------------------------------------
 

@@ -474,6 +474,28 @@ async def case_device_bootstrap(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/devices/{await _device(h)}/bootstrap", {"json": {}}
 
 
+def _group_spec(members: list[str]) -> dict[str, Any]:
+    return {"group_id": f"grp{next(_counter)}", "members": members}
+
+
+async def _group(h: Harness) -> str:
+    spec = _group_spec([await _device(h), await _device(h)])
+    await h.admin_call("POST", "/v1/device-groups", json=spec)
+    return str(spec["group_id"])
+
+
+async def case_device_group_add(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/device-groups", {"json": _group_spec([await _device(h), await _device(h)])}
+
+
+async def case_device_group_remove(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/device-groups/{await _group(h)}", {}
+
+
+async def case_device_group_preflight(h: Harness) -> tuple[str, dict[str, Any]]:
+    return f"/v1/device-groups/{await _group(h)}/preflight", {}  # its members refuse: "not ready" is recorded
+
+
 async def case_budget_change(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{await _project(h)}/budget/limit", {"json": {"gpu_hours": 10, "runs": 5, "reason": "Q4"}}
 
@@ -516,6 +538,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("DELETE", "/v1/sinks/{name}"): case_sink_remove,
     ("POST", "/v1/devices/{device_id}/preflight"): case_device_preflight,
     ("POST", "/v1/devices/{device_id}/bootstrap"): case_device_bootstrap,
+    ("POST", "/v1/device-groups"): case_device_group_add,
+    ("DELETE", "/v1/device-groups/{group_id}"): case_device_group_remove,
+    ("POST", "/v1/device-groups/{group_id}/preflight"): case_device_group_preflight,
     ("POST", "/v1/projects/{project}/evaluations"): case_evaluation_start,
     ("POST", "/v1/projects/{project}/evaluations/compare"): case_evaluation_compare,
     ("POST", "/v1/projects/{project}/runs/{run_id}/runcards"): case_runcard_create,

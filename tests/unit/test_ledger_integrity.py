@@ -11,7 +11,7 @@ import pytest
 from bashgym.ledger import Ledger, store
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
 from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
-from bashgym.ledger.models import Actor, ProjectSpec, RunRegistration
+from bashgym.ledger.models import Actor, DeviceGroupSpec, DeviceSpec, ProjectSpec, RunRegistration
 from bashgym.ledger.restore import restore_ledger
 
 pytestmark = pytest.mark.anyio
@@ -136,7 +136,7 @@ async def test_a_ledger_of_migration_7_upgrades_keeping_runs_attempts_and_refere
     assert after == before
     with sqlite3.connect(path) as raw:
         raw.execute("PRAGMA foreign_keys=ON")
-        assert raw.execute("SELECT MAX(number) FROM schema_migrations").fetchone() == (8,)
+        assert raw.execute("SELECT MAX(number) FROM schema_migrations").fetchone() == (MIGRATIONS[-1].number,)
         assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
         with pytest.raises(sqlite3.IntegrityError):
             raw.execute(
@@ -149,3 +149,20 @@ async def test_a_ledger_of_migration_7_upgrades_keeping_runs_attempts_and_refere
 def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
     with sqlite3.connect(path) as conn:
         return [tuple(row) for row in conn.execute(sql)]
+
+
+async def test_a_ledger_of_migration_8_upgrades_and_its_devices_can_form_a_group(
+    tmp_path: Path, actor: Actor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    with monkeypatch.context() as patch:  # a ledger written by the BashGym of migration 8
+        patch.setattr(store, "migrate", lambda conn: migrate(conn, MIGRATIONS[:8]))
+        async with await Ledger.open(path) as old:
+            for name in ("gpu1", "gpu2"):
+                spec = DeviceSpec(device_id=name, host=f"{name}.lab", user="ml", key_path="/keys/id")
+                await old.add_device(actor, "default", spec)
+    async with await Ledger.open(path) as ledger:
+        await ledger.add_device_group(actor, "default", DeviceGroupSpec(group_id="pair", members=["gpu1", "gpu2"]))
+        assert (await ledger.get_device_group("default", "pair"))["main_process_ip"] == "gpu1.lab"
+        assert (await ledger.verify())["ok"] is True
+    assert _rows(path, "SELECT MAX(number) FROM schema_migrations") == [(9,)]
