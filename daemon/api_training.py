@@ -92,10 +92,12 @@ async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
     context, missing = parse_context(request.tracking_context)
     project = context.project_id if context else None
     publication = check_publication(call.principal, request, project)
+    request = await _service(call).shaped_for_lane(call.workspace, request)
     return {
         "request": request.model_dump(mode="json"),
         "lane": request.lane,
         "device_id": request.ssh_device,
+        "device_group": request.device_group,
         "context_status": "verified" if context else "unassigned",
         "project_id": project or "unassigned",
         "missing_context_fields": missing,

@@ -51,7 +51,11 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--dataset-path", help="training data (JSONL) on the daemon's host")
     data.add_argument("--dataset-version", help="a registered dataset version whose content the daemon holds")
     parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
-    parser.add_argument("--compute-target", default="local", help="local, ssh:<device_id> or cloud:nemo-customizer")
+    parser.add_argument(
+        "--compute-target",
+        default="local",
+        help="local, ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer",
+    )
     parser.add_argument("--config", type=Path, help="JSON file of method fields (never strategy, model, data, target)")
     parser.add_argument("--tracking-context", type=Path, help="JSON file with the run's complete tracking context")
     parser.add_argument("--checkpoint-limit", type=int, help="checkpoints kept during the run (1..20)")

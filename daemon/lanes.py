@@ -18,11 +18,12 @@ import asyncssh
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
 from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
-from bashgym.daemon.supervisor import RunHandle, Supervisor
+from bashgym.daemon.supervisor import RunHandle, Supervisor, read_request, topology_record
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict
 from bashgym.ledger.models import Actor, ArtifactSpec
 from bashgym.ledger.validation import canonical_json
+from bashgym.trainers.specs import TrainingRequest
 
 log = logging.getLogger("bashgym.lanes")
 
@@ -65,23 +66,40 @@ class SshSupervisor(Supervisor):
         self._done = asyncio.Event()
 
     async def run(self, *, resume: bool) -> str:
+        request = await asyncio.to_thread(read_request, self.handle.run_dir)
         if not resume:
             await self._transition("preparing", reason=f"uploading to device {self.device.device_id}")
+            if request.is_distributed:
+                await self._append("run.topology", await self._topology(request))
         try:
             await self._open_with_retry()
             if not resume:
-                request, files = await asyncio.to_thread(_remote_request, self.handle.run_dir)
-                await self.remote.upload(request, files)
-            pgid = await self.remote.launch(resume=resume)
-            await self.lane.update(lane="ssh", device_id=self.device.device_id, pgid=pgid)
-            log.info("Run %s started on %s (process group %d)", self.handle.run_id, self.device.device_id, pgid)
+                await self._upload()
+            await self._start(request, resume=resume)
             if self._is_stopping:  # a stop that arrived during the upload
                 await self._signal_group("TERM")
         except DeviceUnavailable as exc:
             self._done.set()
-            await self.remote.close()
+            await self._close()
             return await self._fail_before_launch(exc)
         return await self._follow_to_end()
+
+    async def _upload(self) -> None:
+        request, files = await asyncio.to_thread(remote_request, self.handle.run_dir)
+        await self.remote.upload(request, files)
+
+    async def _start(self, request: TrainingRequest, *, resume: bool) -> None:
+        # A scaled-out run starts its launcher, which starts the ranks on this device (accelerate launch).
+        module = "bashgym.trainers.launch" if request.is_distributed else "bashgym.trainers"
+        pgid = await self.remote.launch(resume=resume, module=module)
+        await self.lane.update(lane="ssh", device_id=self.device.device_id, pgid=pgid)
+        log.info("Run %s started on %s (process group %d)", self.handle.run_id, self.device.device_id, pgid)
+
+    async def _close(self) -> None:
+        await self.remote.close()
+
+    async def _topology(self, request: TrainingRequest) -> dict[str, Any]:
+        return topology_record(request, [{"machine_rank": 0, "device_id": self.device.device_id}])
 
     async def reattach(self) -> str:
         """After a daemon restart: follow a launched trainer to its end; without a launch record, `unknown`."""
@@ -106,10 +124,10 @@ class SshSupervisor(Supervisor):
         try:
             code = await self._follow_remote()
         except asyncio.CancelledError:
-            await asyncio.shield(self.remote.close())  # daemon shutdown: detach, the trainer keeps going
+            await asyncio.shield(self._close())  # daemon shutdown: detach, the trainer keeps going
             raise
         except (DeviceUnavailable, asyncssh.Error, OSError) as exc:
-            await asyncio.shield(self.remote.close())
+            await asyncio.shield(self._close())
             self._done.set()
             return await self._unknown(f"device {self.device.device_id} stopped answering: {exc}")
         try:
@@ -117,34 +135,20 @@ class SshSupervisor(Supervisor):
                 until_stored(lambda: self._record_exit(code), what=f"the end of run {self.handle.run_id}")
             )
         finally:
-            await asyncio.shield(self.remote.close())
+            await asyncio.shield(self._close())
             self._done.set()
 
     async def _open_with_retry(self) -> None:
-        delay = self.poll_s
-        for attempt in range(MAX_LOST_POLLS):
-            try:
-                await self.remote.open()
-                return
-            except DeviceUnavailable:
-                if attempt == MAX_LOST_POLLS - 1:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        await open_with_retry(self.remote, self.poll_s)
 
     async def _follow_remote(self) -> int | None:
         """Poll until the trainer's exit code appears (or, when we stopped it, until its group is gone)."""
         lost = 0
         while True:
             try:
-                code = await self.remote.exit_code()
-                await self.remote.sync()
-                await self._process_protocol()
-                await self._ingest_metrics()
-                if code is not None:
+                done, code = await self._poll()
+                if done:
                     return code
-                if self._is_stopping and not await self.remote.signal(int(self.lane.data["pgid"]), "0"):
-                    return None  # killed before it could record an exit code
                 lost = 0
             except (asyncssh.Error, OSError) as exc:
                 lost += 1
@@ -155,6 +159,19 @@ class SshSupervisor(Supervisor):
                 await self._open_with_retry()
                 continue
             await asyncio.sleep(self.poll_s)
+
+    async def _poll(self) -> tuple[bool, int | None]:
+        """One look at the device: mirror its files, apply them, and say whether the trainer has ended (with its
+        exit code; None when it was killed, on our stop, before it could record one)."""
+        code = await self.remote.exit_code()
+        await self.remote.sync()
+        await self._process_protocol()
+        await self._ingest_metrics()
+        if code is not None:
+            return True, code
+        if self._is_stopping and not await self.remote.signal(int(self.lane.data["pgid"]), "0"):
+            return True, None
+        return False, None
 
     async def _process_protocol(self) -> None:
         """Apply protocol lines past the recorded offset; the offset is saved so a restart repeats none."""
@@ -343,7 +360,7 @@ class NemoSupervisor(Supervisor):
         await self._done.wait()
 
 
-def _remote_request(run_dir: Path) -> tuple[dict[str, Any], dict[str, Path]]:
+def remote_request(run_dir: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     """The request as the device sees it: data files beside it, named relative to the remote run directory."""
     request = json.loads((run_dir / "request.json").read_text())
     files: dict[str, Path] = {}
@@ -352,6 +369,20 @@ def _remote_request(run_dir: Path) -> tuple[dict[str, Any], dict[str, Path]]:
             files[name] = Path(request[field])
             request[field] = name
     return request, files
+
+
+async def open_with_retry(remote: RemoteRun, poll_s: float) -> None:
+    """Connect, retrying with backoff over about as long as a lost device is waited for."""
+    delay = poll_s
+    for attempt in range(MAX_LOST_POLLS):
+        try:
+            await remote.open()
+            return
+        except DeviceUnavailable:
+            if attempt == MAX_LOST_POLLS - 1:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 def read_from(path: Path, offset: int) -> bytes:

@@ -9,6 +9,7 @@ import json
 import logging
 import platform
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -267,12 +268,27 @@ class RemoteRun:
         _, sftp = self._channel()
         await sftp.get(f"{self.remote_dir}/{name}", str(self.local_dir / name))
 
-    async def launch(self, *, resume: bool, module: str = "bashgym.trainers") -> int:
-        """Start the trainer (or another bashgym child, by module) detached in its own session; return its
-        process group id."""
+    async def fetch_tree(self, name: str, target: Path) -> None:
+        """Copy a directory of the remote run directory to `target` (which must not exist yet)."""
+        _, sftp = self._channel()
+        await sftp.get(f"{self.remote_dir}/{name}", str(target), recurse=True)
+
+    async def put_into(self, source: Path, name: str) -> None:
+        """Copy the contents of the local directory `source` into the remote run directory's `name`, merged
+        with what is there."""
+        _, sftp = self._channel()
+        await sftp.makedirs(f"{self.remote_dir}/{name}", exist_ok=True)
+        entries = await asyncio.to_thread(lambda: sorted(str(p) for p in source.iterdir()))
+        if entries:
+            await sftp.put(entries, f"{self.remote_dir}/{name}", recurse=True)
+
+    async def launch(self, *, resume: bool, module: str = "bashgym.trainers", args: Sequence[str] = ()) -> int:
+        """Start the trainer (or another bashgym child, by module, with `args`) detached in its own session;
+        return its process group id."""
         conn, _ = self._channel()
         python = self.device.shell_path(self.device.python)
-        trainer = f'{python} -u -m {module} "$PWD"' + (" --resume" if resume else "")
+        extra = "".join(f" {shlex.quote(arg)}" for arg in args)
+        trainer = f'{python} -u -m {module} "$PWD"{extra}' + (" --resume" if resume else "")
         # The wrapper ignores the control signals so only the trainer answers them, then records the exit code.
         job = (
             f"trap '' USR1 TERM INT HUP; echo $$ > pgid; {trainer} >> protocol.jsonl 2>> training.log < /dev/null; "

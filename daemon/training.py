@@ -14,6 +14,7 @@ from typing import Any
 
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import file_digest
+from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
 from bashgym.daemon.settings import Settings
@@ -180,6 +181,7 @@ class TrainingService:
         """Check, register (verified or unassigned) and queue one run; answer at once."""
         if not self._is_accepting:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
+        request = await self.shaped_for_lane(workspace, request)
         device = await self._check_lane(workspace, request)
         await self._check_scale_out(request)
         await self._check_dataset(request)
@@ -244,6 +246,8 @@ class TrainingService:
             lane = await asyncio.to_thread(LaneState, handle.run_dir)
             if device is not None:
                 await lane.update(lane="ssh", device_id=device.device_id)
+            if request.device_group is not None:
+                await lane.update(lane="ssh-group", group_id=request.device_group)
             if job is not None:
                 await lane.update(lane="nemo", job_id=job["id"], output_model=job.get("output_model"))
             self._launch(handle, actor, resume=False)
@@ -253,6 +257,8 @@ class TrainingService:
             "status": run["status"],
             "lane": request.lane,
             "device_id": request.ssh_device,
+            "device_group": request.device_group,
+            "world_size": request.num_processes,
             "source_run_id": run["source_run_id"],
             "correlation_id": run["correlation_id"],
             "project_id": handle.project,
@@ -263,18 +269,21 @@ class TrainingService:
         }
 
     def runs_on_device(self, device_id: str) -> list[str]:
+        """Ids of the active runs on SSH device `device_id`, alone or as a member of a device group."""
         return [
             run_id
             for run_id, supervisor in self._active.items()
-            if isinstance(supervisor, SshSupervisor) and supervisor.device.device_id == device_id
+            if isinstance(supervisor, SshSupervisor)
+            and device_id in {d.device_id for d in getattr(supervisor, "devices", [supervisor.device])}
         ]
 
     def runs_on_group(self, group_id: str) -> list[str]:
-        """Ids of the active runs that train across device group `group_id`; its removal waits for them.
-
-        None yet: multi-node runs (issue 14) are launched by the group lane, which fills this in.
-        """
-        return []
+        """Ids of the active runs that train across device group `group_id`; its removal waits for them."""
+        return [
+            run_id
+            for run_id, supervisor in self._active.items()
+            if isinstance(supervisor, GroupSupervisor) and supervisor.group_id == group_id
+        ]
 
     async def lane_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
         """Would the lane take this run now: the verdict `training plan` shows, from the same checks as start."""
@@ -293,6 +302,15 @@ class TrainingService:
             }
         if request.lane == "nemo":
             return {"lane": "nemo", "ready": True, "reasons": [], "facts": {"base_url": self.settings.nemo_base_url}}
+        if request.lane == "ssh-group":
+            group = await self.ledger.get_device_group(workspace, request.device_group or "")
+            return {
+                "lane": "ssh-group",
+                "ready": True,
+                "reasons": [],
+                "checked_at": group["preflight_at"],
+                **group["preflight"],
+            }
         facts = {"slots": self.settings.local_slots, "busy": len(self._active), "gpus": self.settings.local_gpus}
         return {"lane": "local", "ready": True, "reasons": [], "facts": facts}
 
@@ -311,7 +329,12 @@ class TrainingService:
                     hint=f"Fix it, then run bashgym device preflight {device_id}.",
                     details={"preflight": record["preflight"]},
                 )
+            facts = (record["preflight"] or {}).get("facts") or {}
+            self._check_machine_share(request, [device_id], [len(facts.get("gpus") or [])])
             return Device.from_record(record)
+        if request.lane == "ssh-group":
+            await self._check_group(workspace, request)
+            return None
         if request.lane == "nemo":
             if not self.settings.nemo_base_url:
                 raise RuleRejected(
@@ -330,6 +353,70 @@ class TrainingService:
                     hint="Name a Customizer config as base_model, or train on `local` or `ssh:<device_id>`.",
                 )
         return None
+
+    async def _check_group(self, workspace: str, request: TrainingRequest) -> None:
+        """A device group takes a run when its last preflight passed, every member is still ready, it has one
+        member per machine, and each member has a GPU per process (or none of them has GPUs)."""
+        group_id = request.device_group or ""
+        try:
+            group = await self.ledger.get_device_group(workspace, group_id)
+        except NotFound as exc:
+            raise RuleRejected(exc.message, hint=exc.hint) from exc
+        if not group["ready"]:
+            verdict = group["preflight"] or {"reasons": ["it has never been preflighted"]}
+            raise RuleRejected(
+                f"Device group {group_id} is not ready: {'; '.join(verdict['reasons'])}.",
+                hint=f"Fix it, then run bashgym device group preflight {group_id}.",
+                details={"preflight": group["preflight"]},
+            )
+        members = list(group["members"])
+        stale = [m for m in members if not (await self.ledger.get_device(workspace, m))["ready"]]
+        if stale:
+            raise RuleRejected(
+                f"Device group {group_id}: {', '.join(stale)} failed a preflight since the group's last one.",
+                hint=f"Fix it, then run bashgym device group preflight {group_id}.",
+            )
+        if request.num_machines != len(members):
+            raise RuleRejected(
+                f"Device group {group_id} has {len(members)} machines but num_machines is {request.num_machines}.",
+                hint=f"Set num_machines {len(members)} (or leave it out: a group's launch fills it in).",
+            )
+        verdicts = (group["preflight"].get("facts") or {}).get("members") or []
+        gpus = [len((m.get("facts") or {}).get("gpus") or []) for m in verdicts]
+        self._check_machine_share(request, members, gpus)
+
+    @staticmethod
+    def _check_machine_share(request: TrainingRequest, machines: list[str], gpus: list[int]) -> None:
+        """Each machine runs num_processes / num_machines ranks: one GPU each, or CPU ranks where it has none."""
+        if not request.is_distributed:
+            return
+        share = request.num_processes // request.num_machines
+        short = [f"{name} ({count})" for name, count in zip(machines, gpus, strict=False) if 0 < count < share]
+        if short:
+            raise RuleRejected(
+                f"{share} processes per machine need as many GPUs; too few on {', '.join(short)}.",
+                hint="Lower num_processes, or use machines with more GPUs.",
+            )
+        try:
+            check_strategy(request, cuda=any(gpus), has_deepspeed=True)  # the device's launcher checks the package
+        except DistributedRefused as exc:
+            raise RuleRejected(str(exc), hint="Nothing was launched.") from exc
+
+    async def shaped_for_lane(self, workspace: str, request: TrainingRequest) -> TrainingRequest:
+        """A device-group launch that leaves out num_machines (and num_processes) gets one machine per member
+        (and one process per machine); anything else is taken as sent."""
+        group_id = request.device_group
+        if group_id is None or "num_machines" in request.model_fields_set:
+            return request
+        try:
+            group = await self.ledger.get_device_group(workspace, group_id)
+        except NotFound:
+            return request  # _check_lane says so, with its hint
+        machines = len(group["members"])
+        shape = {"num_machines": machines}
+        if "num_processes" not in request.model_fields_set:
+            shape["num_processes"] = machines
+        return TrainingRequest.model_validate({**request.model_dump(exclude_unset=True), **shape})
 
     async def _check_scale_out(self, request: TrainingRequest) -> None:
         """Refuse, before anything runs, a local scaled-out run whose strategy the trainer's Python cannot run.
@@ -437,17 +524,34 @@ class TrainingService:
         if lane.lane == "ssh":
             device = Device.from_record(await self.ledger.get_device(handle.workspace, str(lane.data["device_id"])))
             return SshSupervisor(handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s)
+        if lane.lane == "ssh-group":
+            group = await self.ledger.get_device_group(handle.workspace, str(lane.data["group_id"]))
+            devices = [Device.from_record(await self.ledger.get_device(handle.workspace, m)) for m in group["members"]]
+            return GroupSupervisor(
+                handle, self.ledger, system, devices, group, self.settings.grace_s, self.settings.ssh_poll_s
+            )
         return NemoSupervisor(
             handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
         )
 
-    def _slots_for(self, supervisor: Supervisor) -> asyncio.Semaphore | None:
+    def _slots_for(self, supervisor: Supervisor) -> contextlib.AbstractAsyncContextManager[Any] | None:
+        if isinstance(supervisor, GroupSupervisor):
+            return self._group_slots(supervisor.devices)
         if isinstance(supervisor, SshSupervisor):
             device = supervisor.device
             return self._device_slots.setdefault(device.device_id, asyncio.Semaphore(device.slots))
         if isinstance(supervisor, NemoSupervisor):
             return None  # the service queues its own jobs
         return self._slots
+
+    @contextlib.asynccontextmanager
+    async def _group_slots(self, devices: list[Device]) -> AsyncIterator[None]:
+        """A slot on every member, taken in one order (by device id) so two group runs never deadlock."""
+        async with contextlib.AsyncExitStack() as stack:
+            for device in sorted(devices, key=lambda d: d.device_id):
+                slots = self._device_slots.setdefault(device.device_id, asyncio.Semaphore(device.slots))
+                await stack.enter_async_context(slots)
+            yield
 
     def _launch(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
         self._tasks[handle.run_id] = self._group.create_task(self._run(handle, actor, resume=resume))

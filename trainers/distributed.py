@@ -164,3 +164,11 @@ def accelerate_config(
             "zero3_save_16bit_model": stage == 3,
         }
     return config
+
+
+def root_cause(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the failed ranks (launch.json's `ranks`, from one machine or several), the one that failed first: one
+    killed by a signal outright, else the earliest to record its failure (a peer of a dead rank fails too, on the
+    broken connection, a moment later)."""
+    killed = [r for r in ranks if r.get("signal")]
+    return min(killed or ranks, key=lambda r: float(r.get("time", 0.0)))

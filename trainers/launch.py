@@ -30,6 +30,7 @@ from bashgym.trainers.distributed import (
     DistributedRefused,
     accelerate_config,
     check_strategy,
+    root_cause,
 )
 from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED, RunDirectory
 
@@ -126,7 +127,7 @@ def _after_failure(run: RunDirectory, failures: dict[int, Any], machine_rank: in
     if len(codes) == 1 and (code := codes.pop()) in STOPPED:
         return int(code)
     ranks = [_describe(run, rank, failure, machine_rank) for rank, failure in sorted(failures.items())]
-    first = _root_cause(ranks)
+    first = root_cause(ranks)
     return _fail(run, first["summary"], machine_rank=machine_rank, ranks=ranks, first_rank=first["rank"])
 
 
@@ -149,13 +150,6 @@ def _describe(run: RunDirectory, rank: int, failure: Any, machine_rank: int) -> 
         "time": float(state.get("updated_at") or failure.timestamp),
         "summary": f"{where} {how}",
     }
-
-
-def _root_cause(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rank that failed first: one killed by a signal outright, else the earliest to record its failure
-    (a peer of a dead rank fails too, on the broken connection, a moment later)."""
-    killed = [r for r in ranks if r["signal"]]
-    return min(killed or ranks, key=lambda r: r["time"])
 
 
 def _fail(run: RunDirectory, summary: str, *, machine_rank: int, **record: Any) -> int:
