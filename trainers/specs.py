@@ -29,15 +29,16 @@ SEPARATE_WORKFLOWS: dict[str, str] = {
 }
 
 REFUSED_TARGETS: dict[str, str] = {
-    "cloud": "Bare `cloud` names no lane; use `cloud:nemo-customizer`, `ssh:<device_id>` or `local`.",
+    "cloud": "Bare `cloud` names no lane; use `cloud:nemo-customizer`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
+    "`local`.",
     "hf-jobs": "Hugging Face Jobs run through their own surface and keep their job identity; use `local`, "
-    "`ssh:<device_id>` or `cloud:nemo-customizer` here.",
-    "managed": "Managed provider fine-tunes run through their own surface; use `local`, `ssh:<device_id>` or "
-    "`cloud:nemo-customizer` here.",
-    "skypilot": "SkyPilot plans run through their own surface; use `local`, `ssh:<device_id>` or "
-    "`cloud:nemo-customizer` here.",
-    "dstack": "dstack plans run through their own surface; use `local`, `ssh:<device_id>` or "
-    "`cloud:nemo-customizer` here.",
+    "`ssh:<device_id>`, `ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "managed": "Managed provider fine-tunes run through their own surface; use `local`, `ssh:<device_id>`, "
+    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "skypilot": "SkyPilot plans run through their own surface; use `local`, `ssh:<device_id>`, "
+    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "dstack": "dstack plans run through their own surface; use `local`, `ssh:<device_id>`, "
+    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
 }
 
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

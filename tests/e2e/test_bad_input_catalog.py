@@ -307,10 +307,21 @@ API_CASES = [
     # unknown strategies and targets
     Api("unknown-strategy", "POST", "/v1/training/plan", 422, "use one of sft, dpo, grpo",
         json={**PLAN, "strategy": "ppo"}),
-    Api("target-that-is-no-lane", "POST", "/v1/training/plan", 422, "use `local`, `ssh:<device_id>` or",
-        json={**PLAN, "compute_target": "skypilot"}),
+    Api("target-that-is-no-lane", "POST", "/v1/training/plan", 422,
+        "use `local`, `ssh:<device_id>`, `ssh-group:<group_id>` or", json={**PLAN, "compute_target": "skypilot"}),
     Api("ssh-target-of-an-unknown-device", "POST", "/v1/training/start", 422, "No device 'nowhere'",
         json={**PLAN, "compute_target": "ssh:nowhere"}),
+    # scale-out settings that cannot run
+    Api("group-target-of-an-unknown-group", "POST", "/v1/training/start", 422, "No device group 'nowhere'",
+        json={**PLAN, "compute_target": "ssh-group:nowhere"}),
+    Api("processes-that-do-not-split-over-machines", "POST", "/v1/training/plan", 422, "does not split evenly",
+        json={**PLAN, "compute_target": "ssh-group:pair", "num_machines": 2, "num_processes": 3}),
+    Api("several-machines-without-a-group", "POST", "/v1/training/plan", 422,
+        "needs compute_target `ssh-group:<group_id>`", json={**PLAN, "num_machines": 2, "num_processes": 2}),
+    Api("mixed-precision-against-bf16", "POST", "/v1/training/plan", 422, "contradicts bf16 false",
+        json={**PLAN, "mixed_precision": "bf16", "bf16": False}),
+    Api("fsdp-where-the-trainer-has-no-gpu", "POST", "/v1/training/start", 422, "fsdp shards over CUDA GPUs",
+        json={**PLAN, "num_processes": 2, "distributed_strategy": "fsdp"}),
     # idempotency-key reuse with another body
     Api("idempotency-key-reused-with-another-body", "POST", f"{P}/annotations", 409,
         "was used with a different request",
