@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,3 +115,19 @@ def test_a_process_knows_its_rank_from_torch_distributed_environment() -> None:
     assert (rank.is_main, rank.is_distributed) == (False, True)
     assert rank.describe() == "rank 3 of 4 (machine 1, local rank 1)"
     assert RankInfo.from_env({}) == RankInfo() and RankInfo().is_main
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kind"),
+    [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("deepspeed-zero2", "DEEPSPEED"), ("deepspeed-zero3", "DEEPSPEED")],
+)
+def test_accelerate_reads_each_written_config_back(strategy: str, kind: str, tmp_path: Path) -> None:
+    """The config is accelerate's own format: its loader takes every key (an unknown one raises there)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = accelerate_config(request(num_processes=2, distributed_strategy=strategy), mixed_precision="bf16")
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    loaded = load_config_from_file(str(path))
+    assert (str(loaded.distributed_type).rsplit(".", 1)[-1], loaded.num_processes) == (kind, 2)
+    assert str(loaded.mixed_precision) == "bf16"
