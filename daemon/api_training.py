@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from bashgym.daemon.admission import shaped_for_lane
 from bashgym.daemon.app import json_response
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.routing import Call, requires, requires_run_control
@@ -92,7 +93,7 @@ async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
     context, missing = parse_context(request.tracking_context)
     project = context.project_id if context else None
     publication = check_publication(call.principal, request, project)
-    request = await _service(call).shaped_for_lane(call.workspace, request)
+    request = await shaped_for_lane(call.services.ledger, call.workspace, request)
     return {
         "request": request.model_dump(mode="json"),
         "lane": request.lane,

@@ -28,7 +28,7 @@ from bashgym.ledger.models import (
     MetricPoint,
     RunTransition,
 )
-from bashgym.trainers.distributed import charged_gpus
+from bashgym.trainers.distributed import charged_gpus, topology
 from bashgym.trainers.specs import TrainingRequest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -383,12 +383,7 @@ def read_request(run_dir: Path) -> TrainingRequest:
 def topology_record(request: TrainingRequest, members: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The `run.topology` event of a scaled-out run: its shape as requested, and each machine that runs it."""
     return {
-        "launcher": "accelerate",
-        "world_size": request.num_processes,
-        "num_machines": request.num_machines,
-        "processes_per_machine": request.num_processes // request.num_machines,
-        "strategy": request.distributed_strategy,
-        "mixed_precision": request.mixed_precision,
+        **topology(request, request.mixed_precision),
         "device_group": request.device_group,
         "members": members or [{"machine_rank": 0, "device_id": request.ssh_device or "local"}],
     }

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
+from bashgym.daemon.admission import check_lane, shaped_for_lane
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
@@ -27,13 +28,9 @@ from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistr
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
-from bashgym.trainers.distributed import DistributedRefused, check_strategy
 from bashgym.trainers.specs import TrainingRequest
 
 log = logging.getLogger("bashgym.training")
-
-# NeMo Customizer fine-tunes supervised chat data; every other method needs a lane that runs our trainers.
-NEMO_STRATEGIES = frozenset({"sft"})
 
 
 class BudgetExceeded(RuleRejected):
@@ -181,9 +178,8 @@ class TrainingService:
         """Check, register (verified or unassigned) and queue one run; answer at once."""
         if not self._is_accepting:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
-        request = await self.shaped_for_lane(workspace, request)
-        device = await self._check_lane(workspace, request)
-        await self._check_scale_out(request)
+        request = await shaped_for_lane(self.ledger, workspace, request)
+        device = await check_lane(self.ledger, self.settings, workspace, request)
         await self._check_dataset(request)
         dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
         context, _ = parse_context(request.tracking_context)
@@ -288,7 +284,7 @@ class TrainingService:
     async def lane_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
         """Would the lane take this run now: the verdict `training plan` shows, from the same checks as start."""
         try:
-            device = await self._check_lane(workspace, request)
+            device = await check_lane(self.ledger, self.settings, workspace, request)
         except RuleRejected as exc:
             return {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
         if device is not None:
@@ -313,124 +309,6 @@ class TrainingService:
             }
         facts = {"slots": self.settings.local_slots, "busy": len(self._active), "gpus": self.settings.local_gpus}
         return {"lane": "local", "ready": True, "reasons": [], "facts": facts}
-
-    async def _check_lane(self, workspace: str, request: TrainingRequest) -> Device | None:
-        """Refuse, before anything is uploaded or submitted, a lane that cannot take this run."""
-        if request.lane == "ssh":
-            device_id = request.ssh_device or ""
-            try:
-                record = await self.ledger.get_device(workspace, device_id)
-            except NotFound as exc:
-                raise RuleRejected(exc.message, hint=exc.hint) from exc
-            if not record["ready"]:
-                verdict = record["preflight"] or {"reasons": ["it has never been preflighted"]}
-                raise RuleRejected(
-                    f"Device {device_id} is not ready: {'; '.join(verdict['reasons'])}.",
-                    hint=f"Fix it, then run bashgym device preflight {device_id}.",
-                    details={"preflight": record["preflight"]},
-                )
-            facts = (record["preflight"] or {}).get("facts") or {}
-            self._check_machine_share(request, [device_id], [len(facts.get("gpus") or [])])
-            return Device.from_record(record)
-        if request.lane == "ssh-group":
-            await self._check_group(workspace, request)
-            return None
-        if request.lane == "nemo":
-            if not self.settings.nemo_base_url:
-                raise RuleRejected(
-                    "The cloud:nemo-customizer lane is not configured on this daemon.",
-                    hint="Set BASHGYM_NEMO_BASE_URL (and the key variable named by BASHGYM_NEMO_API_KEY_ENV).",
-                )
-            if request.strategy not in NEMO_STRATEGIES:
-                raise RuleRejected(
-                    f"NeMo Customizer does not run strategy `{request.strategy}`; it fine-tunes with sft only.",
-                    hint="Use compute_target `local` or `ssh:<device_id>` for this method.",
-                )
-            if await asyncio.to_thread(Path(request.base_model).exists):
-                raise RuleRejected(
-                    f"base_model `{request.base_model}` is a local path; NeMo Customizer trains from its own "
-                    "model configs such as `meta/llama-3.2-1b-instruct@v1.0.0+A100`.",
-                    hint="Name a Customizer config as base_model, or train on `local` or `ssh:<device_id>`.",
-                )
-        return None
-
-    async def _check_group(self, workspace: str, request: TrainingRequest) -> None:
-        """A device group takes a run when its last preflight passed, every member is still ready, it has one
-        member per machine, and each member has a GPU per process (or none of them has GPUs)."""
-        group_id = request.device_group or ""
-        try:
-            group = await self.ledger.get_device_group(workspace, group_id)
-        except NotFound as exc:
-            raise RuleRejected(exc.message, hint=exc.hint) from exc
-        if not group["ready"]:
-            verdict = group["preflight"] or {"reasons": ["it has never been preflighted"]}
-            raise RuleRejected(
-                f"Device group {group_id} is not ready: {'; '.join(verdict['reasons'])}.",
-                hint=f"Fix it, then run bashgym device group preflight {group_id}.",
-                details={"preflight": group["preflight"]},
-            )
-        members = list(group["members"])
-        stale = [m for m in members if not (await self.ledger.get_device(workspace, m))["ready"]]
-        if stale:
-            raise RuleRejected(
-                f"Device group {group_id}: {', '.join(stale)} failed a preflight since the group's last one.",
-                hint=f"Fix it, then run bashgym device group preflight {group_id}.",
-            )
-        if request.num_machines != len(members):
-            raise RuleRejected(
-                f"Device group {group_id} has {len(members)} machines but num_machines is {request.num_machines}.",
-                hint=f"Set num_machines {len(members)} (or leave it out: a group's launch fills it in).",
-            )
-        verdicts = (group["preflight"].get("facts") or {}).get("members") or []
-        gpus = [len((m.get("facts") or {}).get("gpus") or []) for m in verdicts]
-        self._check_machine_share(request, members, gpus)
-
-    @staticmethod
-    def _check_machine_share(request: TrainingRequest, machines: list[str], gpus: list[int]) -> None:
-        """Each machine runs num_processes / num_machines ranks: one GPU each, or CPU ranks where it has none."""
-        if not request.is_distributed:
-            return
-        share = request.num_processes // request.num_machines
-        short = [f"{name} ({count})" for name, count in zip(machines, gpus, strict=False) if 0 < count < share]
-        if short:
-            raise RuleRejected(
-                f"{share} processes per machine need as many GPUs; too few on {', '.join(short)}.",
-                hint="Lower num_processes, or use machines with more GPUs.",
-            )
-        try:
-            check_strategy(request, cuda=any(gpus), has_deepspeed=True)  # the device's launcher checks the package
-        except DistributedRefused as exc:
-            raise RuleRejected(str(exc), hint="Nothing was launched.") from exc
-
-    async def shaped_for_lane(self, workspace: str, request: TrainingRequest) -> TrainingRequest:
-        """A device-group launch that leaves out num_machines (and num_processes) gets one machine per member
-        (and one process per machine); anything else is taken as sent."""
-        group_id = request.device_group
-        if group_id is None or "num_machines" in request.model_fields_set:
-            return request
-        try:
-            group = await self.ledger.get_device_group(workspace, group_id)
-        except NotFound:
-            return request  # _check_lane says so, with its hint
-        machines = len(group["members"])
-        shape = {"num_machines": machines}
-        if "num_processes" not in request.model_fields_set:
-            shape["num_processes"] = machines
-        return TrainingRequest.model_validate({**request.model_dump(exclude_unset=True), **shape})
-
-    async def _check_scale_out(self, request: TrainingRequest) -> None:
-        """Refuse, before anything runs, a local scaled-out run whose strategy the trainer's Python cannot run.
-
-        Only a strategy other than ddp needs the probe (it imports torch, which takes seconds); ddp runs anywhere
-        accelerate does, on GPUs or over gloo on the CPU, and the launcher itself refuses more ranks than GPUs."""
-        if request.lane != "local" or request.distributed_strategy == "ddp":
-            return
-        python = self.settings.trainer_python or sys.executable
-        facts = await _probe_trainer_python(python)
-        try:
-            check_strategy(request, cuda=bool(facts.get("cuda")), has_deepspeed=bool(facts.get("deepspeed")))
-        except DistributedRefused as exc:
-            raise RuleRejected(f"{exc} (checked with {python})", hint="Nothing was launched.") from exc
 
     async def _submit_nemo_job(self, run_id: str, request: TrainingRequest, dataset_sha256: str) -> dict[str, Any]:
         namespace, _, name = (request.nemo_dataset or f"{self.settings.nemo_namespace}/").partition("/")
@@ -637,27 +515,6 @@ class TrainingService:
     ) -> dict[str, Any]:
         """The run to control; who may control it was decided by the route's dependency."""
         return dict(await self.ledger.get_run(workspace, project, run_id))
-
-
-_PROBE = (
-    "import importlib.util, json, torch; "
-    "print(json.dumps({'cuda': torch.cuda.is_available(), "
-    "'deepspeed': importlib.util.find_spec('deepspeed') is not None}))"
-)
-
-
-async def _probe_trainer_python(python: str) -> dict[str, Any]:
-    """What the local trainer's Python offers a scaled-out run: CUDA, and whether DeepSpeed is installed."""
-    proc = await asyncio.create_subprocess_exec(
-        python, "-c", _PROBE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuleRejected(
-            f"The trainer's Python {python} could not be checked: {err.decode(errors='replace').strip()[-500:]}",
-            hint="Install bashgym[train] into it, or set trainer_python to one that has it.",
-        )
-    return dict(json.loads(out.decode().strip().splitlines()[-1]))
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

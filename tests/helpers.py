@@ -180,6 +180,17 @@ async def inprocess_daemon(
             yield api
 
 
+def wait_for_run(client: httpx.Client, project: str, run_id: str, statuses: set[str], timeout_s: float = 300) -> Any:
+    """Poll a run (over a daemon in another process) until it reaches one of `statuses`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/v1/projects/{project}/runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} never reached {statuses}; last {run['status']}")
+
+
 async def wait_for_status(
     api: httpx.AsyncClient, project: str, run_id: str, statuses: set[str], timeout_s: float = 240
 ) -> Any:

@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import PIPE
+from typing import Any
 
 import asyncssh
 
@@ -40,6 +42,21 @@ class SshServer:
     commands: list[str]
     sftp_ops: list[tuple[str, str]]
     _peer: _Peer = field(repr=False, compare=False)
+
+    def device(self, device_id: str, **overrides: Any) -> dict[str, Any]:
+        """A device registration on this server. Each gets a work dir of its own, as two machines have their own
+        disks; its python is this venv's, which has bashgym and torch, as a bootstrapped host would."""
+        return {
+            "device_id": device_id,
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "key_path": str(self.key_path),
+            "host_key": self.host_key,
+            "work_dir": f"work-{device_id}",
+            "python": sys.executable,
+            **overrides,
+        }
 
     async def drop_connections(self) -> None:
         """Abort every live connection without a goodbye, as a network cut would."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +23,6 @@ from tests.helpers import cli_async, inprocess_daemon, running_daemon
 from tests.ssh_standin import SshServer, ssh_server
 
 pytestmark = pytest.mark.anyio
-
-
-def device_spec(ssh: SshServer, device_id: str, **overrides: Any) -> dict[str, Any]:
-    """A device on the stand-in; each gets its own work dir, as two machines would have their own disks."""
-    return {
-        "device_id": device_id,
-        "host": ssh.host,
-        "port": ssh.port,
-        "user": ssh.user,
-        "key_path": str(ssh.key_path),
-        "host_key": ssh.host_key,
-        "work_dir": f"work-{device_id}",
-        "python": sys.executable,  # this venv has bashgym and torch, as a bootstrapped host would
-        **overrides,
-    }
 
 
 def free_port() -> int:
@@ -74,7 +58,7 @@ class Groups:
 
     async def add_devices(self, *device_ids: str, **overrides: Any) -> None:
         for device_id in device_ids:
-            added = await self.api.post("/v1/devices", json=device_spec(self.ssh, device_id, **overrides))
+            added = await self.api.post("/v1/devices", json=self.ssh.device(device_id, **overrides))
             assert added.status_code == 201, added.text
 
 
@@ -180,8 +164,7 @@ async def test_members_that_differ_in_torch_or_gpus_are_named(
 
     monkeypatch.setattr(group_preflight, "preflight", preflight)
     devices = [
-        Device.from_record({**device_spec(groups.ssh, name), "gpus": 1, "slots": 1, "known_hosts": ""})
-        for name in "abc"
+        Device.from_record({**groups.ssh.device(name), "gpus": 1, "slots": 1, "known_hosts": ""}) for name in "abc"
     ]
     verdict = await preflight_group(devices, "127.0.0.1", free_port())
     assert not verdict.ready
@@ -230,7 +213,7 @@ async def test_the_group_cli_creates_lists_shows_preflights_and_removes(tmp_path
                 base_url=daemon.url, headers={"Authorization": f"Bearer {daemon.token}"}
             ) as api:
                 for name in ("gpu1", "gpu2"):  # `device add` has its own CLI test in test_ssh_lane.py
-                    (await api.post("/v1/devices", json=device_spec(ssh, name))).raise_for_status()
+                    (await api.post("/v1/devices", json=ssh.device(name))).raise_for_status()
             port = str(free_port())
             group = ["pair", "--device", "gpu1", "--device", "gpu2", "--main-port", port]
             created = await cli_async(env, "device", "group", "create", *group, "--json")

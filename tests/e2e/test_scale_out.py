@@ -7,18 +7,17 @@ its world size, and GPU-hours for every rank; a stop or a dead rank must leave n
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
 from tests.factories import sft_data, tracking_context, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.helpers import wait_for_run as wait_for
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -34,16 +33,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     env = {"BASHGYM_LOCAL_SLOTS": "1", "BASHGYM_LOCAL_GPUS": "1"}
     with running_daemon(tmp_path_factory.mktemp("home"), env=env) as running:
         yield running
-
-
-def wait_for(client: httpx.Client, project: str, run_id: str, statuses: set[str], timeout_s: float = 300) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = client.get(f"/v1/projects/{project}/runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        time.sleep(0.5)
-    raise AssertionError(f"run {run_id} never reached {statuses}; last {run['status']}")
 
 
 def processes_of(run_dir: Path) -> list[str]:

@@ -7,7 +7,6 @@ import hashlib
 import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,17 +66,7 @@ async def group(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Group]:
     home = tmp_path / "home"
     async with ssh_server(tmp_path / "ssh") as ssh, inprocess_daemon(ledger, home, ssh_poll_s=0.2, grace_s=20) as api:
         for device_id in ("m0", "m1"):
-            spec = {
-                "device_id": device_id,
-                "host": ssh.host,
-                "port": ssh.port,
-                "user": ssh.user,
-                "key_path": str(ssh.key_path),
-                "host_key": ssh.host_key,
-                "work_dir": f"work-{device_id}",  # two machines, two disks
-                "python": sys.executable,
-            }
-            assert (await api.post("/v1/devices", json=spec)).status_code == 201
+            assert (await api.post("/v1/devices", json=ssh.device(device_id))).status_code == 201
         body = {"group_id": "pair", "members": ["m0", "m1"], "main_process_port": free_port()}
         assert (await api.post("/v1/device-groups", json=body)).status_code == 201
         checked = (await api.post("/v1/device-groups/pair/preflight")).json()["record"]

@@ -55,17 +55,7 @@ class Lane:
     home: Path
 
     def device(self, device_id: str = "gpu1", **overrides: Any) -> dict[str, Any]:
-        return {
-            "device_id": device_id,
-            "host": self.ssh.host,
-            "port": self.ssh.port,
-            "user": self.ssh.user,
-            "key_path": str(self.ssh.key_path),
-            "host_key": self.ssh.host_key,
-            "work_dir": "work",
-            "python": sys.executable,  # this venv has bashgym installed, as a bootstrapped host would
-            **overrides,
-        }
+        return self.ssh.device(device_id, **{"work_dir": "work", **overrides})
 
     async def wait_for(self, project: str, run_id: str, statuses: set[str]) -> Any:
         return await wait_for_status(self.api, project, run_id, statuses)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -13,6 +11,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.factories import sft_data, tracking_context, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.helpers import wait_for_run as wait_for
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -26,16 +25,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trainer_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     with running_daemon(tmp_path_factory.mktemp("home"), env={"BASHGYM_LOCAL_SLOTS": "1"}) as running:
         yield running
-
-
-def wait_for(client: httpx.Client, project: str, run_id: str, statuses: set[str], timeout_s: float = 240) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = client.get(f"/v1/projects/{project}/runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        time.sleep(0.5)
-    raise AssertionError(f"run {run_id} never reached {statuses}; last {run['status']}")
 
 
 def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts(
