@@ -82,6 +82,19 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
                 preflight_at=device.get("preflight_at"),
             )
         )
+    for group in await services.ledger.list_device_groups(settings.default_workspace):
+        verdict = group.get("preflight") or {}
+        reasons = "; ".join(verdict.get("reasons", [])) if verdict else "never preflighted"
+        members = ", ".join(group["members"])
+        checks.append(
+            check(
+                f"lane ssh-group:{group['group_id']}",
+                bool(verdict.get("ready")),
+                f"{members}: ready at the last preflight" if verdict.get("ready") else f"{members}: {reasons}",
+                required=False,
+                preflight_at=group.get("preflight_at"),
+            )
+        )
     if settings.nemo_base_url:
         ready = services.nemo_key_set
         detail = "configured" if ready else f"{settings.nemo_api_key_env} is not set in the daemon's environment"

@@ -100,6 +100,9 @@ async def test_a_group_of_two_devices_preflights_ready_over_loopback_and_leaves_
     assert shown["ready"] and shown["preflight_at"]
     events = (await groups.api.get("/v1/events", params={"limit": 1000})).json()["events"]
     assert "device_group.preflight" in [e["event_type"] for e in events]
+    checks = {c["check"]: c for c in (await groups.api.get("/v1/doctor")).json()["checks"]}
+    assert checks["lane ssh-group:pair"]["ready"], "doctor lists the group as a lane"
+    assert checks["lane ssh-group:pair"]["detail"] == "gpu1, gpu2: ready at the last preflight"
 
 
 async def test_a_port_taken_on_the_main_member_makes_the_group_not_ready_naming_the_port(groups: Groups) -> None:
