@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 from bashgym.trainers.artifacts import apply_retention
-from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.distributed import RankInfo
+from bashgym.trainers.rundir import EXIT_FAILED, RunDirectory
+from bashgym.trainers.runner import run_training
+from bashgym.trainers.signals import ControlFlags
 from bashgym.trainers.specs import TrainingRequest
 
 
@@ -43,3 +48,30 @@ def test_retention_removes_an_incomplete_checkpoint_even_when_checkpoints_are_ke
     )
     assert apply_retention(run, request) == ["checkpoint-20"]
     assert [p.name for p in run.checkpoints()] == ["checkpoint-10"]
+
+
+def test_a_checkpoint_records_its_world_size_and_another_rank_marks_nothing(tmp_path: Path) -> None:
+    main = RunDirectory(tmp_path, protocol=None, rank=RankInfo(rank=0, world_size=2))
+    other = RunDirectory(tmp_path, protocol=None, rank=RankInfo(rank=1, world_size=2, local_rank=1))
+    checkpoint = _save(other, 10, is_complete=True)
+    assert other.last_checkpoint() is None, "only the main process marks a checkpoint complete"
+    main.mark_checkpoint_complete(checkpoint, 10)
+    assert main.checkpoint_world_size(checkpoint) == 2
+    other.write_state("failed", error="boom")
+    assert json.loads((tmp_path / "rank-1.state.json").read_text())["error"] == "boom"
+    assert not main.state_path.exists(), "run_state.json is the main process's"
+
+
+def test_a_resume_with_another_world_size_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ls"}]})
+    )
+    request = {"strategy": "sft", "base_model": str(tmp_path / "no-model"), "dataset_path": str(data)}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    run = RunDirectory(tmp_path, protocol=io.StringIO())
+    _save(RunDirectory(tmp_path, protocol=None, rank=RankInfo(world_size=2)), 10, is_complete=True)
+    code = run_training(run, resume=True, environ={}, flags=ControlFlags())
+    assert code == EXIT_FAILED
+    error = run.read_state()["error"]
+    assert "checkpoint-10 was written by 2 processes and this run has 1" in error, error
