@@ -324,7 +324,11 @@ class Supervisor:
         return await self.resolve_from_state()
 
     async def resolve_from_state(self) -> str:
-        """Record the outcome the trainer left in run_state.json; without one the run is `unknown`."""
+        """Record the outcome the trainer left in run_state.json; without one the run is `unknown`.
+
+        Its metrics first: a trainer that finished while no daemon ran logged steps nobody ingested (points
+        ingested before are stored once; the ledger takes the same point again as a replay)."""
+        await self._ingest_metrics()
         state = await asyncio.to_thread(_read_json, self.handle.run_dir / "run_state.json")
         status = str(state.get("status", ""))
         if status == "completed":

@@ -191,7 +191,7 @@ def test_run_queued_the_daemon_killed_while_a_run_waits_for_a_slot_starts_it_onc
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("killed", ["daemon", "trainer", "both"])
+@pytest.mark.parametrize("killed", ["daemon", "daemon-while-the-trainer-finishes", "trainer", "both"])
 def test_trainer_running_a_kill_resolves_the_run_exactly_once(
     killed: str, tiny: Path, home: Path, tmp_path: Path
 ) -> None:
@@ -213,10 +213,12 @@ def test_trainer_running_a_kill_resolves_the_run_exactly_once(
     if killed == "both":  # the host went down: nothing is left to say how the run ended
         os.killpg(pid, signal.SIGKILL)
         poll("the trainer gone", lambda: not is_alive(pid), timeout_s=30)
+    if killed == "daemon-while-the-trainer-finishes":  # no daemon follows its last steps: the next one reads them
+        poll("the trainer done", lambda: not is_alive(pid), timeout_s=120)
     with running_daemon(home) as second:
         run = wait_status(second, run_id, TERMINAL | {"unknown"})
         check_invariants(second, before)
-        if killed == "daemon":
+        if killed.startswith("daemon"):
             assert run["status"] == "completed", run["attempts"][-1]
             assert run["metric_summary"]["train.loss"]["count"] == 16  # every step once, nothing twice
             return
