@@ -163,6 +163,7 @@ def test_a_campaign_survives_a_kill_waits_for_budget_and_exhausts_by_its_rules(t
     assert "Engineering evidence only" not in (outcome.report / "report.md").read_text()
 
 
+@pytest.mark.slow  # about 55 s of campaign stages; the authority rules themselves have unit tests
 @pytest.mark.timeout(600)
 def test_a_step_the_owner_may_not_take_waits_for_a_holder_to_lend_the_capability(tmp_path: Path) -> None:
     with running_daemon(tmp_path / "home") as daemon:

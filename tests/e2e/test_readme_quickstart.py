@@ -29,6 +29,7 @@ def quickstart_block() -> str:
     return str(blocks[0])
 
 
+@pytest.mark.slow  # about 70 s; CI runs it after the suite, and a fresh-clone check runs it before an issue closes
 @pytest.mark.timeout(300)
 def test_the_readme_quickstart_runs_as_written_and_leaves_its_evidence_in_the_ledger(tmp_path: Path) -> None:
     work = tmp_path / "work"

@@ -129,6 +129,7 @@ async def test_a_rank_killed_on_the_second_machine_fails_the_run_naming_it_and_s
             await anyio.sleep(0.2)
 
 
+@pytest.mark.slow  # about 45 s; the local lane's pause, resume and stop of two ranks stay in the suite
 async def test_a_paused_group_run_resumes_on_every_machine_from_rank_0s_checkpoint(
     group: Group, tiny: Path, tmp_path: Path
 ) -> None:
