@@ -49,7 +49,6 @@ def evaluate(daemon: RunningDaemon, *subject: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
-@pytest.mark.slow  # all 88 tasks' gold solutions and a measured model, about 55 s
 @pytest.mark.timeout(900)
 def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     evidence_daemon: RunningDaemon, trained: str

@@ -160,3 +160,14 @@ async def test_a_paused_group_run_resumes_on_every_machine_from_rank_0s_checkpoi
     assert any(f"work-m1/{run_id}/{checkpoint.name}/checkpoint_complete.json" in path for path in written)
     assert run["metric_summary"]["train.loss"]["count"] == 60
     assert processes_under(group.ssh.home) == {}
+
+
+async def test_one_device_runs_two_ranks_through_its_launcher(group: Group, tiny: Path, tmp_path: Path) -> None:
+    body = training_request(tiny, sft_data(tmp_path), compute_target="ssh:m0", num_processes=2, tracking_context=None)
+    started = (await group.api.post("/v1/training/start", json=body)).json()
+    run = await group.wait_for("unassigned", started["run_id"], TERMINAL)
+    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+    assert (run["topology"]["world_size"], run["topology"]["members"]) == (2, [{"machine_rank": 0, "device_id": "m0"}])
+    assert run["metric_summary"]["train.loss"]["count"] == 4
+    assert any("-m bashgym.trainers.launch" in command for command in group.ssh.commands)
+    assert processes_under(group.ssh.home) == {}
