@@ -94,7 +94,9 @@ async def devices_ac(interaction: Interaction, current: str) -> list[app_command
 
 async def targets_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
     devices = [c.value for c in await devices_ac(interaction, "")]
-    return _choices(["local", *(f"ssh:{d}" for d in devices), "cloud:nemo-customizer"], current)
+    groups = [c.value for c in await _listed(interaction, "/v1/device-groups", "groups", "group_id", "")]
+    targets = ["local", *(f"ssh:{d}" for d in devices), *(f"ssh-group:{g}" for g in groups), "cloud:nemo-customizer"]
+    return _choices(targets, current)
 
 
 def rows_of(data: Any, key: str) -> list[dict[str, Any]]:
@@ -158,7 +160,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
     @app_commands.describe(
         model="base model: a hub id or a path on the daemon's host",
         dataset="a registered dataset version id of the project",
-        target="local, ssh:<device> or cloud:nemo-customizer",
+        target="local, ssh:<device>, ssh-group:<group> or cloud:nemo-customizer",
         config="JSON of method fields, optionally with tracking_context (never strategy, model, data, target)",
     )
     @app_commands.autocomplete(project=projects_ac, target=targets_ac)
