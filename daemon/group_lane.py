@@ -10,17 +10,15 @@ that failed first (from the launch.json each failed member's launcher left).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 import asyncssh
 from bashgym.daemon.lanes import SshSupervisor, open_with_retry, remote_request
 from bashgym.daemon.ssh import Device, RemoteRun
-from bashgym.daemon.supervisor import RunHandle, topology_record
+from bashgym.daemon.supervisor import RunHandle, read_json, topology_record
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
 from bashgym.trainers.distributed import LAUNCH_RECORD, root_cause
@@ -94,7 +92,7 @@ class GroupSupervisor(SshSupervisor):
     async def _share_checkpoint(self) -> None:
         """Every machine resumes from the checkpoint rank 0 wrote on member 0: copy it to the other members,
         through the daemon (members need no keys for each other)."""
-        state = await asyncio.to_thread(_read_json, self.handle.run_dir / "run_state.json")
+        state = await asyncio.to_thread(read_json, self.handle.run_dir / "run_state.json")
         name = str(state.get("last_checkpoint") or "")
         if not name:
             return
@@ -164,7 +162,7 @@ class GroupSupervisor(SshSupervisor):
                 await remote.fetch(LAUNCH_RECORD)
             except (asyncssh.Error, OSError):
                 continue
-            record = await asyncio.to_thread(_read_json, remote.local_dir / LAUNCH_RECORD)
+            record = await asyncio.to_thread(read_json, remote.local_dir / LAUNCH_RECORD)
             ranks += [{**r, "device_id": self.devices[k].device_id} for r in record.get("ranks") or []]
             if record and not record.get("ranks"):
                 ranks.append({"summary": str(record.get("summary", "")), "time": record.get("time", 0)})
@@ -192,10 +190,3 @@ class GroupSupervisor(SshSupervisor):
                 await remote.signal(int(pgid), signame)
             except (asyncssh.Error, OSError) as exc:
                 log.warning("Run %s: could not send SIG%s to %s: %s", self.handle.run_id, signame, remote.device, exc)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return {}

@@ -329,7 +329,7 @@ class Supervisor:
         Its metrics first: a trainer that finished while no daemon ran logged steps nobody ingested (points
         ingested before are stored once; the ledger takes the same point again as a replay)."""
         await self._ingest_metrics()
-        state = await asyncio.to_thread(_read_json, self.handle.run_dir / "run_state.json")
+        state = await asyncio.to_thread(read_json, self.handle.run_dir / "run_state.json")
         status = str(state.get("status", ""))
         if status == "completed":
             await self._register_artifacts()
@@ -425,7 +425,7 @@ def spawned_pid(run_dir: Path) -> int | None:
         return None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     try:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):

@@ -84,18 +84,24 @@ def remove_device_group(tx: Tx, ws: str, group_id: str) -> tuple[dict[str, Any],
 
 def record_group_preflight(tx: Tx, ws: str, group_id: str, verdict: PreflightVerdict) -> tuple[dict[str, Any], bool]:
     get_device_group(tx.conn, ws, group_id)
+    store_verdict(tx, "device_groups", "group_id", ws, group_id, verdict)
+    return get_device_group(tx.conn, ws, group_id), False
+
+
+def store_verdict(tx: Tx, table: str, key_column: str, ws: str, key: str, verdict: PreflightVerdict) -> None:
+    """Keep a device's or a device group's last preflight verdict on its row, and record it as an event
+    (`device.preflight`, `device_group.preflight`). `table` and `key_column` are the callers' constants."""
     tx.conn.execute(
-        "UPDATE device_groups SET preflight_json = ?, preflight_at = ?, ready = ? "
-        "WHERE workspace_id = ? AND group_id = ?",
-        (canonical_json(verdict.model_dump(mode="json")), tx.now, int(verdict.ready), ws, group_id),
+        f"UPDATE {table} SET preflight_json = ?, preflight_at = ?, ready = ? "
+        f"WHERE workspace_id = ? AND {key_column} = ?",
+        (canonical_json(verdict.model_dump(mode="json")), tx.now, int(verdict.ready), ws, key),
     )
     tx.append_event(
-        "device_group.preflight",
+        f"{table.removesuffix('s')}.preflight",
         workspace_id=ws,
         project_id=WORKSPACE_SCOPE,
-        payload={"group_id": group_id, "ready": verdict.ready, "reasons": verdict.reasons},
+        payload={key_column: key, "ready": verdict.ready, "reasons": verdict.reasons},
     )
-    return get_device_group(tx.conn, ws, group_id), False
 
 
 def get_device_group(conn: sqlite3.Connection, ws: str, group_id: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 from bashgym.ledger.access import WORKSPACE_SCOPE
-from bashgym.ledger.device_groups import groups_with_member
+from bashgym.ledger.device_groups import groups_with_member, store_verdict
 from bashgym.ledger.errors import Conflict, NotFound
 from bashgym.ledger.models import DeviceSpec, PreflightVerdict
 from bashgym.ledger.tx import Tx
@@ -77,16 +77,7 @@ def remove_device(tx: Tx, ws: str, device_id: str) -> tuple[dict[str, Any], bool
 
 def record_preflight(tx: Tx, ws: str, device_id: str, verdict: PreflightVerdict) -> tuple[dict[str, Any], bool]:
     get_device(tx.conn, ws, device_id)
-    tx.conn.execute(
-        "UPDATE devices SET preflight_json = ?, preflight_at = ?, ready = ? WHERE workspace_id = ? AND device_id = ?",
-        (canonical_json(verdict.model_dump(mode="json")), tx.now, int(verdict.ready), ws, device_id),
-    )
-    tx.append_event(
-        "device.preflight",
-        workspace_id=ws,
-        project_id=WORKSPACE_SCOPE,
-        payload={"device_id": device_id, "ready": verdict.ready, "reasons": verdict.reasons},
-    )
+    store_verdict(tx, "devices", "device_id", ws, device_id, verdict)
     return get_device(tx.conn, ws, device_id), False
 
 
