@@ -28,13 +28,15 @@ def test_a_full_disk_refuses_writes_plainly_keeps_reads_and_loses_nothing(tmp_pa
             acknowledged.append(f"p{i}")
         refused_id = f"p{len(acknowledged)}"
         error = answer.json()["error"]
-        again = client.post("/v1/projects", json={"project_id": refused_id, "name": "P"})
+        # The same write again: a smaller one may still fit in the last free pages, as on a real disk.
+        again = client.post("/v1/projects", json={"project_id": refused_id, "name": "P", "description": DESCRIPTION})
         listed = client.get("/v1/projects")
         health = client.get("/v1/health")
         daemon.stop()
     assert answer.status_code == 503 and error["code"] == "ledger_disk_full", answer.text
     assert "Nothing of this request was written" in error["message"] and "Free space" in error["hint"]
-    assert again.status_code == 503, "a smaller write fails the same way while the disk is full"
+    assert again.status_code == 503, "the same write fails the same way while the disk is full"
+    assert again.json()["error"]["code"] == "ledger_disk_full"
     assert listed.status_code == 200 and health.status_code == 200, "reads keep working"
     assert {p["project_id"] for p in listed.json()} >= set(acknowledged)
     assert len(acknowledged) > 10
