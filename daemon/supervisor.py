@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.daemon.background import until_stored
+from bashgym.daemon.failpoints import reach
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, InvalidTransition
 from bashgym.ledger.models import (
@@ -125,6 +126,7 @@ class Supervisor:
         self._metrics_seen = False
         self._last_progress = time.monotonic()
         self._last_step: int | None = None
+        self.failpoint = ""  # tests only: the crash points armed (settings.failpoint), set by the training service
 
     def command(self, request: TrainingRequest) -> list[str]:
         """One trainer process; a scaled-out run's launcher, which starts the ranks through `accelerate launch`."""
@@ -239,7 +241,8 @@ class Supervisor:
         if status == "failed" and not error:
             error = self._error_summary(code)
         await self._transition(status, reason=f"trainer exited with code {code}", error_summary=error)
-        await self._settle_budget(status)
+        reach(self.failpoint, "run.outcome_recorded")  # the next start settles the budget of a run ended here
+        await self.settle_budget(status)
         return status
 
     async def _collect_outputs(self) -> None:
@@ -267,8 +270,9 @@ class Supervisor:
             )
             await self.ledger.register_artifact(self.actor, h.workspace, h.project, spec)
 
-    async def _settle_budget(self, status: str) -> None:
-        """At a terminal outcome: release the launch's reservation and settle GPU-hours from measured time."""
+    async def settle_budget(self, status: str) -> None:
+        """At a terminal outcome: release the launch's reservation and settle GPU-hours from measured time.
+        Its entries have fixed ids, so settling a run twice writes once."""
         if status not in {"completed", "failed", "cancelled"}:
             return
         h = self.handle
@@ -341,6 +345,7 @@ class Supervisor:
                 reason="resolved from the trainer's run state after a daemon restart",
                 error_summary=str(state.get("error", ""))[:2000] if status == "failed" else "",
             )
+            await self.settle_budget(status)
             return status
         await self._transition(
             "unknown",

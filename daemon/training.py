@@ -25,6 +25,7 @@ from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.lineage import parse_context
 from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunStatus, RunTransition
+from bashgym.ledger.states import TERMINAL
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
@@ -87,6 +88,13 @@ class TrainingService:
                 self._launch(handle, actor, resume=False)
             elif run["status"] != "paused" or state.get("status") != "paused":
                 await supervisor.resolve_from_state()
+        for run in await self.ledger.unsettled_runs():
+            run_dir = self.settings.runs_dir / run["run_id"]
+            if (run_dir / "request.json").exists():
+                handle = RunHandle(
+                    run["workspace_id"], run["project_id"], run["run_id"], run["attempt_id"], run_dir, run["method"]
+                )
+                await self._settle_budget(handle, Actor(actor_id="system:reconcile", correlation_id=""), run["status"])
 
     async def _reattach_remote(self, handle: RunHandle, actor: Actor, lane: LaneState) -> None:
         try:
@@ -136,9 +144,28 @@ class TrainingService:
             await self._settle(h, supervisor.actor, status, f"{reason}; {outcome}.")
 
     async def _settle(self, handle: RunHandle, actor: Actor, status: RunStatus, reason: str) -> None:
-        """Move a run the daemon cannot (or can no longer) supervise to `status`, saying why."""
+        """Move a run the daemon cannot (or can no longer) supervise to `status`, saying why; an end settles
+        its budget."""
         transition = RunTransition(status=status, reason=reason)
         await self.ledger.transition_run(actor, handle.workspace, handle.project, handle.run_id, transition)
+        await self._settle_budget(handle, actor, status)
+
+    async def _settle_budget(self, handle: RunHandle, actor: Actor, status: str) -> None:
+        """Release and settle the launch reservation of a run that ended without a supervisor to do it (stopped
+        while queued or paused, never launched, or ended before a restart), with its lane's GPUs."""
+        if status not in TERMINAL:
+            return
+        lane = await asyncio.to_thread(LaneState, handle.run_dir)
+        try:
+            supervisor = (
+                self._supervisor(handle, actor)
+                if lane.lane == "local"
+                else await self._remote_supervisor(handle, actor, lane)
+            )
+        except NotFound as exc:
+            log.warning("Run %s: its GPUs are unknown (%s); its time is settled without GPU-hours", handle.run_id, exc)
+            supervisor = self._supervisor(handle, actor, gpus=0)
+        await supervisor.settle_budget(status)
 
     @contextlib.asynccontextmanager
     async def _watching(self, supervisor: Supervisor) -> AsyncIterator[None]:
@@ -382,7 +409,7 @@ class TrainingService:
                     details={"summary": report.summary},
                 )
 
-    def _supervisor(self, handle: RunHandle, actor: Actor) -> Supervisor:
+    def _supervisor(self, handle: RunHandle, actor: Actor, gpus: int | None = None) -> Supervisor:
         system = Actor(
             actor_id="system:supervisor",
             credential_kind="system",
@@ -390,7 +417,10 @@ class TrainingService:
             correlation_id=actor.correlation_id,
         )
         python = self.settings.trainer_python or sys.executable
-        return Supervisor(handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus)
+        gpus = self.settings.local_gpus if gpus is None else gpus
+        supervisor = Supervisor(handle, self.ledger, system, python, self.settings.grace_s, gpus)
+        supervisor.failpoint = self.settings.failpoint
+        return supervisor
 
     async def _remote_supervisor(self, handle: RunHandle, actor: Actor, lane: LaneState) -> Supervisor:
         system = Actor(
@@ -399,18 +429,24 @@ class TrainingService:
             capability="training.launch",
             correlation_id=actor.correlation_id,
         )
+        supervisor: Supervisor
         if lane.lane == "ssh":
             device = Device.from_record(await self.ledger.get_device(handle.workspace, str(lane.data["device_id"])))
-            return SshSupervisor(handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s)
-        if lane.lane == "ssh-group":
+            supervisor = SshSupervisor(
+                handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s
+            )
+        elif lane.lane == "ssh-group":
             group = await self.ledger.get_device_group(handle.workspace, str(lane.data["group_id"]))
             devices = [Device.from_record(await self.ledger.get_device(handle.workspace, m)) for m in group["members"]]
-            return GroupSupervisor(
+            supervisor = GroupSupervisor(
                 handle, self.ledger, system, devices, group, self.settings.grace_s, self.settings.ssh_poll_s
             )
-        return NemoSupervisor(
-            handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
-        )
+        else:
+            supervisor = NemoSupervisor(
+                handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
+            )
+        supervisor.failpoint = self.settings.failpoint
+        return supervisor
 
     def _slots_for(self, supervisor: Supervisor) -> contextlib.AbstractAsyncContextManager[Any] | None:
         if isinstance(supervisor, GroupSupervisor):
@@ -492,10 +528,14 @@ class TrainingService:
             task = self._tasks.pop(run_id, None)
             if task is not None:
                 task.cancel()
-            reason = "stopped while unknown" if run["status"] == "unknown" else "stopped before it ran"
-            await self.ledger.transition_run(
-                actor, workspace, project, run_id, RunTransition(status="cancelled", reason=reason)
+            reason = {"unknown": "stopped while unknown", "paused": "stopped while paused"}.get(
+                run["status"], "stopped before it ran"
             )
+            handle = RunHandle(
+                workspace, project, run_id, run["attempts"][-1]["attempt_id"], self.settings.runs_dir / run_id,
+                run["method"],
+            )  # fmt: skip
+            await self._settle(handle, actor, "cancelled", reason)
         else:
             raise Conflict(f"Run {run_id} is {run['status']}; there is nothing to stop.")
         return dict(await self.ledger.get_run(workspace, project, run_id))

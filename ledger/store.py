@@ -474,6 +474,9 @@ class Ledger:
     async def active_runs(self) -> list[dict[str, Any]]:
         return await self.read(queries.active_runs)
 
+    async def unsettled_runs(self) -> list[dict[str, Any]]:
+        return await self.read(queries.unsettled_runs)
+
     async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
         return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
 

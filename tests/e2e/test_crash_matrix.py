@@ -84,11 +84,21 @@ def check_invariants(daemon: RunningDaemon, before: Acknowledged) -> list[dict[s
         events = all_events(client)
         after_cursors = cursors(client)
         projects = client.get("/v1/projects").json()
+        project_ids = [p["project_id"] for p in (projects["projects"] if isinstance(projects, dict) else projects)]
         runs = [
-            client.get(f"/v1/projects/{p['project_id']}/runs/{r['run_id']}").json()
-            for p in (projects["projects"] if isinstance(projects, dict) else projects)
-            for r in client.get(f"/v1/projects/{p['project_id']}/runs", params={"limit": 200}).json()
+            client.get(f"/v1/projects/{p}/runs/{r['run_id']}").json()
+            for p in project_ids
+            for r in client.get(f"/v1/projects/{p}/runs", params={"limit": 200}).json()
         ]
+        # Every run the daemon launched holds its reservation until it ends; an ended run's is settled (just
+        # after its outcome is recorded, so an outcome read a moment ago may still be settling).
+        active = Counter(run["project_id"] for run in runs if run["status"] not in TERMINAL)
+
+        def reservations_match() -> bool:
+            budgets = {p: client.get(f"/v1/projects/{p}/budget").json() for p in project_ids}
+            return all(budget["reserved"]["runs"] == active[p] for p, budget in budgets.items())
+
+        poll("the reservations of ended runs settled, and only theirs", reservations_match, timeout_s=10)
     by_id = {e["event_id"]: e for e in events}
     lost = [e for e in before.events if by_id.get(e["event_id"]) != e]
     assert not lost, f"acknowledged events lost or changed: {lost[:3]}"
@@ -226,6 +236,27 @@ def test_trainer_running_a_kill_resolves_the_run_exactly_once(
         stopped = cli(second.env(), "training", "stop", run_id, "--project", "nightly", "--yes", "--json")
         assert stopped.code == 0, stopped.stderr
         assert run_of(second, run_id)["status"] == "cancelled"
+        check_invariants(second, before)  # the stopped run's reservation is settled too
+
+
+@pytest.mark.timeout(300)
+def test_run_ending_the_daemon_killed_between_the_outcome_and_the_budget_settles_once_after_restart(
+    tiny: Path, home: Path, tmp_path: Path
+) -> None:
+    first = start_daemon(home, env={"BASHGYM_FAILPOINT": "run.outcome_recorded"})
+    run_id = start_run(first, training_request(tiny, sft_data(tmp_path, 16), max_steps=2, save_steps=100))
+    before = acknowledged(first)
+    assert first.proc.wait(timeout=240) == -signal.SIGKILL, "the outcome failpoint was never reached"
+    first.close()
+    with running_daemon(home) as second:
+        events = check_invariants(second, before)
+        with second.client() as client:
+            budget = client.get("/v1/projects/nightly/budget").json()
+        run = run_of(second, run_id)
+    assert run["status"] == "completed"
+    assert budget["reserved"]["runs"] == 0 and budget["settled"]["runs"] == 1
+    entries = [e["payload"]["entity_id"] for e in events if e["event_type"] == "budget.entry"]
+    assert sorted(entries) == [f"{run_id}.release", f"{run_id}.reserve", f"{run_id}.settle"], entries
 
 
 @pytest.mark.timeout(300)

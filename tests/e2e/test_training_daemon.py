@@ -121,6 +121,32 @@ def test_pause_resume_and_stop_through_the_cli(trainer_daemon: RunningDaemon, ti
     assert log.code == 0 and log.json()["lines"]
 
 
+def test_a_run_stopped_while_queued_or_paused_gives_back_its_budget_reservation(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    context = tracking_context(project_id="stopped", project_display_name="Stopped")
+    body = training_request(
+        tiny, sft_data(tmp_path, 64), tracking_context=context, max_steps=400, save_steps=1000, learning_rate=1e-4
+    )
+    with trainer_daemon.client() as client:
+        client.post("/v1/projects", json={"project_id": "stopped", "name": "Stopped"})
+        holder = client.post("/v1/training/start", json=body).json()["run_id"]
+        wait_for(client, "stopped", holder, {"running"})
+        waiting = client.post("/v1/training/start", json={**body, "seed": 7}).json()["run_id"]  # one slot: queued
+        assert client.get(f"/v1/projects/stopped/runs/{waiting}").json()["status"] == "queued"
+        assert client.get("/v1/projects/stopped/budget").json()["reserved"]["runs"] == 2
+        stopped = client.post(f"/v1/projects/stopped/runs/{waiting}/stop")
+        assert stopped.status_code == 200 and stopped.json()["status"] == "cancelled", stopped.text
+        assert client.post(f"/v1/projects/stopped/runs/{holder}/pause").status_code == 202
+        wait_for(client, "stopped", holder, {"paused"})
+        assert client.post(f"/v1/projects/stopped/runs/{holder}/stop").json()["status"] == "cancelled"
+        runs = [client.get(f"/v1/projects/stopped/runs/{r}").json() for r in (waiting, holder)]
+        budget = client.get("/v1/projects/stopped/budget").json()
+    reasons = [run["attempts"][-1]["status_reason"] for run in runs]
+    assert reasons == ["stopped before it ran", "stopped while paused"], reasons
+    assert budget["reserved"]["runs"] == 0 and budget["settled"]["runs"] == 2, budget
+
+
 def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_log(tiny: Path, tmp_path: Path) -> None:
     fake_token = "hf_" + "Kx7" * 12  # shaped like a Hugging Face token; never real
     home = tmp_path / "home"

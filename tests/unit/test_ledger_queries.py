@@ -9,6 +9,7 @@ from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.models import (
     Actor,
+    BudgetEntrySpec,
     ComparisonSpec,
     EvalResultSpec,
     EvalSuiteSpec,
@@ -16,6 +17,7 @@ from bashgym.ledger.models import (
     MetricPoint,
     ProjectSpec,
     RunRegistration,
+    RunTransition,
 )
 from bashgym.ledger.queries import summarize
 
@@ -169,3 +171,24 @@ async def test_a_trend_over_large_step_numbers_does_not_overflow(ledger: Ledger,
     trend = await ledger.trend(WS, "nightly", "train.loss", run)
     assert trend["summary"]["count"] == 1001 and trend["summary"]["latest"] == pytest.approx(0.5)
     assert trend["summary"]["slope"] == pytest.approx(-1 / 2000, rel=1e-3)
+
+
+async def test_an_ended_run_is_unsettled_from_its_outcome_until_its_settle_entry(ledger: Ledger, actor: Actor) -> None:
+    ended, running, campaign_held = [await _run(ledger, actor) for _ in range(3)]
+
+    async def entry(run_id: str, kind: str, entry_id: str | None = None, scope: str = "project") -> None:
+        spec = BudgetEntrySpec(entry_id=entry_id or f"{run_id}.{kind}", scope=scope, kind=kind, runs=1, run_id=run_id)
+        await ledger.add_budget_entry(actor, WS, "nightly", spec)
+
+    for run_id in (ended, running):
+        await entry(run_id, "reserve")
+    await entry(campaign_held, "reserve", "it-1.reserve", "campaign-q4")  # a campaign settles its own scope
+    for run_id in (ended, running, campaign_held):
+        await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status="running"))
+    for run_id in (ended, campaign_held):
+        await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status="completed"))
+    assert [r["run_id"] for r in await ledger.unsettled_runs()] == [ended]
+    await entry(ended, "release")  # released but not yet settled: still owed its settlement
+    assert [r["run_id"] for r in await ledger.unsettled_runs()] == [ended]
+    await entry(ended, "settle")
+    assert await ledger.unsettled_runs() == []
