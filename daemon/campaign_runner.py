@@ -260,7 +260,7 @@ class CampaignRunner(BackgroundLoop):
             return
         scope = f"campaign-{cid}"[:128]
         gpus = self.settings.local_gpus if campaign["spec"]["compute_target"] == "local" else 1
-        hours = _hours(run.get("started_at"), run.get("ended_at")) * gpus
+        hours = await self.ledger.run_hours(ws, project, run["run_id"]) * gpus
         for kind, amount in (("release", 0.0), ("settle", hours)):
             entry = BudgetEntrySpec(
                 entry_id=f"{it['iteration_id']}.{kind}",
@@ -395,10 +395,3 @@ class CampaignRunner(BackgroundLoop):
             "correlation_id": it["iteration_id"],
         }
         return TrainingRequest.from_recipe(recipe)
-
-
-def _hours(start: str | None, end: str | None) -> float:
-    if not start or not end:
-        return 0.0
-    seconds = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
-    return max(seconds.total_seconds(), 0.0) / 3600

@@ -11,7 +11,6 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -276,10 +275,9 @@ class Supervisor:
         if status not in {"completed", "failed", "cancelled"}:
             return
         h = self.handle
-        run = await self.ledger.get_run(h.workspace, h.project, h.run_id)
         request = await asyncio.to_thread(read_request, h.run_dir)
-        # A scaled-out run holds a GPU per rank, so every rank's time is charged.
-        hours = _hours_between(run.get("started_at"), run.get("ended_at")) * charged_gpus(request, self.gpus)
+        # A scaled-out run holds a GPU per rank, so every rank's time is charged; time paused is not.
+        hours = await self.ledger.run_hours(h.workspace, h.project, h.run_id) * charged_gpus(request, self.gpus)
         for kind, amount in (("release", 0.0), ("settle", hours)):
             spec = BudgetEntrySpec(
                 entry_id=f"{h.run_id}.{kind}",
@@ -396,13 +394,6 @@ def topology_record(request: TrainingRequest, members: list[dict[str, Any]] | No
         "device_group": request.device_group,
         "members": members or [{"machine_rank": 0, "device_id": request.ssh_device or "local"}],
     }
-
-
-def _hours_between(start: str | None, end: str | None) -> float:
-    if not start or not end:
-        return 0.0
-    delta = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
-    return max(delta.total_seconds(), 0.0) / 3600
 
 
 def is_trainer_alive(pid: int, run_dir: Path) -> bool:

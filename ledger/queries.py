@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
@@ -576,6 +577,30 @@ def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
         owned,
     ).fetchall()
     return [dict(row) for row in rows]
+
+
+_HOLDS_FROM = ("run.started", "run.resumed")
+_HOLDS_UNTIL = ("run.paused", "run.unknown", "run.completed", "run.failed", "run.cancelled")
+
+
+def run_hours(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> float:
+    """The hours a run held its compute: from each start or resume to the next pause, loss or end. Time spent
+    queued, loading before the first step, or paused is not counted."""
+    kinds = (*_HOLDS_FROM, *_HOLDS_UNTIL)
+    rows = conn.execute(
+        "SELECT event_type, created_at FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        f"AND event_type IN ({', '.join('?' * len(kinds))}) ORDER BY cursor",
+        (ws, project, run_id, *kinds),
+    ).fetchall()
+    seconds, since = 0.0, None
+    for kind, created_at in rows:
+        at = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+        if kind in _HOLDS_FROM:
+            since = since or at
+        elif since is not None:
+            seconds += max((at - since).total_seconds(), 0.0)
+            since = None
+    return seconds / 3600
 
 
 def unsettled_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:

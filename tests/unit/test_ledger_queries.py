@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,18 @@ async def test_an_ended_run_is_unsettled_from_its_outcome_until_its_settle_entry
     assert [r["run_id"] for r in await ledger.unsettled_runs()] == [ended]
     await entry(ended, "settle")
     assert await ledger.unsettled_runs() == []
+
+
+async def test_a_run_is_charged_the_hours_it_ran_not_those_it_waited_or_was_paused(
+    tmp_path: Path, actor: Actor
+) -> None:
+    now = datetime(2026, 11, 30, 8, tzinfo=UTC)
+    async with await Ledger.open(tmp_path / "ledger.sqlite3", clock=lambda: now) as ledger:
+        run_id = await _run(ledger, actor)
+        for hours_later, status in ((1, "preparing"), (2, "running"), (3, "paused"), (8, "running"), (10, "failed")):
+            now = datetime(2026, 11, 30, 8 + hours_later, tzinfo=UTC)
+            await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status=status))
+        assert await ledger.run_hours(WS, "nightly", run_id) == pytest.approx(1 + 2)
+        never_ran = await _run(ledger, actor)
+        await ledger.transition_run(actor, WS, "nightly", never_ran, RunTransition(status="cancelled"))
+        assert await ledger.run_hours(WS, "nightly", never_ran) == 0.0
