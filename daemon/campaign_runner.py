@@ -258,9 +258,10 @@ class CampaignRunner(BackgroundLoop):
         run = await self.ledger.get_run(ws, project, it["run_id"])
         if run["status"] not in TERMINAL_RUN:
             return
+        hours = await self.ledger.settled_gpu_hours(ws, project, run["run_id"])
+        if hours is None:
+            return  # the run's own settlement (its lane's GPUs, every rank) comes just after its outcome
         scope = f"campaign-{cid}"[:128]
-        gpus = self.settings.local_gpus if campaign["spec"]["compute_target"] == "local" else 1
-        hours = await self.ledger.run_hours(ws, project, run["run_id"]) * gpus
         for kind, amount in (("release", 0.0), ("settle", hours)):
             entry = BudgetEntrySpec(
                 entry_id=f"{it['iteration_id']}.{kind}",

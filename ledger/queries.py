@@ -603,6 +603,15 @@ def run_hours(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> f
     return seconds / 3600
 
 
+def settled_gpu_hours(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> float | None:
+    """The GPU-hours a run's own settlement (`<run>.settle`) charged its project; None before it settles."""
+    row = conn.execute(
+        "SELECT gpu_hours FROM budget_entries WHERE workspace_id = ? AND project_id = ? AND entry_id = ?",
+        (ws, project, f"{run_id}.settle"),
+    ).fetchone()
+    return None if row is None else float(row[0])
+
+
 def unsettled_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Runs that ended with their launch reservation (`<run>.reserve`) not yet settled (`<run>.settle`, written
     after `<run>.release`): a daemon stopped between recording an outcome and settling it leaves these."""
