@@ -258,9 +258,11 @@ class CampaignRunner(BackgroundLoop):
         run = await self.ledger.get_run(ws, project, it["run_id"])
         if run["status"] not in TERMINAL_RUN:
             return
+        # What the run's own settlement charged the project (its lane's GPUs, every rank), written with its end.
         hours = await self.ledger.settled_gpu_hours(ws, project, run["run_id"])
         if hours is None:
-            return  # the run's own settlement (its lane's GPUs, every rank) comes just after its outcome
+            log.warning("Campaign %s: run %s ended without a settlement; no GPU-hours charged", cid, run["run_id"])
+            hours = 0.0
         scope = f"campaign-{cid}"[:128]
         for kind, amount in (("release", 0.0), ("settle", hours)):
             entry = BudgetEntrySpec(

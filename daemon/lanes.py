@@ -190,7 +190,6 @@ class SshSupervisor(Supervisor):
 
     async def _fail_before_launch(self, exc: DeviceUnavailable) -> str:
         await self._transition("failed", reason="the device could not take the run", error_summary=exc.message)
-        await self.settle_budget("failed")
         return "failed"
 
     async def _unknown(self, why: str) -> str:
@@ -322,7 +321,6 @@ class NemoSupervisor(Supervisor):
         if final == "completed" and not self._is_running:
             await self._transition("running", reason=f"NeMo Customizer job {self.job_id} ran")
         await self._transition(final, reason=f"NeMo Customizer job {self.job_id} is {final}", error_summary=error)
-        await self.settle_budget(final)
         return final
 
     async def _register_output_model(self, status: dict[str, Any]) -> None:

@@ -16,18 +16,17 @@ from typing import Any, Literal
 
 from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.daemon.background import until_stored
-from bashgym.daemon.failpoints import reach
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, InvalidTransition
 from bashgym.ledger.models import (
     MAX_METRIC_BATCH,
     Actor,
     ArtifactSpec,
-    BudgetEntrySpec,
     MetricBatch,
     MetricPoint,
     RunTransition,
 )
+from bashgym.ledger.states import TERMINAL
 from bashgym.trainers.distributed import charged_gpus, topology
 from bashgym.trainers.specs import TrainingRequest
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -125,7 +124,6 @@ class Supervisor:
         self._metrics_seen = False
         self._last_progress = time.monotonic()
         self._last_step: int | None = None
-        self.failpoint = ""  # tests only: the crash points armed (settings.failpoint), set by the training service
 
     def command(self, request: TrainingRequest) -> list[str]:
         """One trainer process; a scaled-out run's launcher, which starts the ranks through `accelerate launch`."""
@@ -240,8 +238,6 @@ class Supervisor:
         if status == "failed" and not error:
             error = self._error_summary(code)
         await self._transition(status, reason=f"trainer exited with code {code}", error_summary=error)
-        reach(self.failpoint, "run.outcome_recorded")  # the next start settles the budget of a run ended here
-        await self.settle_budget(status)
         return status
 
     async def _collect_outputs(self) -> None:
@@ -269,25 +265,13 @@ class Supervisor:
             )
             await self.ledger.register_artifact(self.actor, h.workspace, h.project, spec)
 
-    async def settle_budget(self, status: str) -> None:
-        """At a terminal outcome: release the launch's reservation and settle GPU-hours from measured time.
-        Its entries have fixed ids, so settling a run twice writes once."""
-        if status not in {"completed", "failed", "cancelled"}:
-            return
-        h = self.handle
-        request = await asyncio.to_thread(read_request, h.run_dir)
-        # A scaled-out run holds a GPU per rank, so every rank's time is charged; time paused is not.
-        hours = await self.ledger.run_hours(h.workspace, h.project, h.run_id) * charged_gpus(request, self.gpus)
-        for kind, amount in (("release", 0.0), ("settle", hours)):
-            spec = BudgetEntrySpec(
-                entry_id=f"{h.run_id}.{kind}",
-                kind=kind,
-                runs=1,
-                gpu_hours=amount,
-                run_id=h.run_id,
-                reason=f"run {status}",
-            )
-            await self.ledger.add_budget_entry(self.actor, h.workspace, h.project, spec)
+    async def charged_gpus(self) -> int:
+        """The GPUs the run holds, for its GPU-hours: a scaled-out run holds one per rank."""
+        try:
+            request = await asyncio.to_thread(read_request, self.handle.run_dir)
+        except FileNotFoundError:
+            return self.gpus  # not launched by this daemon, so it holds no reservation to settle
+        return charged_gpus(request, self.gpus)
 
     async def _transition(self, status: str, *, reason: str, error_summary: str = "") -> None:
         h = self.handle
@@ -297,8 +281,11 @@ class Supervisor:
             reason=reason,
             error_summary=error_summary,
         )
+        # An end settles the launch's reservation in the same write: the hours the run held its compute (time
+        # paused is not counted) times its GPUs.
+        gpus = await self.charged_gpus() if status in TERMINAL else None
         try:
-            await self.ledger.transition_run(self.actor, h.workspace, h.project, h.run_id, spec)
+            await self.ledger.transition_run(self.actor, h.workspace, h.project, h.run_id, spec, settle_gpus=gpus)
         except InvalidTransition as exc:
             log.warning("Run %s: %s", h.run_id, exc.message)
 
@@ -343,7 +330,6 @@ class Supervisor:
                 reason="resolved from the trainer's run state after a daemon restart",
                 error_summary=str(state.get("error", ""))[:2000] if status == "failed" else "",
             )
-            await self.settle_budget(status)
             return status
         await self._transition(
             "unknown",

@@ -88,13 +88,6 @@ class TrainingService:
                 self._launch(handle, actor, resume=False)
             elif run["status"] != "paused" or state.get("status") != "paused":
                 await supervisor.resolve_from_state()
-        for run in await self.ledger.unsettled_runs():
-            run_dir = self.settings.runs_dir / run["run_id"]
-            if (run_dir / "request.json").exists():
-                handle = RunHandle(
-                    run["workspace_id"], run["project_id"], run["run_id"], run["attempt_id"], run_dir, run["method"]
-                )
-                await self._settle_budget(handle, Actor(actor_id="system:reconcile", correlation_id=""), run["status"])
 
     async def _reattach_remote(self, handle: RunHandle, actor: Actor, lane: LaneState) -> None:
         try:
@@ -144,17 +137,16 @@ class TrainingService:
             await self._settle(h, supervisor.actor, status, f"{reason}; {outcome}.")
 
     async def _settle(self, handle: RunHandle, actor: Actor, status: RunStatus, reason: str) -> None:
-        """Move a run the daemon cannot (or can no longer) supervise to `status`, saying why; an end settles
-        its budget."""
+        """Move a run the daemon cannot (or can no longer) supervise to `status`, saying why. An end settles its
+        launch reservation in the same write, as a supervisor's does."""
+        gpus = await self._charged_gpus(handle, actor) if status in TERMINAL else None
         transition = RunTransition(status=status, reason=reason)
-        await self.ledger.transition_run(actor, handle.workspace, handle.project, handle.run_id, transition)
-        await self._settle_budget(handle, actor, status)
+        await self.ledger.transition_run(
+            actor, handle.workspace, handle.project, handle.run_id, transition, settle_gpus=gpus
+        )
 
-    async def _settle_budget(self, handle: RunHandle, actor: Actor, status: str) -> None:
-        """Release and settle the launch reservation of a run that ended without a supervisor to do it (stopped
-        while queued or paused, never launched, or ended before a restart), with its lane's GPUs."""
-        if status not in TERMINAL:
-            return
+    async def _charged_gpus(self, handle: RunHandle, actor: Actor) -> int:
+        """The GPUs a run without a supervisor held (stopped while paused, or lost), by its lane."""
         lane = await asyncio.to_thread(LaneState, handle.run_dir)
         try:
             supervisor = (
@@ -164,8 +156,8 @@ class TrainingService:
             )
         except NotFound as exc:
             log.warning("Run %s: its GPUs are unknown (%s); its time is settled without GPU-hours", handle.run_id, exc)
-            supervisor = self._supervisor(handle, actor, gpus=0)
-        await supervisor.settle_budget(status)
+            return 0
+        return await supervisor.charged_gpus()
 
     @contextlib.asynccontextmanager
     async def _watching(self, supervisor: Supervisor) -> AsyncIterator[None]:
@@ -409,7 +401,7 @@ class TrainingService:
                     details={"summary": report.summary},
                 )
 
-    def _supervisor(self, handle: RunHandle, actor: Actor, gpus: int | None = None) -> Supervisor:
+    def _supervisor(self, handle: RunHandle, actor: Actor) -> Supervisor:
         system = Actor(
             actor_id="system:supervisor",
             credential_kind="system",
@@ -417,10 +409,7 @@ class TrainingService:
             correlation_id=actor.correlation_id,
         )
         python = self.settings.trainer_python or sys.executable
-        gpus = self.settings.local_gpus if gpus is None else gpus
-        supervisor = Supervisor(handle, self.ledger, system, python, self.settings.grace_s, gpus)
-        supervisor.failpoint = self.settings.failpoint
-        return supervisor
+        return Supervisor(handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus)
 
     async def _remote_supervisor(self, handle: RunHandle, actor: Actor, lane: LaneState) -> Supervisor:
         system = Actor(
@@ -429,24 +418,18 @@ class TrainingService:
             capability="training.launch",
             correlation_id=actor.correlation_id,
         )
-        supervisor: Supervisor
         if lane.lane == "ssh":
             device = Device.from_record(await self.ledger.get_device(handle.workspace, str(lane.data["device_id"])))
-            supervisor = SshSupervisor(
-                handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s
-            )
-        elif lane.lane == "ssh-group":
+            return SshSupervisor(handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s)
+        if lane.lane == "ssh-group":
             group = await self.ledger.get_device_group(handle.workspace, str(lane.data["group_id"]))
             devices = [Device.from_record(await self.ledger.get_device(handle.workspace, m)) for m in group["members"]]
-            supervisor = GroupSupervisor(
+            return GroupSupervisor(
                 handle, self.ledger, system, devices, group, self.settings.grace_s, self.settings.ssh_poll_s
             )
-        else:
-            supervisor = NemoSupervisor(
-                handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
-            )
-        supervisor.failpoint = self.settings.failpoint
-        return supervisor
+        return NemoSupervisor(
+            handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
+        )
 
     def _slots_for(self, supervisor: Supervisor) -> contextlib.AbstractAsyncContextManager[Any] | None:
         if isinstance(supervisor, GroupSupervisor):

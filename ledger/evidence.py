@@ -16,7 +16,7 @@ from bashgym.ledger.models import (
     EvalSuiteSpec,
     ReportSpec,
 )
-from bashgym.ledger.queries import budget_summary
+from bashgym.ledger.queries import budget_summary, run_hours
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
@@ -288,6 +288,23 @@ def add_budget_entry(tx: Tx, ws: str, project: str, spec: BudgetEntrySpec) -> tu
             granted={unit: after["limit"][unit] + after["amended"][unit] for unit in ("gpu_hours", "runs")},
         )
     return to_record(row), replayed
+
+
+def settle_reservation(tx: Tx, ws: str, project: str, run_id: str, status: str, gpus: int) -> None:
+    """Release a run's launch reservation (`<run>.reserve`) and settle the hours it held its compute times its
+    GPUs, in the transaction that records its end: no end is left unsettled. Nothing without a reservation,
+    nothing twice."""
+    key = {"workspace_id": ws, "project_id": project}
+    if tx.fetch_one("budget_entries", {**key, "entry_id": f"{run_id}.reserve"}) is None:
+        return
+    if tx.fetch_one("budget_entries", {**key, "entry_id": f"{run_id}.settle"}) is not None:
+        return
+    hours = run_hours(tx.conn, ws, project, run_id) * gpus
+    for kind, amount in (("release", 0.0), ("settle", hours)):
+        spec = BudgetEntrySpec(
+            entry_id=f"{run_id}.{kind}", kind=kind, runs=1, gpu_hours=amount, run_id=run_id, reason=f"run {status}"
+        )
+        add_budget_entry(tx, ws, project, spec)
 
 
 def record_report(tx: Tx, ws: str, project: str, spec: ReportSpec) -> tuple[dict[str, Any], bool]:

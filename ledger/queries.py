@@ -612,23 +612,6 @@ def settled_gpu_hours(conn: sqlite3.Connection, ws: str, project: str, run_id: s
     return None if row is None else float(row[0])
 
 
-def unsettled_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Runs that ended with their launch reservation (`<run>.reserve`) not yet settled (`<run>.settle`, written
-    after `<run>.release`): a daemon stopped between recording an outcome and settling it leaves these."""
-    rows = conn.execute(
-        "SELECT r.workspace_id, r.project_id, r.run_id, r.status, r.method, "
-        "(SELECT a.attempt_id FROM attempts a WHERE a.workspace_id = r.workspace_id AND a.project_id = r.project_id "
-        "AND a.run_id = r.run_id ORDER BY a.attempt_number DESC LIMIT 1) AS attempt_id "
-        "FROM budget_entries b JOIN runs r "
-        "ON r.workspace_id = b.workspace_id AND r.project_id = b.project_id AND r.run_id = b.run_id "
-        "WHERE b.kind = 'reserve' AND b.entry_id = r.run_id || '.reserve' "
-        "AND r.status IN ('completed', 'failed', 'cancelled') AND NOT EXISTS (SELECT 1 FROM budget_entries x "
-        "WHERE x.workspace_id = b.workspace_id AND x.project_id = b.project_id AND x.entry_id = r.run_id || '.settle') "
-        "ORDER BY r.created_at, r.run_id"
-    ).fetchall()
-    return [dict(row) for row in rows]
-
-
 def run_event_payloads(conn: sqlite3.Connection, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
     rows = conn.execute(
         "SELECT payload_json FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? AND event_type = ? "

@@ -53,6 +53,7 @@ from bashgym.ledger.models import (
     RunTransition,
     WriteResult,
 )
+from bashgym.ledger.states import TERMINAL
 from bashgym.ledger.storage import write_transaction
 from bashgym.ledger.tx import ChainHead, Tx, utc_iso
 
@@ -202,9 +203,18 @@ class Ledger:
         return await self.write(actor, fn)
 
     async def transition_run(
-        self, actor: Actor, ws: str, project: str, run_id: str, spec: RunTransition
+        self, actor: Actor, ws: str, project: str, run_id: str, spec: RunTransition, *, settle_gpus: int | None = None
     ) -> WriteResult:
-        return await self._put(actor, lambda tx: runs.transition_run(tx, ws, project, run_id, spec))
+        """settle_gpus: at an end, settle the run's launch reservation in the same transaction, charging its
+        hours times these GPUs (evidence.settle_reservation). The daemon passes it; the ledger API does not."""
+
+        def fn(tx: Tx) -> tuple[dict[str, Any], bool]:
+            record, replayed = runs.transition_run(tx, ws, project, run_id, spec)
+            if settle_gpus is not None and not replayed and spec.status in TERMINAL:
+                evidence.settle_reservation(tx, ws, project, run_id, spec.status, settle_gpus)
+            return record, replayed
+
+        return await self._put(actor, fn)
 
     async def supersede_attempt(self, actor: Actor, ws: str, project: str, run_id: str, reason: str) -> str:
         """An `unknown` run goes on as a new attempt (runs.supersede_attempt); returns the new attempt's id."""
@@ -479,9 +489,6 @@ class Ledger:
 
     async def settled_gpu_hours(self, ws: str, project: str, run_id: str) -> float | None:
         return await self.read(lambda conn: queries.settled_gpu_hours(conn, ws, project, run_id))
-
-    async def unsettled_runs(self) -> list[dict[str, Any]]:
-        return await self.read(queries.unsettled_runs)
 
     async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
         return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))

@@ -174,25 +174,26 @@ async def test_a_trend_over_large_step_numbers_does_not_overflow(ledger: Ledger,
     assert trend["summary"]["slope"] == pytest.approx(-1 / 2000, rel=1e-3)
 
 
-async def test_an_ended_run_is_unsettled_from_its_outcome_until_its_settle_entry(ledger: Ledger, actor: Actor) -> None:
-    ended, running, campaign_held = [await _run(ledger, actor) for _ in range(3)]
-
-    async def entry(run_id: str, kind: str, entry_id: str | None = None, scope: str = "project") -> None:
-        spec = BudgetEntrySpec(entry_id=entry_id or f"{run_id}.{kind}", scope=scope, kind=kind, runs=1, run_id=run_id)
-        await ledger.add_budget_entry(actor, WS, "nightly", spec)
-
-    for run_id in (ended, running):
-        await entry(run_id, "reserve")
-    await entry(campaign_held, "reserve", "it-1.reserve", "campaign-q4")  # a campaign settles its own scope
-    for run_id in (ended, running, campaign_held):
-        await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status="running"))
-    for run_id in (ended, campaign_held):
-        await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status="completed"))
-    assert [r["run_id"] for r in await ledger.unsettled_runs()] == [ended]
-    await entry(ended, "release")  # released but not yet settled: still owed its settlement
-    assert [r["run_id"] for r in await ledger.unsettled_runs()] == [ended]
-    await entry(ended, "settle")
-    assert await ledger.unsettled_runs() == []
+async def test_an_end_settles_the_runs_reservation_in_the_same_write_once(ledger: Ledger, actor: Actor) -> None:
+    reserved, unreserved = [await _run(ledger, actor) for _ in range(2)]
+    reserve = BudgetEntrySpec(entry_id=f"{reserved}.reserve", kind="reserve", runs=1, run_id=reserved)
+    await ledger.add_budget_entry(actor, WS, "nightly", reserve)
+    for run_id in (reserved, unreserved):
+        await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status="running"), settle_gpus=2)
+        assert (await ledger.budget_summary(WS, "nightly"))["reserved"]["runs"] == 1, "only an end settles"
+    ended = await ledger.transition_run(
+        actor, WS, "nightly", reserved, RunTransition(status="completed"), settle_gpus=2
+    )
+    page = await ledger.events_page(WS, "nightly", after_cursor=ended.cursor - 3, limit=10)
+    assert [(e.event_type, e.payload.get("entity_id")) for e in page.events] == [
+        ("run.completed", None),
+        ("budget.entry", f"{reserved}.release"),
+        ("budget.entry", f"{reserved}.settle"),
+    ], "the end and its settlement are one write"
+    await ledger.transition_run(actor, WS, "nightly", reserved, RunTransition(status="completed"), settle_gpus=2)
+    await ledger.transition_run(actor, WS, "nightly", unreserved, RunTransition(status="failed"), settle_gpus=2)
+    summary = await ledger.budget_summary(WS, "nightly")
+    assert summary["reserved"]["runs"] == 0 and summary["settled"]["runs"] == 1, "once, and only what was reserved"
 
 
 async def test_a_run_is_charged_the_hours_it_ran_not_those_it_waited_or_was_paused(
