@@ -484,9 +484,6 @@ class Ledger:
     async def active_runs(self) -> list[dict[str, Any]]:
         return await self.read(queries.active_runs)
 
-    async def run_hours(self, ws: str, project: str, run_id: str) -> float:
-        return await self.read(lambda conn: queries.run_hours(conn, ws, project, run_id))
-
     async def settled_gpu_hours(self, ws: str, project: str, run_id: str) -> float | None:
         return await self.read(lambda conn: queries.settled_gpu_hours(conn, ws, project, run_id))
 

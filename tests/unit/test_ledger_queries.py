@@ -201,11 +201,16 @@ async def test_a_run_is_charged_the_hours_it_ran_not_those_it_waited_or_was_paus
 ) -> None:
     now = datetime(2026, 11, 30, 8, tzinfo=UTC)
     async with await Ledger.open(tmp_path / "ledger.sqlite3", clock=lambda: now) as ledger:
-        run_id = await _run(ledger, actor)
-        for hours_later, status in ((1, "preparing"), (2, "running"), (3, "paused"), (8, "running"), (10, "failed")):
+        paused, never_ran = [await _run(ledger, actor) for _ in range(2)]
+        for run_id in (paused, never_ran):
+            reserve = BudgetEntrySpec(entry_id=f"{run_id}.reserve", kind="reserve", runs=1, run_id=run_id)
+            await ledger.add_budget_entry(actor, WS, "nightly", reserve)
+        moves = ((1, "preparing"), (2, "running"), (3, "paused"), (8, "running"), (10, "failed"))
+        for hours_later, status in moves:  # queued 1 h, loading 1 h, ran 1 h, paused 5 h, ran 2 h
             now = datetime(2026, 11, 30, 8 + hours_later, tzinfo=UTC)
-            await ledger.transition_run(actor, WS, "nightly", run_id, RunTransition(status=status))
-        assert await ledger.run_hours(WS, "nightly", run_id) == pytest.approx(1 + 2)
-        never_ran = await _run(ledger, actor)
-        await ledger.transition_run(actor, WS, "nightly", never_ran, RunTransition(status="cancelled"))
-        assert await ledger.run_hours(WS, "nightly", never_ran) == 0.0
+            await ledger.transition_run(actor, WS, "nightly", paused, RunTransition(status=status), settle_gpus=4)
+        assert (await ledger.budget_summary(WS, "nightly"))["settled"]["gpu_hours"] == pytest.approx((1 + 2) * 4)
+        cancelled = RunTransition(status="cancelled")
+        await ledger.transition_run(actor, WS, "nightly", never_ran, cancelled, settle_gpus=4)
+        summary = await ledger.budget_summary(WS, "nightly")
+    assert summary["settled"]["gpu_hours"] == pytest.approx(12) and summary["settled"]["runs"] == 2
