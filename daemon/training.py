@@ -147,13 +147,8 @@ class TrainingService:
 
     async def _charged_gpus(self, handle: RunHandle, actor: Actor) -> int:
         """The GPUs a run without a supervisor held (stopped while paused, or lost), by its lane."""
-        lane = await asyncio.to_thread(LaneState, handle.run_dir)
         try:
-            supervisor = (
-                self._supervisor(handle, actor)
-                if lane.lane == "local"
-                else await self._remote_supervisor(handle, actor, lane)
-            )
+            supervisor = await self._supervisor_for(handle, actor)
         except NotFound as exc:
             log.warning("Run %s: its GPUs are unknown (%s); its time is settled without GPU-hours", handle.run_id, exc)
             return 0
@@ -401,6 +396,13 @@ class TrainingService:
                     details={"summary": report.summary},
                 )
 
+    async def _supervisor_for(self, handle: RunHandle, actor: Actor) -> Supervisor:
+        """The supervisor of the run's lane (lane.json in its run directory)."""
+        lane = await asyncio.to_thread(LaneState, handle.run_dir)
+        if lane.lane == "local":
+            return self._supervisor(handle, actor)
+        return await self._remote_supervisor(handle, actor, lane)
+
     def _supervisor(self, handle: RunHandle, actor: Actor) -> Supervisor:
         system = Actor(
             actor_id="system:supervisor",
@@ -455,12 +457,7 @@ class TrainingService:
 
     async def _run(self, handle: RunHandle, actor: Actor, *, resume: bool) -> None:
         try:
-            lane = await asyncio.to_thread(LaneState, handle.run_dir)
-            supervisor = (
-                self._supervisor(handle, actor)
-                if lane.lane == "local"
-                else await self._remote_supervisor(handle, actor, lane)
-            )
+            supervisor = await self._supervisor_for(handle, actor)
         except BashGymError as exc:  # its device was removed meanwhile: this run's failure, not the daemon's
             self._tasks.pop(handle.run_id, None)
             with contextlib.suppress(BashGymError):
