@@ -3,17 +3,18 @@
 Target (issue 13): through the daemon (ledger ingestion of every logged step, log following, the console
 notifier on) a run takes at most 3% longer than the same trainer started by hand. Runs come in pairs, the order
 alternating, so drift on a shared machine hits both sides; the script prints each pair's ratio and the median and
-range over pairs, for two clocks:
+range over pairs, for three clocks:
 
-- wall: spawn to exit for the bare run; the launch request to the ledger's `completed` for the daemon's (launch,
-  supervision and recording of the outcome included);
+- wall: spawn to exit for the bare run (its stdio as the daemon gives it); the launch request to the ledger's
+  `run.completed` event for the daemon's (launch, supervision and recording of the outcome included), awaited by
+  a long poll of the run's events as a client following a run waits, so no polling interval is added to it;
 - trainer: the trainer's own first to last metrics line (steps 1..N), i.e. training while the daemon works beside
-  it (ingesting each step's metrics into the ledger);
+  it (ingesting the logged steps into the ledger);
 - cpu: the CPU seconds the daemon itself spent during a supervised run over the trainer's own CPU seconds (read
   from /proc: the daemon's utime+stime, and its reaped children's). The two wall clocks swing by tens of percent on
   a shared 2-core machine; the CPU share is what the daemon would take from a trainer on a dedicated one.
 
-    python bench/supervisor_overhead.py [--pairs 5] [--steps 40]
+    python bench/supervisor_overhead.py [--pairs 5] [--steps 40] [--logging-steps 1]
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def write_rows(path: Path, count: int = 64) -> Path:
     return path
 
 
-def request(model: Path, data: Path, steps: int) -> dict[str, Any]:
-    """A short SFT run that logs every step, so the daemon ingests as much as a run can give it."""
+def request(model: Path, data: Path, steps: int, logging_steps: int = 1) -> dict[str, Any]:
+    """A short SFT run that logs every step by default, so the daemon gets as much to ingest as a run can give it."""
     return {
         "strategy": "sft",
         "base_model": str(model),
@@ -61,7 +62,7 @@ def request(model: Path, data: Path, steps: int) -> dict[str, Any]:
         "gradient_accumulation_steps": 1,
         "learning_rate": 5e-3,
         "max_seq_length": 128,
-        "logging_steps": 1,
+        "logging_steps": logging_steps,
         "save_steps": steps + 1,
     }
 
@@ -76,7 +77,16 @@ def direct_run(workdir: Path, body: dict[str, Any], env: dict[str, str]) -> tupl
     run_dir = Path(tempfile.mkdtemp(prefix="direct-", dir=workdir))
     (run_dir / "request.json").write_text(json.dumps(body))
     started = time.perf_counter()
-    proc = subprocess.run([*TRAINER, str(run_dir)], capture_output=True, text=True, env=env, timeout=900)
+    # Its stdio as the daemon gives it: the protocol on a pipe, no stdin, stderr discarded (training.log keeps it).
+    proc = subprocess.run(
+        [*TRAINER, str(run_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+        timeout=900,
+    )
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"direct run failed ({proc.returncode}): {(run_dir / 'training.log').read_text()[-2000:]}")
@@ -104,6 +114,7 @@ class Daemon:
         # Keep draining stdout (the console notifier) so a full pipe never stalls the daemon.
         self._drain = subprocess.Popen(["cat"], stdin=self.proc.stdout, stdout=self.console)
         self.cpu_shares: list[float] = []
+        self.cursor = 0  # the ledger events read so far
         token = (home / "admin.token").read_text().strip()
         self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
@@ -120,19 +131,27 @@ class Daemon:
         answer = self.client.post("/v1/training/start", json=body)
         answer.raise_for_status()
         run_id = answer.json()["run_id"]
-        project = "unassigned"
-        while True:
-            run = self.client.get(f"/v1/projects/{project}/runs/{run_id}").json()
-            if run["status"] in TERMINAL:
-                break
-            time.sleep(0.2)  # the polling's own cost lands in the daemon's CPU figure: 5 status reads a second
+        self._wait_for_end(run_id)
         wall = time.perf_counter() - started
+        run = self.client.get(f"/v1/projects/unassigned/runs/{run_id}").json()
         time.sleep(0.2)  # the trainer is reaped once the daemon has recorded its exit
         own_after, children_after = self.cpu_s()
         self.cpu_shares.append((own_after - own_before) / max(children_after - children_before, 1e-9))
         if run["status"] != "completed":
             raise SystemExit(f"daemon run {run_id} ended {run['status']}: {run['attempts'][-1]['error_summary']}")
         return wall, trainer_seconds(self.home / "runs" / run_id)
+
+    def _wait_for_end(self, run_id: str) -> None:
+        """Long-poll the ledger's events for the run's end, as a client following a run does: the wait ends when
+        the end is recorded, not at the next tick of a polling loop, and costs the daemon nothing meanwhile."""
+        while True:
+            page = self.client.get(
+                "/v1/projects/unassigned/events",
+                params={"after_cursor": self.cursor, "wait_s": 30, "type": [f"run.{s}" for s in sorted(TERMINAL)]},
+            ).json()
+            self.cursor = page["next_cursor"]
+            if any(event["run_id"] == run_id for event in page["events"]):
+                return
 
     def close(self) -> None:
         self.client.close()
@@ -156,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--logging-steps", type=int, default=1, help="a metrics line every this many steps")
     args = parser.parse_args(argv)
     from bashgym.trainers.tiny import build_tiny
 
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="supervisor-overhead-") as folder:
         root = Path(folder)
         model = build_tiny(root / "model")
-        body = request(model, write_rows(root / "rows.jsonl"), args.steps)
+        body = request(model, write_rows(root / "rows.jsonl"), args.steps, args.logging_steps)
         daemon = Daemon(root / "home", env)
         walls, trains = [], []
         try:

@@ -36,6 +36,10 @@ log = logging.getLogger("bashgym.supervisor")
 # Exit codes of `python -m bashgym.trainers` (trainers/rundir.py).
 EXIT_STATUS = {0: "completed", 75: "paused", 76: "cancelled"}
 
+# A local trainer's logged steps reach the ledger at most this often: a run that logs every step would otherwise
+# cost the daemon a ledger write per step, on the cores the trainer is using (bench/supervisor_overhead.py).
+METRICS_EVERY_S = 1.0
+
 
 class ArtifactMismatch(BashGymError):
     """A fetched artifact's sha256 differs from the one the trainer recorded."""
@@ -124,6 +128,8 @@ class Supervisor:
         self._metrics_seen = False
         self._last_progress = time.monotonic()
         self._last_step: int | None = None
+        self._ingesting = asyncio.Lock()  # one reader of metrics.jsonl at a time, so no point is read twice
+        self._metrics_due = asyncio.Event()
 
     def command(self, request: TrainingRequest) -> list[str]:
         """One trainer process; a scaled-out run's launcher, which starts the ranks through `accelerate launch`."""
@@ -150,6 +156,7 @@ class Supervisor:
         self._pid = self.proc.pid
         # Recorded at once: a daemon killed before the trainer writes its own state still finds it.
         await asyncio.to_thread(_write_pid, self.handle.run_dir, self.proc.pid)
+        flusher = asyncio.create_task(self._flush_metrics())
         try:
             await self._follow()
             code = await self.proc.wait()
@@ -157,6 +164,8 @@ class Supervisor:
             await asyncio.shield(self.stop())
             raise
         finally:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
             await asyncio.shield(self._ingest_metrics())
         return await asyncio.shield(
             until_stored(lambda: self._record_exit(code), what=f"the end of run {self.handle.run_id}")
@@ -166,6 +175,22 @@ class Supervisor:
         assert self.proc is not None and self.proc.stdout is not None
         async for raw in self.proc.stdout:
             await self._on_line(raw)
+
+    async def _flush_metrics(self) -> None:
+        """Ingest the steps a `progress` line announced: at once after a quiet spell, then at most every
+        METRICS_EVERY_S while the trainer keeps logging (what arrives meanwhile goes in the next batch)."""
+        while True:
+            await self._metrics_due.wait()
+            self._metrics_due.clear()
+            try:
+                # Shielded: the run's end cancels the flusher, and a batch half stored would be read again.
+                await asyncio.shield(self._ingest_metrics())
+            except Exception:
+                # Left where it stopped: the ingestion at the trainer's exit meets the same lines and fails the
+                # supervision with this error, as an ingestion at the progress line itself did.
+                log.exception("Run %s: could not ingest its metrics; retrying at its exit", self.handle.run_id)
+                return
+            await asyncio.sleep(METRICS_EVERY_S)
 
     async def _on_line(self, raw: bytes) -> None:
         """One protocol line from any lane: validated, then applied; a malformed one is logged and skipped."""
@@ -180,7 +205,7 @@ class Supervisor:
         match event.event:
             case "progress":
                 await self._mark_running("first progress reported")
-                await self._ingest_metrics()
+                self._metrics_due.set()  # a local run's flusher ingests it; a remote lane ingests at every poll
             case "checkpoint" | "completed":
                 # A run shorter than its logging interval reports no progress before these.
                 await self._mark_running(f"the trainer reported {event.event} before any progress")
@@ -197,6 +222,10 @@ class Supervisor:
             await self._transition("running", reason=reason)
 
     async def _ingest_metrics(self) -> None:
+        async with self._ingesting:
+            await self._ingest_new_metrics()
+
+    async def _ingest_new_metrics(self) -> None:
         batches, records, next_offset = await asyncio.to_thread(self.metrics.read_batches)
         h = self.handle
         for batch in batches:
