@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import gc
 import glob
+import itertools
 import json
 import os
 import random
@@ -293,6 +294,78 @@ def one_run(which: str, method: str, shape: Shape, rows: list[dict[str, str]], d
     return result
 
 
+def attention_check(shape: Shape, seed: int) -> dict[str, Any]:
+    """Packed attention on one layer's worth of a packed row: its kernel against one causal SDPA call per sequence
+    (must agree), and its forward and backward time against SDPA over the whole row under the dense mask that
+    transformers builds for a packed row without it."""
+    import torch
+    import torch.nn.functional as F
+    from bashgym.trainers import attention
+
+    cuda = torch.cuda.is_available()
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    draw = random.Random(seed)
+    lengths: list[int] = []
+    while sum(lengths) < shape.batch * shape.seq_len:  # about one packed batch: many sequences, one row
+        lengths.append(draw.randint(max(8, shape.seq_len // 32), shape.seq_len))
+    row = sum(lengths)
+    bounds = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    head_dim = shape.hidden // shape.heads
+    generator = torch.Generator(device=device).manual_seed(seed)
+    q, k, v = (
+        torch.randn(1, shape.heads, row, head_dim, device=device, dtype=dtype, generator=generator).requires_grad_()
+        for _ in range(3)
+    )
+    layer = torch.nn.Module()
+    kwargs = {
+        "cu_seq_lens_q": bounds,
+        "cu_seq_lens_k": bounds,
+        "max_length_q": max(lengths),
+        "max_length_k": max(lengths),
+    }
+
+    def packed() -> Any:
+        return attention.packed_attention(layer, q, k, v, None, **kwargs)[0]
+
+    def per_sequence() -> Any:
+        return attention._per_sequence(q, k, v, bounds, 0.0, None)
+
+    def dense_mask() -> Any:
+        owner = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+        mask = (owner[:, None] == owner[None, :]).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+
+    def timed_ms(step: Any) -> float:
+        for _ in range(2):
+            step().sum().backward()
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(5):
+            step().sum().backward()
+        if cuda:
+            torch.cuda.synchronize()
+        return round((time.perf_counter() - started) / 5 * 1000, 2)
+
+    with torch.no_grad():
+        difference = (packed().float() - per_sequence().float()).abs().max().item()
+    result: dict[str, Any] = {
+        "bench": "gpu_sft",
+        "check": "packed_attention",
+        "kernel": "flash varlen" if cuda and attention.VARLEN is not None else "SDPA per sequence",
+        "row_tokens": row,
+        "sequences": len(lengths),
+        "max_abs_difference": difference,
+        "agrees": difference < (2e-2 if cuda else 1e-5),
+        "fwd_bwd_ms": timed_ms(packed),
+    }
+    try:
+        result["dense_mask_fwd_bwd_ms"] = timed_ms(dense_mask)
+    except torch.OutOfMemoryError:
+        result["dense_mask_fwd_bwd_ms"] = "out of memory"
+    return result
+
+
 @contextlib.contextmanager
 def dataset_file(rows: list[dict[str, str]]) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="gpu-sft-data-") as folder:
@@ -347,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     shape = TINY if args.tiny else REFERENCE
     header = {"bench": "gpu_sft", "config": asdict(shape), "variable_lengths": args.variable_lengths}
     emit({**header, "bashgym_fields": dict(args.set)}, args.out)
+    if args.variable_lengths or dict(args.set).get("packing") is True:
+        check = attention_check(shape, args.seed)
+        emit(check, args.out)
+        if not check["agrees"]:
+            raise SystemExit("packed attention disagrees with attention per sequence; not timing a wrong kernel")
     rows = synthetic_rows(shape, variable=args.variable_lengths, seed=args.seed)
     results: dict[tuple[str, str], dict[str, Any]] = {}
     with dataset_file(rows) as data:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from bashgym.trainers import attention
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import compile_with_fallback
@@ -78,6 +79,8 @@ def sequences_of(batch: dict[str, torch.Tensor]) -> list[tuple[int, int]]:
 def test_packed_sequences_do_not_attend_to_each_other(student: Path, tmp_path: Path, devnull: Any) -> None:
     trainer, plan = sft_trainer(student, tmp_path, devnull, packing=True)
     assert plan.record()["packing"] == "on -> on (requested)"
+    # Attention per sequence (trainers/attention.py), not SDPA over the whole row under a dense mask.
+    assert trainer.model.config._attn_implementation == attention.NAME
     batch = batches(trainer)[0]
     assert "attention_mask" not in batch, "padding-free packing marks sequences by position ids alone"
     spans = sequences_of(batch)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
+from bashgym.trainers.attention import use_packed_attention
 from bashgym.trainers.modeling import load_rows
 from bashgym.trainers.reporting import ReportingCallback
 from bashgym.trainers.rundir import RunDirectory
@@ -68,6 +69,9 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
     args = {**common_args(request, run), **_renamed_for_transformers(plan.training_args())}
     if request.strategy in SFT_PATH:
         args |= {"packing": plan.uses("packing"), "use_liger_kernel": plan.uses("liger")}
+    if request.strategy in SFT_PATH and plan.uses("packing"):
+        # A packed row's sequences must attend to themselves alone, at the cost of their own lengths.
+        _print(use_packed_attention(model))
     match request.strategy:
         case "sft":
             from bashgym.trainers.strategies.sft import build
