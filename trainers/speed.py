@@ -50,7 +50,8 @@ class Machine:
             bf16_supported=bool(cuda and torch.cuda.is_bf16_supported()),
             memory_bytes=int(memory),
             cpu_count=os.cpu_count() or 1,
-            has_liger=importlib.util.find_spec("liger_kernel") is not None,
+            # Liger's kernels are Triton programs: without Triton the package imports but cannot run.
+            has_liger=all(importlib.util.find_spec(name) is not None for name in ("liger_kernel", "triton")),
         )
 
 
@@ -244,13 +245,16 @@ def resolve_liger(requested: object, machine: Machine, strategy: str) -> Choice:
     if strategy not in SFT_PATH:
         return Choice(_asked(requested), False, f"not applied to {strategy}")
     if requested is True and not machine.has_liger:
-        raise SpeedRefused("liger is true but the liger-kernel package is not installed; install it or set it false.")
+        raise SpeedRefused(
+            "liger is true but the liger-kernel package (or Triton, which it runs on) is not installed; "
+            "install it or set it false."
+        )
     if requested is True and not machine.cuda:
         raise SpeedRefused("liger is true but Liger's kernels need a CUDA GPU and this machine has none; set it false.")
     if choice := forced(requested):
         return choice
     if not machine.has_liger:
-        return Choice("auto", False, "liger-kernel not installed")
+        return Choice("auto", False, "liger-kernel or Triton not installed")
     return Choice("auto", machine.cuda, "installed" if machine.cuda else "no GPU")
 
 

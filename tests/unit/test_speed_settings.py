@@ -57,7 +57,7 @@ def test_on_a_cpu_host_auto_keeps_the_cpu_recipe() -> None:
     assert record["packing"] == "auto -> off (no GPU)"
     assert record["bf16"] == "auto -> off (no GPU)"
     assert record["fused_adamw"] == "auto -> on (CPU kernel)"
-    assert record["liger"] == "auto -> off (liger-kernel not installed)"
+    assert record["liger"] == "auto -> off (liger-kernel or Triton not installed)"
     assert record["dataloader_workers"] == "auto -> 0 (no GPU: collate in the training process)"
     assert record["pin_memory"] == "auto -> off (no GPU to copy to)"
 
@@ -99,7 +99,7 @@ def test_checkpointing_turns_on_only_when_memory_does_not_fit() -> None:
 
 
 def test_liger_forced_on_without_the_package_is_refused_plainly() -> None:
-    with pytest.raises(SpeedRefused, match="liger-kernel package is not installed"):
+    with pytest.raises(SpeedRefused, match=r"liger-kernel package \(or Triton, which it runs on\) is not installed"):
         plan_speed(request(liger=True), H200, REFERENCE)
     with_liger = Machine(cuda=True, bf16_supported=True, memory_bytes=141 * GiB, cpu_count=16, has_liger=True)
     assert plan_speed(request(), with_liger, REFERENCE).record()["liger"] == "auto -> on (installed)"
