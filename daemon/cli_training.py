@@ -130,7 +130,8 @@ def _start_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true", help="wait until the run ends, printing its progress")
 
 
-TERMINAL = {"completed", "failed", "cancelled", "paused"}
+# Where --wait stops: an end, a pause, or `unknown` (the trainer is gone; only a person's resume or stop moves it on).
+TERMINAL = {"completed", "failed", "cancelled", "paused", "unknown"}
 
 
 @command("training", "start", help="launch a training run (training.launch); answers with its ids at once")(_start_args)
@@ -148,13 +149,13 @@ async def training_start(ctx: Ctx) -> int:
     )
     if not ctx.args.wait:
         return done(ctx, started, title="Run queued")
-    final = await _wait(ctx, started["project_id"], started["run_id"])
+    final = await _wait(ctx, started["project_id"], started["run_id"], started.get("cursor") or 0)
     done(ctx, {**started, "status": final["status"], "run": final}, title=f"Run {final['status']}")
     return EXIT_OK if final["status"] == "completed" else EXIT_RULE
 
 
-async def _wait(ctx: Ctx, project: str, run_id: str) -> dict[str, Any]:
-    cursor = 0
+async def _wait(ctx: Ctx, project: str, run_id: str, cursor: int) -> dict[str, Any]:
+    """Follow the run's events from its launch (`cursor`), not the project's first, until it stops moving."""
     while True:
         page = await ctx.client.request(
             "GET",

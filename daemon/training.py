@@ -276,6 +276,8 @@ class TrainingService:
             "context_status": run["context_status"],
             "missing_context_fields": run["missing_context_fields"],
             "replayed": written.replayed,
+            # Where this run's events begin: a client following it reads the events from here, not from the start.
+            "cursor": written.cursor,
         }
 
     def runs_on_device(self, device_id: str) -> list[str]:

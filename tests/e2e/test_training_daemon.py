@@ -144,6 +144,34 @@ def test_pause_resume_and_stop_through_the_cli(trainer_daemon: RunningDaemon, ti
     assert log.code == 0 and log.json()["lines"]
 
 
+def test_training_start_wait_follows_the_run_from_its_launch_to_its_end(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    data = sft_data(tmp_path)
+    config = tmp_path / "method.json"
+    config.write_text(json.dumps({"max_steps": 4, "batch_size": 4, "save_steps": 2, "max_seq_length": 128}))
+    started = cli(
+        trainer_daemon.env(),
+        "training", "start", "--strategy", "sft", "--model", str(tiny), "--dataset-path", str(data),
+        "--config", str(config), "--wait",
+    )  # fmt: skip
+    assert started.code == 0, started.stderr
+    assert "Run completed" in started.stdout
+    # Its progress, read from the run's own events onwards: the launch's answer says where they begin.
+    assert "run.started" in started.stderr and "run.completed" in started.stderr
+    as_json = cli(
+        trainer_daemon.env(),
+        "training", "start", "--strategy", "sft", "--model", str(tiny), "--dataset-path", str(data),
+        "--config", str(config), "--wait", "--json",
+    )  # fmt: skip
+    assert as_json.code == 0, as_json.stderr
+    answer = as_json.json()
+    assert answer["status"] == "completed" and answer["run"]["status"] == "completed"
+    with trainer_daemon.client() as client:
+        first = client.get("/v1/projects/unassigned/events", params={"limit": 1, "type": "run.registered"}).json()
+    assert answer["cursor"] > first["events"][0]["cursor"], "the second run's events begin after the first's"
+
+
 def test_a_run_stopped_while_queued_or_paused_gives_back_its_budget_reservation(
     trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
 ) -> None:
