@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +28,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trainer_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     with running_daemon(tmp_path_factory.mktemp("home"), env={"BASHGYM_LOCAL_SLOTS": "1"}) as running:
         yield running
+
+
+def run_to_its_end(client: httpx.Client, request: dict[str, Any]) -> dict[str, Any]:
+    """Launch `request` (an official run of project nightly) and wait for its end."""
+    started = client.post("/v1/training/start", json=request)
+    assert started.status_code == 201, started.text
+    return wait_for(client, "nightly", started.json()["run_id"], TERMINAL)
 
 
 def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts(
@@ -67,9 +75,7 @@ def test_a_run_shorter_than_its_logging_interval_still_completes(
     # No progress line comes before `completed`: the supervisor must still pass through running.
     request = training_request(tiny, sft_data(tmp_path), max_steps=2, logging_steps=50, save_steps=100)
     with trainer_daemon.client() as client:
-        started = client.post("/v1/training/start", json=request)
-        assert started.status_code == 201, started.text
-        run = wait_for(client, "nightly", started.json()["run_id"], TERMINAL)
+        run = run_to_its_end(client, request)
     assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
 
 
@@ -80,11 +86,9 @@ def test_a_run_logging_every_step_reaches_the_ledger_in_batches_of_about_a_secon
     # target); the supervisor gathers the steps logged within METRICS_EVERY_S into one write.
     request = training_request(tiny, sft_data(tmp_path), max_steps=30, logging_steps=1, save_steps=100)
     with trainer_daemon.client() as client:
-        started = client.post("/v1/training/start", json=request)
-        assert started.status_code == 201, started.text
-        run_id = started.json()["run_id"]
-        run = wait_for(client, "nightly", run_id, TERMINAL)
+        run = run_to_its_end(client, request)
         events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
+    run_id = run["run_id"]
     assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
     assert run["metric_summary"]["train.loss"]["count"] == 30
     logged = (trainer_daemon.home / "runs" / run_id / "metrics.jsonl").read_text().splitlines()
