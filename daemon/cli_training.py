@@ -157,20 +157,29 @@ async def training_start(ctx: Ctx) -> int:
 async def _wait(ctx: Ctx, project: str, run_id: str, cursor: int) -> dict[str, Any]:
     """Follow the run's events from its launch (`cursor`), not the project's first, until it stops moving."""
     while True:
-        page = await ctx.client.request(
-            "GET",
-            f"/v1/projects/{project}/events",
-            params={"after_cursor": cursor, "wait_s": 10, "workspace": ctx.workspace},
-        )
-        cursor = page["next_cursor"]
-        for event in page["events"]:
-            if event["run_id"] == run_id and not ctx.as_json:
-                print(f"  {event['event_type']}: {_brief(event['payload'])}", file=sys.stderr)
+        cursor, _ = await _show_events(ctx, project, run_id, cursor, wait_s=10)
         run = await ctx.client.request(
             "GET", f"/v1/projects/{project}/runs/{run_id}", params={"workspace": ctx.workspace}
         )
         if run["status"] in TERMINAL:
+            # Its end was recorded after the page above was read: show the rest, the end among it.
+            more = True
+            while more:
+                cursor, more = await _show_events(ctx, project, run_id, cursor, wait_s=0)
             return dict(run)
+
+
+async def _show_events(ctx: Ctx, project: str, run_id: str, cursor: int, *, wait_s: float) -> tuple[int, bool]:
+    """Print the run's events in one page past `cursor`; return the next cursor and whether more pages follow."""
+    page = await ctx.client.request(
+        "GET",
+        f"/v1/projects/{project}/events",
+        params={"after_cursor": cursor, "wait_s": wait_s, "workspace": ctx.workspace},
+    )
+    for event in page["events"]:
+        if event["run_id"] == run_id and not ctx.as_json:
+            print(f"  {event['event_type']}: {_brief(event['payload'])}", file=sys.stderr)
+    return int(page["next_cursor"]), bool(page["has_more"])
 
 
 def _brief(payload: dict[str, Any]) -> str:
