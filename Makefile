@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-demo: $(STAMP)  # the whole loop on a fresh demo home, about 6 minutes on 2 cores (README, "The demo")
+demo: $(STAMP)  # the whole loop on a fresh demo home, 3 to 6 minutes on 2 cores (README, "The demo")
 	$(BIN)/bashgym demo $(DEMO_ARGS)
 
 # Two workers, one test file each at a time (a file's tests share module fixtures and run in order):
