@@ -44,11 +44,40 @@ def use_packed_attention(model: Any) -> str:
     # A packed row carries no mask, its bounds travel as cu_seq_lens; only a padded batch needs one (2D).
     AttentionMaskInterface.register(NAME, flash_attention_mask)
     model.set_attn_implementation(NAME)
-    if VARLEN is not None and torch.cuda.is_available():
+    how = "causal SDPA, one call per sequence"
+    if (problem := varlen_problem()) is None:
         how = "torch's flash varlen kernel, one call per packed row"
-    else:
-        how = "causal SDPA, one call per sequence"
+    elif problem:
+        _disable_varlen()
+        how += f"; torch's flash varlen kernel failed its check: {problem}"
     return f"attention: packed sequences attend to themselves only ({how})"
+
+
+def varlen_problem() -> str | None:
+    """Why the varlen kernel must not train this run ("" where it does not apply), or None when it agrees with
+    attention per sequence on a small packed row: a torch whose kernel takes its arguments differently (they
+    changed twice) then trains correctly, only slower, instead of wrongly."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator(device=device).manual_seed(0)
+    query, key, value = (
+        torch.randn(1, 2, 64, 64, device=device, dtype=torch.bfloat16, generator=generator) for _ in range(3)
+    )
+    if not _takes_varlen(query):
+        return ""
+    bounds = torch.tensor([0, 3, 20, 21, 64], dtype=torch.int32, device=device)
+    try:
+        out = _flash_varlen(query, key, value, bounds, 43, None)
+    except Exception as exc:  # any failure means attention per sequence, which is always correct
+        return f"{type(exc).__name__}: {exc}"[:200]
+    if out is None:
+        return "this torch's kernel cannot take the call"
+    difference = (out.float() - _per_sequence(query, key, value, bounds, 0.0, None).float()).abs().max().item()
+    return None if difference < 2e-2 else f"it differs from attention per sequence by {difference:.3g}"
+
+
+def _disable_varlen() -> None:
+    global VARLEN
+    VARLEN = None
 
 
 def packed_attention(

@@ -129,3 +129,58 @@ def test_a_batch_that_is_not_packed_takes_sdpa_with_its_padding_mask() -> None:
     mask = torch.ones(32, 32, dtype=torch.bool).tril() & padding[:, None, None, :]
     expected = F.scaled_dot_product_attention(query, key, value, attn_mask=mask | ~mask.any(-1, keepdim=True))
     torch.testing.assert_close(out, expected.transpose(1, 2))
+
+
+def kernel_that(*, causal: bool = True, fails: bool = False) -> Any:
+    """A varlen stand-in of any shape: right (causal within each sequence), wrong (not causal), or failing."""
+
+    def kernel(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, **options: Any) -> Any:
+        if fails:
+            raise RuntimeError("FlashAttention only supports Ampere GPUs or newer.")
+        parts = [
+            F.scaled_dot_product_attention(
+                q[s:e].transpose(0, 1), k[s:e].transpose(0, 1), v[s:e].transpose(0, 1), is_causal=causal
+            ).transpose(0, 1)
+            for s, e in itertools.pairwise(cu_q.tolist())
+        ]
+        return torch.cat(parts)
+
+    return kernel
+
+
+class Model:
+    """What switching attention needs of a model."""
+
+    def set_attn_implementation(self, name: str) -> None:
+        self.attention = name
+
+
+@pytest.mark.parametrize(
+    ("kernel", "problem"),
+    [
+        (kernel_that(), None),
+        (kernel_that(causal=False), "it differs from attention per sequence by"),
+        (kernel_that(fails=True), "RuntimeError: FlashAttention only supports Ampere GPUs or newer."),
+    ],
+)
+def test_the_varlen_kernel_trains_a_run_only_after_agreeing_with_attention_per_sequence(
+    monkeypatch: pytest.MonkeyPatch, kernel: Any, problem: str | None
+) -> None:
+    monkeypatch.setattr(attention, "VARLEN", kernel)
+    monkeypatch.setattr(attention, "VARLEN_PARAMETERS", frozenset({"window_size", "scale", "enable_gqa"}))
+    monkeypatch.setattr(attention, "_takes_varlen", lambda query: attention.VARLEN is not None)
+    model = Model()
+    line = attention.use_packed_attention(model)
+    assert model.attention == attention.NAME
+    if problem is None:
+        assert line.endswith("(torch's flash varlen kernel, one call per packed row)")
+        assert attention.VARLEN is kernel
+    else:
+        # A kernel that disagrees or fails is set aside for the run, which trains correctly per sequence.
+        assert "causal SDPA, one call per sequence; torch's flash varlen kernel failed its check: " + problem in line
+        assert attention.VARLEN is None
+
+
+def test_without_a_gpu_there_is_no_kernel_to_check() -> None:
+    assert attention.varlen_problem() == ""
+    assert attention.use_packed_attention(Model()).endswith("(causal SDPA, one call per sequence)")
