@@ -92,7 +92,7 @@ def test_pause_resume_and_stop_act_on_every_rank(daemon: RunningDaemon, tiny: Pa
         tiny,
         sft_data(tmp_path, 64),
         num_processes=2,
-        max_steps=400,
+        max_steps=20_000,  # still training whenever the test acts on it; the test stops it
         save_steps=1000,
         learning_rate=1e-4,
         tracking_context=project("ddp-control"),

@@ -111,7 +111,7 @@ async def test_a_rank_killed_on_the_second_machine_fails_the_run_naming_it_and_s
     group: Group, tiny: Path, tmp_path: Path
 ) -> None:
     body = training_request(
-        tiny, sft_data(tmp_path, 64), compute_target="ssh-group:pair", max_steps=400, tracking_context=None
+        tiny, sft_data(tmp_path, 64), compute_target="ssh-group:pair", max_steps=20_000, tracking_context=None
     )
     run_id = (await group.api.post("/v1/training/start", json=body)).json()["run_id"]
     await group.wait_for("unassigned", run_id, {"running", *TERMINAL})

@@ -123,7 +123,7 @@ async def test_stop_ends_a_remote_run_cancelled_and_its_process_group_gone(
     await lane.api.post("/v1/devices", json=lane.device())
     await lane.api.post("/v1/devices/gpu1/preflight")
     body = training_request(
-        tiny, sft_data(tmp_path, 64), max_steps=400, save_steps=1000, learning_rate=1e-4, compute_target="ssh:gpu1"
+        tiny, sft_data(tmp_path, 64), max_steps=20_000, save_steps=1000, learning_rate=1e-4, compute_target="ssh:gpu1"
     )
     started = (await lane.api.post("/v1/training/start", json=body)).json()
     project, run_id = started["project_id"], started["run_id"]

@@ -130,7 +130,7 @@ def test_pause_resume_and_stop_through_the_cli(trainer_daemon: RunningDaemon, ti
     with trainer_daemon.client() as client:
         info = client.post(
             "/v1/training/start",
-            json=training_request(tiny, sft_data(tmp_path, 64), max_steps=400, save_steps=1000, learning_rate=1e-4),
+            json=training_request(tiny, sft_data(tmp_path, 64), max_steps=20_000, save_steps=1000, learning_rate=1e-4),
         ).json()
         wait_for(client, "nightly", info["run_id"], {"running"})
         paused = cli(env, "training", "pause", info["run_id"], "--project", "nightly", "--json")
@@ -181,7 +181,7 @@ def test_a_run_stopped_while_queued_or_paused_gives_back_its_budget_reservation(
 ) -> None:
     context = tracking_context(project_id="stopped", project_display_name="Stopped")
     body = training_request(
-        tiny, sft_data(tmp_path, 64), tracking_context=context, max_steps=400, save_steps=1000, learning_rate=1e-4
+        tiny, sft_data(tmp_path, 64), tracking_context=context, max_steps=20_000, save_steps=1000, learning_rate=1e-4
     )
     with trainer_daemon.client() as client:
         client.post("/v1/projects", json={"project_id": "stopped", "name": "Stopped"})
