@@ -330,9 +330,11 @@ def attention_check(shape: Shape, seed: int) -> dict[str, Any]:
     def per_sequence() -> Any:
         return attention._per_sequence(q, k, v, bounds, 0.0, None)
 
+    # Built once, as transformers builds it once per forward for every layer: the timing is the attention's alone.
+    owner = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    mask = (owner[:, None] == owner[None, :]).tril()
+
     def dense_mask() -> Any:
-        owner = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
-        mask = (owner[:, None] == owner[None, :]).tril()
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
 
     def timed_ms(step: Any) -> float:
