@@ -11,7 +11,9 @@ BashGym resolved) and one per method with the BashGym/TRL ratios. Tokens are rea
     python bench/gpu_sft.py --wheels DIR ...                # first pip-install DIR/*.whl (trl, datasets, ...)
 
 --wheels serves an offline GPU host whose Python has torch, transformers, peft and accelerate but not trl or
-datasets: the wheels go into a temporary --target folder put first on sys.path. Without an installed bashgym,
+datasets: the wheels of packages the host lacks (or has older) go into a temporary --target folder put first on
+sys.path, and a "wheels" JSON line says what was installed, what the host kept, and which requirements of the
+installed packages remain unmet. Without an installed bashgym,
 the repository's own tree is imported (through .typecheck/bashgym, the same layout the type checker reads).
 """
 
@@ -61,16 +63,66 @@ TINY = Shape(
 )
 
 
-def install_wheels(folder: Path) -> None:
-    """pip-install every wheel in `folder`, without dependencies or an index, into a folder first on sys.path."""
+def install_wheels(folder: Path) -> dict[str, Any]:
+    """pip-install the wheels in `folder`, without dependencies or an index, into a folder first on sys.path.
+
+    A wheel of a package the host already has at the same or a newer version is left out: the host's own build
+    stays in use (pyarrow, typing-extensions travel only for a host whose copy is too old for datasets or
+    pydantic). Returns the record of what was installed, what the host kept, and the requirements of the
+    installed packages still unmet; they are reported, not fatal (pip itself only warns, and liger-kernel's Triton
+    is absent from a CPU host that never uses it): a package that then fails to import stops the run."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+    from packaging.version import Version
+
     wheels = sorted(glob.glob(str(folder / "*.whl")))
     if not wheels:
         raise SystemExit(f"--wheels {folder}: no .whl files there.")
-    target = Path(tempfile.mkdtemp(prefix="gpu-sft-wheels-"))
-    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-    subprocess.run([*command, "--target", str(target), *wheels], check=True)
+    chosen, kept = [], []
+    for wheel in wheels:
+        name, version, _, _ = parse_wheel_filename(Path(wheel).name)
+        try:
+            host = Version(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            host = None
+        if host is not None and host >= version:
+            kept.append(f"{name} {host} (wheel {version})")
+        else:
+            chosen.append((wheel, canonicalize_name(name)))
+    # Named site-packages: dill (datasets' fingerprints) pickles a module by value, not by name, unless its file
+    # lies under sys.prefix or a folder of that name, and pyarrow's module then fails to pickle.
+    target = Path(tempfile.mkdtemp(prefix="gpu-sft-wheels-")) / "site-packages"
+    if chosen:
+        command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+        subprocess.run([*command, "--target", str(target), *(wheel for wheel, _ in chosen)], check=True)
     sys.path.insert(0, str(target))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")]))
+    installed = [f"{name} {metadata.version(name)}" for _, name in chosen]
+    missing, mismatched = unmet_requirements([name for _, name in chosen])
+    return {"check": "wheels", "installed": installed, "host_kept": kept, "missing": missing, "mismatched": mismatched}
+
+
+def unmet_requirements(names: list[str]) -> tuple[list[str], list[str]]:
+    """The requirements of the distributions `names` that this interpreter does not meet: (absent, wrong version)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    missing, mismatched = [], []
+    for name in names:
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                have = metadata.version(requirement.name)
+            except metadata.PackageNotFoundError:
+                missing.append(f"{requirement} (for {name})")
+                continue
+            if not requirement.specifier.contains(have, prereleases=True):
+                mismatched.append(f"{name} needs {requirement}, the host has {have}")
+    return sorted(set(missing)), mismatched
 
 
 def import_bashgym() -> None:
@@ -415,13 +467,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.wheels:
-        install_wheels(args.wheels)
+    wheels = install_wheels(args.wheels) if args.wheels else None
     check_imports()
     import_bashgym()
     shape = TINY if args.tiny else REFERENCE
     header = {"bench": "gpu_sft", "config": asdict(shape), "variable_lengths": args.variable_lengths}
     emit({**header, "bashgym_fields": dict(args.set)}, args.out)
+    if wheels:
+        emit(wheels, args.out)
     if args.variable_lengths or dict(args.set).get("packing") is True:
         check = attention_check(shape, args.seed)
         emit(check, args.out)
