@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,19 @@ def session_records(n: int) -> list[dict[str, Any]]:
             }
         )
     return records
+
+
+def make_wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ...] = (), code: str = "") -> None:
+    """A minimal pure-Python wheel of package `name` (its module is `name` too)."""
+    info = f"{name}-{version}.dist-info"
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata += [f"Requires-Dist: {requirement}" for requirement in requires]
+    files = {
+        f"{name}/__init__.py": code,
+        f"{info}/METADATA": "\n".join(metadata) + "\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from tests.factories import make_wheel
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_sft.py"
+SESSION = BENCH.with_name("gpu_session.sh")
+
+
+def run_session(out: Path, wheels: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """bench/gpu_session.sh as the device runs it, its `python3` this interpreter."""
+    env = {**os.environ, "OUT": str(out), "WHEELS": str(wheels)}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    return subprocess.run(
+        ["bash", str(SESSION), *args], capture_output=True, text=True, timeout=280, cwd=BENCH.parents[1], env=env
+    )
 
 
 @pytest.mark.slow
@@ -31,3 +45,28 @@ def test_the_tiny_cpu_check_measures_trl_and_bashgym_and_prints_the_ratio() -> N
     # Before timing variable lengths it proves packed attention agrees with attention per sequence.
     (check,) = [line for line in lines if line.get("check") == "packed_attention"]
     assert check["agrees"] and check["sequences"] > 1, check
+
+
+def test_the_device_session_refuses_to_start_without_its_wheels(tmp_path: Path) -> None:
+    proc = run_session(tmp_path / "out", tmp_path / "none", "--tiny")
+    assert proc.returncode == 2
+    assert f"no wheels in {tmp_path / 'none'}: download them first" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_device_session_measures_both_lengths_into_out(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    make_wheel(wheels, "packaging", "0.1")  # this interpreter has all it needs: the wheel is kept out
+    proc = run_session(tmp_path / "out", wheels, "--tiny", "--methods", "full")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, variable in (("gpu_sft", False), ("gpu_sft_variable", True)):
+        assert f"{name}: exit 0 after" in proc.stdout
+        lines = [json.loads(line) for line in (tmp_path / "out" / f"{name}.jsonl").read_text().splitlines()]
+        (wheel_line,) = [line for line in lines if line.get("check") == "wheels"]
+        assert wheel_line["installed"] == [] and wheel_line["host_kept"][0].startswith("packaging ")
+        runs = [line for line in lines if "trainer" in line]
+        assert {(run["trainer"], run["variable_lengths"]) for run in runs} == {("trl", variable), ("bashgym", variable)}
+        assert any("bashgym_over_trl_tokens_per_s" in line for line in lines)
+    assert torch.__version__ in (tmp_path / "out" / "device.txt").read_text(), "the host's versions are recorded"
