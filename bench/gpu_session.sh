@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue 13's whole H200 measurement in one device call (bench/README.md, "Trainer speed"): the device facts, then
-# bench/gpu_sft.py on fixed and on variable lengths, each under its own time limit so that a slow first half
-# still leaves the second its turn, and everything in $OUT (JSON lines appended as each run ends, so a run cut
-# short keeps what it measured). Extra arguments go to both gpu_sft.py runs (`--tiny` rehearses it on a CPU).
+# bench/gpu_sft.py four times, the targets that matter most first: full fine-tune on fixed lengths, full on
+# variable lengths, then LoRA on each. One deadline (TOTAL_S) covers all four; each run may use its share of the
+# time left (3:3:2:2), so a quick run leaves its time to the next and a slow one cannot starve the rest. Results
+# go to $OUT (JSON lines appended as each training ends, so a run cut short keeps what it measured). Extra
+# arguments go to every gpu_sft.py run (`--tiny` rehearses the whole call on a CPU).
 #
-#   OUT=/tmp/out bash bench/gpu_session.sh --tiny          # rehearsal here, about a minute
-#   bash bench/gpu_session.sh                              # on the GPU host, in the repository root, .whl carried
+#   OUT=/tmp/out WHEELS=DIR bash bench/gpu_session.sh --tiny    # rehearsal here, under a minute
+#   bash bench/gpu_session.sh                                   # on the GPU host, repository root, .whl carried
 set -u
 out=${OUT:?set OUT to the folder the results go to}
 wheels=${WHEELS:-.whl}
@@ -13,6 +15,7 @@ if ! compgen -G "$wheels/*.whl" >/dev/null; then
     echo "no wheels in $wheels: download them first (bench/README.md, 'Trainer speed') and carry the folder" >&2
     exit 2
 fi
+deadline=$((SECONDS + ${TOTAL_S:-560}))
 mkdir -p "$out"
 {
     date -u +%FT%TZ
@@ -27,17 +30,26 @@ export PYTHONUNBUFFERED=1
 # the things only the GPU can show.
 export TORCH_LOGS=${TORCH_LOGS:-recompiles}
 
-run() {  # name, seconds, gpu_sft.py arguments...
-    local name=$1 seconds=$2
-    shift 2
-    local started=$SECONDS
-    timeout -k 10 "$seconds" python3 bench/gpu_sft.py --wheels "$wheels" --out "$out/$name.jsonl" "$@" \
-        >"$out/$name.log" 2>&1
+run() {  # results file, method, its share, the shares still to come with it, gpu_sft.py arguments...
+    local name=$1 method=$2 share=$3 shares=$4
+    shift 4
+    local left=$((deadline - SECONDS))
+    local limit=$((left * share / shares))
+    local log="$out/${name}_$method.log" started=$SECONDS
+    if [ "$limit" -lt 30 ]; then
+        echo "$name $method: not run, ${left} s left of the session's deadline"
+        return
+    fi
+    timeout -k 10 "$limit" python3 bench/gpu_sft.py --wheels "$wheels" --methods "$method" --out "$out/$name.jsonl" \
+        "$@" >"$log" 2>&1
     local rc=$?
-    echo "$name: exit $rc after $((SECONDS - started)) s$([ "$rc" = 124 ] && echo " (cut at its ${seconds} s limit)")"
-    grep -c 'Recompiling function' "$out/$name.log" | sed "s/^/$name: recompilations logged: /"
-    grep -E '"check"|"trainer"|bashgym_over_trl' "$out/$name.jsonl" 2>/dev/null || tail -n 20 "$out/$name.log"
+    echo "$name $method: exit $rc after $((SECONDS - started)) s of its ${limit}$([ "$rc" = 124 ] && echo ", cut there")"
+    echo "$name $method: recompilations logged: $(grep -c 'Recompiling function' "$log")"
+    [ "$rc" = 0 ] || tail -n 15 "$log"
 }
 
-run gpu_sft "${FIXED_S:-290}" "$@"
-run gpu_sft_variable "${VARIABLE_S:-270}" --variable-lengths "$@"
+run gpu_sft full 3 10 "$@"
+run gpu_sft_variable full 3 7 --variable-lengths "$@"
+run gpu_sft lora 2 4 "$@"
+run gpu_sft_variable lora 2 2 --variable-lengths "$@"
+grep -h -E '"check"|"trainer"|bashgym_over_trl' "$out"/gpu_sft*.jsonl 2>/dev/null

@@ -55,18 +55,22 @@ def test_the_device_session_refuses_to_start_without_its_wheels(tmp_path: Path) 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_device_session_measures_both_lengths_into_out(tmp_path: Path) -> None:
+def test_the_device_session_measures_both_methods_on_both_lengths_into_out(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     make_wheel(wheels, "packaging", "0.1")  # this interpreter has all it needs: the wheel is kept out
-    proc = run_session(tmp_path / "out", wheels, "--tiny", "--methods", "full")
+    proc = run_session(tmp_path / "out", wheels, "--tiny")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name, variable in (("gpu_sft", False), ("gpu_sft_variable", True)):
-        assert f"{name}: exit 0 after" in proc.stdout
         lines = [json.loads(line) for line in (tmp_path / "out" / f"{name}.jsonl").read_text().splitlines()]
-        (wheel_line,) = [line for line in lines if line.get("check") == "wheels"]
-        assert wheel_line["installed"] == [] and wheel_line["host_kept"][0].startswith("packaging ")
-        runs = [line for line in lines if "trainer" in line]
-        assert {(run["trainer"], run["variable_lengths"]) for run in runs} == {("trl", variable), ("bashgym", variable)}
-        assert any("bashgym_over_trl_tokens_per_s" in line for line in lines)
+        for method in ("full", "lora"):
+            assert f"{name} {method}: exit 0 after" in proc.stdout
+            assert (tmp_path / "out" / f"{name}_{method}.log").stat().st_size > 0
+            runs = [line for line in lines if line.get("method") == method and "trainer" in line]
+            assert sorted(run["trainer"] for run in runs) == ["bashgym", "trl"]
+            assert all(run["variable_lengths"] is variable for run in runs)
+            assert any("bashgym_over_trl_tokens_per_s" in line and line["method"] == method for line in lines)
+        wheel_lines = [line for line in lines if line.get("check") == "wheels"]
+        assert len(wheel_lines) == 2 and all(line["installed"] == [] for line in wheel_lines)
+        assert wheel_lines[0]["host_kept"][0].startswith("packaging ")
     assert torch.__version__ in (tmp_path / "out" / "device.txt").read_text(), "the host's versions are recorded"
