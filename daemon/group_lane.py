@@ -13,6 +13,7 @@ import asyncio
 import logging
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -22,6 +23,7 @@ from bashgym.daemon.supervisor import RunHandle, read_json, topology_record
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
 from bashgym.trainers.distributed import LAUNCH_RECORD, root_cause
+from bashgym.trainers.rundir import CHECKPOINT_COMPLETE
 from bashgym.trainers.specs import TrainingRequest
 
 log = logging.getLogger("bashgym.group_lane")
@@ -90,19 +92,44 @@ class GroupSupervisor(SshSupervisor):
         log.info("Run %s started on device group %s (process groups %s)", self.handle.run_id, self.group_id, pgids)
 
     async def _share_checkpoint(self) -> None:
-        """Every machine resumes from the checkpoint rank 0 wrote on member 0: copy it to the other members,
-        through the daemon (members need no keys for each other)."""
+        """Every machine resumes from the checkpoint rank 0 wrote on member 0. Each machine saved its own copy
+        (save_on_each_node), so a member receives only the files of member 0's copy it lacks or holds different
+        (its completion marker, a rank's RNG state, small state files), by sha256, through the daemon (members need
+        no keys for each other) and the marker last. A device that cannot hash gets the whole checkpoint."""
         state = await asyncio.to_thread(read_json, self.handle.run_dir / "run_state.json")
         name = str(state.get("last_checkpoint") or "")
         if not name:
             return
+        source = await self.remote.digests(name)
+        wanted = await asyncio.gather(*(self._wanted_by(member, name, source) for member in self.members))
         staging = self.handle.run_dir / "machine-0" / name
         await asyncio.to_thread(shutil.rmtree, staging, True)
         await asyncio.to_thread(staging.parent.mkdir, parents=True, exist_ok=True)
-        await self.remote.fetch_tree(name, staging)
-        for member in self.members:
-            await member.put_into(staging, name)
+        if source is None:
+            await self.remote.fetch_tree(name, staging)
+            every = await asyncio.to_thread(_files_under, staging)
+        else:
+            every = sorted(source)
+            await self.remote.fetch_files(name, sorted({path for paths in wanted for path in paths or every}), staging)
+        for member, paths in zip(self.members, wanted, strict=True):
+            paths = every if paths is None else paths
+            size = await asyncio.to_thread(_bytes_of, staging, paths)
+            log.info(
+                "Run %s: %s copied to %s: %d of its %d files (%.1f MB); it held the rest already",
+                self.handle.run_id, name, member.device.device_id, len(paths), len(every), size / 1e6,
+            )  # fmt: skip
+            await member.put_files(staging, name, sorted(paths, key=lambda path: (path == CHECKPOINT_COMPLETE, path)))
         await asyncio.to_thread(shutil.rmtree, staging, True)
+
+    @staticmethod
+    async def _wanted_by(member: RemoteRun, name: str, source: dict[str, str] | None) -> list[str] | None:
+        """The files of member 0's checkpoint `member` must receive; None for all of them."""
+        if source is None:
+            return None
+        held = await member.digests(name)
+        if held is None:
+            return None
+        return sorted(path for path, digest in source.items() if held.get(path) != digest)
 
     async def _close(self) -> None:
         for remote in self._all():
@@ -190,3 +217,11 @@ class GroupSupervisor(SshSupervisor):
                 await remote.signal(int(pgid), signame)
             except (asyncssh.Error, OSError) as exc:
                 log.warning("Run %s: could not send SIG%s to %s: %s", self.handle.run_id, signame, remote.device, exc)
+
+
+def _files_under(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
+def _bytes_of(folder: Path, paths: list[str]) -> int:
+    return sum((folder / path).stat().st_size for path in paths)

@@ -273,14 +273,40 @@ class RemoteRun:
         _, sftp = self._channel()
         await sftp.get(f"{self.remote_dir}/{name}", str(target), recurse=True)
 
-    async def put_into(self, source: Path, name: str) -> None:
-        """Copy the contents of the local directory `source` into the remote run directory's `name`, merged
-        with what is there."""
+    async def digests(self, name: str) -> dict[str, str] | None:
+        """sha256 of every file under the run directory's `name`, by path relative to it: {} when it does not
+        exist, None when the device cannot say (no sha256sum, or a file name it had to escape)."""
+        conn, _ = self._channel()
+        folder = f"{self.shell_dir}/{shlex.quote(name)}"
+        # Hashing reads every byte (a minute or two for a large optimizer state); copying it would take far longer.
+        command = f"[ -d {folder} ] || exit 3; cd {folder} && find . -type f -exec sha256sum {{}} +"
+        result = await conn.run(command, check=False, timeout=3600)
+        if result.exit_status == 3:
+            return {}
+        if result.exit_status != 0:
+            return None
+        found = {}
+        for line in str(result.stdout).splitlines():
+            digest, separator, path = line.partition("  ./")
+            if not separator or len(digest) != 64 or line.startswith("\\"):
+                return None  # sha256sum escapes names holding a newline or backslash: copy instead of guessing
+            found[path] = digest
+        return found
+
+    async def fetch_files(self, name: str, paths: Sequence[str], target: Path) -> None:
+        """Copy the files `paths` (relative to the run directory's `name`) into `target`, keeping their layout."""
         _, sftp = self._channel()
-        await sftp.makedirs(f"{self.remote_dir}/{name}", exist_ok=True)
-        entries = await asyncio.to_thread(lambda: sorted(str(p) for p in source.iterdir()))
-        if entries:
-            await sftp.put(entries, f"{self.remote_dir}/{name}", recurse=True)
+        for path in paths:
+            local = target / path
+            await asyncio.to_thread(local.parent.mkdir, parents=True, exist_ok=True)
+            await sftp.get(f"{self.remote_dir}/{name}/{path}", str(local))
+
+    async def put_files(self, source: Path, name: str, paths: Sequence[str]) -> None:
+        """Copy the files `paths` of the local directory `source` into the run directory's `name`, in order."""
+        _, sftp = self._channel()
+        for path in paths:
+            await sftp.makedirs(str(PurePosixPath(self.remote_dir, name, path).parent), exist_ok=True)
+            await sftp.put(str(source / path), f"{self.remote_dir}/{name}/{path}")
 
     async def launch(self, *, resume: bool, module: str = "bashgym.trainers", args: Sequence[str] = ()) -> int:
         """Start the trainer (or another bashgym child, by module, with `args`) detached in its own session;

@@ -150,14 +150,23 @@ async def test_a_paused_group_run_resumes_on_every_machine_from_rank_0s_checkpoi
     assert processes_under(group.ssh.home) == {}
     (checkpoint,) = (group.ssh.home / "work-m0" / run_id).glob("checkpoint-*")
     assert (checkpoint / "checkpoint_complete.json").exists()
-    assert not (group.ssh.home / "work-m1" / run_id / checkpoint.name / "checkpoint_complete.json").exists()
+    # Machine 1 saved its own copy of the checkpoint; only rank 0's machine marks one complete.
+    own_copy = group.ssh.home / "work-m1" / run_id / checkpoint.name
+    assert (own_copy / "optimizer.pt").read_bytes() == (checkpoint / "optimizer.pt").read_bytes()
+    assert not (own_copy / "checkpoint_complete.json").exists()
+    before = len(group.ssh.sftp_ops)
 
     assert (await group.api.post(f"/v1/projects/unassigned/runs/{run_id}/resume")).status_code == 202
     run = await group.wait_for("unassigned", run_id, TERMINAL)
     assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
-    # Machine 1 got rank 0's checkpoint before both resumed from it: every step logged once, none redone.
-    written = {path for op, path in group.ssh.sftp_ops if op == "open:write"}
-    assert any(f"work-m1/{run_id}/{checkpoint.name}/checkpoint_complete.json" in path for path in written)
+    # Machine 1 got what its copy lacked of rank 0's before both resumed from it (the completion marker last), not
+    # the model or optimizer state it held already: every step logged once, none redone.
+    prefix = f"work-m1/{run_id}/{checkpoint.name}/"
+    copied = [
+        path.split(prefix)[1] for op, path in group.ssh.sftp_ops[before:] if op == "open:write" and prefix in path
+    ]
+    assert copied[-1] == "checkpoint_complete.json" and "rng_state_0.pth" in copied, copied
+    assert not {"optimizer.pt", "adapter_model.safetensors", "scheduler.pt"} & set(copied), copied
     assert run["metric_summary"]["train.loss"]["count"] == 60
     assert processes_under(group.ssh.home) == {}
 

@@ -61,6 +61,7 @@ TORCH_FREE = (
     "bashgym.trainers.evaluate",
     "bashgym.trainers.canaries",
     "bashgym.trainers.distributed",
+    "bashgym.trainers.rundir",  # the run directory's layout: the checkpoint completion marker's name
 )
 
 

@@ -38,6 +38,9 @@ def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
         "logging_steps": request.logging_steps,
         "save_steps": request.save_steps,
         "save_total_limit": request.checkpoint_limit,
+        # Over several machines each one keeps its own copy of every checkpoint (its local main process writes
+        # it), so a resume finds the checkpoint already there instead of copying it through the daemon.
+        "save_on_each_node": request.num_machines > 1,
         "seed": request.seed,
         "data_seed": request.seed,
         "report_to": "none",
