@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncssh
 from bashgym.daemon.lanes import SshSupervisor, open_with_retry, remote_request
-from bashgym.daemon.ssh import Device, RemoteRun
+from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
 from bashgym.daemon.supervisor import RunHandle, read_json, topology_record
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
@@ -101,6 +101,12 @@ class GroupSupervisor(SshSupervisor):
         if not name:
             return
         source = await self.remote.digests(name)
+        if source == {}:
+            raise DeviceUnavailable(
+                f"Run {self.handle.run_id} cannot resume: its last checkpoint {name} is not on device "
+                f"{self.device.device_id} (under {self.remote.remote_dir}).",
+                hint="Start a new run from the request; a resume needs rank 0's checkpoint where it was written.",
+            )
         wanted = await asyncio.gather(*(self._wanted_by(member, name, source) for member in self.members))
         staging = self.handle.run_dir / "machine-0" / name
         await asyncio.to_thread(shutil.rmtree, staging, True)
@@ -110,7 +116,8 @@ class GroupSupervisor(SshSupervisor):
             every = await asyncio.to_thread(_files_under, staging)
         else:
             every = sorted(source)
-            await self.remote.fetch_files(name, sorted({path for paths in wanted for path in paths or every}), staging)
+            needed = {path for paths in wanted for path in (every if paths is None else paths)}
+            await self.remote.fetch_files(name, sorted(needed), staging)
         for member, paths in zip(self.members, wanted, strict=True):
             paths = every if paths is None else paths
             size = await asyncio.to_thread(_bytes_of, staging, paths)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from bashgym.daemon.group_lane import GroupSupervisor
-from bashgym.daemon.ssh import Device, RemoteRun
+from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
 from bashgym.daemon.supervisor import RunHandle
 from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
@@ -47,7 +47,7 @@ def files_of(folder: Path) -> dict[str, bytes]:
 async def share(ssh: SshServer, ledger: Ledger, tmp_path: Path, member: type[RemoteRun] = RemoteRun) -> list[str]:
     """Run the resume's checkpoint sharing from m0 to m1; return the files written into m1's checkpoint, in order."""
     run_dir = tmp_path / "home" / "runs" / RUN
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run_state.json").write_text(json.dumps({"status": "paused", "last_checkpoint": NAME}))
     records = [{**ssh.device(device_id), "gpus": 0, "slots": 1, "known_hosts": ""} for device_id in ("m0", "m1")]
     devices = [Device.from_record(record) for record in records]
@@ -97,6 +97,9 @@ async def test_a_member_receives_only_what_its_own_copy_lacks_or_holds_different
     assert written == [*expected, "checkpoint_complete.json"]
     held = files_of(ssh.home / "work-m1" / RUN / NAME)
     assert held == {**own, **RANK_0}, "member 0's files over the member's own, which it keeps"
+    before = len(ssh.sftp_ops)
+    assert await share(ssh, ledger, tmp_path) == [], "a second resume from the same checkpoint moves nothing"
+    assert not [path for op, path in ssh.sftp_ops[before:] if op.startswith("open") and f"/{NAME}/" in path]
 
 
 async def test_a_member_without_its_own_copy_receives_the_whole_checkpoint(
@@ -120,3 +123,10 @@ async def test_a_member_that_cannot_hash_receives_the_whole_checkpoint(
 
     assert sorted(written) == sorted(RANK_0) and written[-1] == "checkpoint_complete.json"
     assert files_of(ssh.home / "work-m1" / RUN / NAME) == RANK_0
+
+
+async def test_a_checkpoint_gone_from_member_0_fails_the_resume_naming_it(
+    ssh: SshServer, ledger: Ledger, tmp_path: Path
+) -> None:
+    with pytest.raises(DeviceUnavailable, match=f"its last checkpoint {NAME} is not on device m0"):
+        await share(ssh, ledger, tmp_path)
