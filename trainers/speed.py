@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -321,8 +322,9 @@ def plan_speed(
 
 def compile_with_fallback(
     model: Any, probe: Callable[[], None], *, log: Callable[[str], None], backend: Any = "inductor"
-) -> str | None:
-    """Compile `model` in place and run `probe` through it; on any failure, train eager. Return the failure.
+) -> tuple[str | None, float]:
+    """Compile `model` in place and run `probe` through it; on any failure, train eager. Return the failure (None
+    when it compiled) and the seconds compiling and probing took: a run's cold start, paid before its first step.
 
     torch.compile fails late (at the first forward, when the backend runs), so the probe runs one real
     forward and backward before training starts: a missing compiler or an unsupported op then costs a log line,
@@ -330,6 +332,7 @@ def compile_with_fallback(
     """
     import torch
 
+    started = time.monotonic()
     model.compile(backend=backend)
     try:
         probe()
@@ -340,5 +343,7 @@ def compile_with_fallback(
         detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         failure = f"{type(exc).__name__}: {detail}"[:300]
         log(f"speed: torch.compile failed ({failure}); training eager")
-        return failure
-    return None
+        return failure, time.monotonic() - started
+    seconds = time.monotonic() - started
+    log(f"speed: torch.compile compiled the model and checked it on one step in {seconds:.1f} s")
+    return None, seconds

@@ -136,8 +136,29 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_log_line(student: Path) -
         raise RuntimeError("no C++ compiler on this host")
 
     lines: list[str] = []
-    failure = compile_with_fallback(model, lambda: model(input_ids=tokens), log=lines.append, backend=broken_backend)
-    assert failure is not None and "no C++ compiler" in failure
+    failure, seconds = compile_with_fallback(
+        model, lambda: model(input_ids=tokens), log=lines.append, backend=broken_backend
+    )
+    assert failure is not None and "no C++ compiler" in failure and seconds > 0
     assert lines and lines[0].startswith("speed: torch.compile failed") and lines[0].endswith("training eager")
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=tokens).logits, expected)
+
+
+def test_a_compiled_model_reports_its_compile_time_and_computes_as_before(student: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(student).eval()
+    tokens = torch.tensor([[2, 10, 11, 12, 13]])
+    with torch.no_grad():
+        expected = model(input_ids=tokens).logits
+    lines: list[str] = []
+    try:
+        # dynamo's eager backend: the graph capture a real compile starts with, without a C++ toolchain's minute.
+        failure, seconds = compile_with_fallback(
+            model, lambda: model(input_ids=tokens), log=lines.append, backend="eager"
+        )
+        assert failure is None and seconds > 0
+        assert lines == [f"speed: torch.compile compiled the model and checked it on one step in {seconds:.1f} s"]
+        with torch.no_grad():
+            torch.testing.assert_close(model(input_ids=tokens).logits, expected)
+    finally:
+        torch._dynamo.reset()

@@ -124,11 +124,12 @@ def _sample_lengths(request: TrainingRequest, tokenizer: Any) -> Sequence[int]:
 
 def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
     """Compile the model in place, proven by one real step; a failure trains eager and is recorded as such."""
-    failure = compile_with_fallback(trainer.model, lambda: _probe_step(trainer), log=_print)
-    if failure is None:
-        return plan
+    failure, seconds = compile_with_fallback(trainer.model, lambda: _probe_step(trainer), log=_print)
     choice = plan.choices["compile"]
-    failed = replace(choice, used=False, reason=f"compilation failed: {failure}")
+    if failure is None:
+        compiled = replace(choice, reason=f"{choice.reason}; compiled in {seconds:.0f} s")
+        return replace(plan, choices={**plan.choices, "compile": compiled})
+    failed = replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}")
     return replace(plan, choices={**plan.choices, "compile": failed})
 
 
