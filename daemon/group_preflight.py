@@ -1,10 +1,12 @@
 """Preflight of a device group: every member's own preflight, then the checks only a group has (the same
-software on every rank, GPUs on all members or none, and the main member's rendezvous port reachable)."""
+software on every rank, GPUs on all members or none, a work directory of each member's own, and the main member's
+rendezvous port reachable)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import shlex
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from bashgym.daemon.ssh import CONNECT_TIMEOUT_S, Device, connect, environment_d
 from bashgym.ledger.errors import BashGymError
 from bashgym.ledger.models import PreflightVerdict
 
+log = logging.getLogger("bashgym.group_preflight")
 PROBE_TIMEOUT_S = 10.0
 # The listener ends by itself after this, should both the stdin close and the hang-up fail to reach it.
 LISTENER_LIFETIME_S = 120.0
@@ -85,11 +88,12 @@ async def preflight_group(devices: list[Device], main_ip: str, main_port: int) -
     members = [
         _member(rank, device, verdict) for rank, (device, verdict) in enumerate(zip(devices, verdicts, strict=True))
     ]
-    rendezvous = await _check_rendezvous(devices, [bool(v.facts) for v in verdicts], main_ip, main_port)
-    reasons = [*_not_ready(members), *_differences(members), *_rendezvous_reasons(rendezvous)]
-    return PreflightVerdict(
-        ready=not reasons, reasons=_capped(reasons), facts={"members": members, "rendezvous": rendezvous}
-    )
+    has_run = [bool(v.facts) for v in verdicts]
+    shared = await _shared_work_dirs(devices, has_run)
+    rendezvous = await _check_rendezvous(devices, has_run, main_ip, main_port)
+    reasons = [*_not_ready(members), *_differences(members), *_shared_reasons(shared), *_rendezvous_reasons(rendezvous)]
+    facts = {"members": members, "shared_work_dirs": shared, "rendezvous": rendezvous}
+    return PreflightVerdict(ready=not reasons, reasons=_capped(reasons), facts=facts)
 
 
 def member_verdict(member: dict[str, Any]) -> PreflightVerdict:
@@ -145,6 +149,58 @@ def _differences(members: list[dict[str, Any]]) -> list[str]:
             )
         )
     return reasons
+
+
+async def _shared_work_dirs(devices: list[Device], has_run: list[bool]) -> list[list[str]]:
+    """The sets of members whose work directories are one directory (a shared home over NFS, say): each member
+    leaves a file named for it there, then lists which of the others' it sees, then removes its own."""
+    nonce = secrets.token_hex(8)
+    ranks = [rank for rank in range(len(devices)) if has_run[rank]]
+
+    def marker(rank: int) -> str:
+        return f"{devices[rank].shell_path(devices[rank].work_dir)}/.bashgym-storage-{nonce}-{rank}"
+
+    await asyncio.gather(*(_shell(devices[rank], f"touch {marker(rank)}") for rank in ranks))
+    listing = f"ls -a {{work}} | grep '^[.]bashgym-storage-{nonce}-' ; rm -f {{mine}}"
+    seen = await asyncio.gather(
+        *(
+            _shell(
+                devices[rank], listing.format(work=devices[rank].shell_path(devices[rank].work_dir), mine=marker(rank))
+            )
+            for rank in ranks
+        )
+    )
+    together: list[set[int]] = []
+    for rank, output in zip(ranks, seen, strict=True):
+        found = {int(line.rsplit("-", 1)[1]) for line in output.splitlines() if line.rsplit("-", 1)[-1].isdigit()}
+        found.add(rank)
+        if len(found) > 1:
+            merged = found.union(*(group for group in together if group & found))
+            together = [group for group in together if not group & found] + [merged]
+    return [[devices[rank].device_id for rank in sorted(group)] for group in together]
+
+
+async def _shell(device: Device, command: str) -> str:
+    """`command`'s output on `device`; empty when it cannot be run (the member's own verdict says why)."""
+    try:
+        conn = await connect(device)
+        async with conn:
+            result = await conn.run(command, check=False, timeout=CONNECT_TIMEOUT_S)
+        return str(result.stdout or "")
+    except (BashGymError, asyncssh.Error, OSError, TimeoutError) as exc:
+        log.warning("Group preflight: %s on %s did not run: %s", command, device.device_id, exc)
+        return ""
+
+
+def _shared_reasons(shared: list[list[str]]) -> list[str]:
+    return [
+        _clip(
+            f"{', '.join(ids)} share one work directory (the same disk under the same path); each member needs a "
+            "work_dir of its own, or their run files (exit codes, process groups, checkpoints) overwrite each "
+            "other's: re-add all but one with another --work-dir (remove the group first)"
+        )
+        for ids in shared
+    ]
 
 
 async def _check_rendezvous(devices: list[Device], has_run: list[bool], main_ip: str, main_port: int) -> dict[str, Any]:

@@ -92,6 +92,8 @@ async def test_a_group_of_two_devices_preflights_ready_over_loopback_and_leaves_
     assert (rendezvous["address"], rendezvous["port"], rendezvous["listening"]) == ("127.0.0.1", port, True)
     assert [(c["device_id"], c["reached"]) for c in rendezvous["members"]] == [("gpu2", True)]
     assert is_free(port), "the listener ended with the check"
+    assert record["preflight"]["facts"]["shared_work_dirs"] == []
+    assert not list(groups.ssh.home.rglob(".bashgym-storage-*")), "each member's storage marker is removed"
 
     for device_id in ("gpu1", "gpu2"):  # each member's own verdict is stored on its device too
         device = (await groups.api.get(f"/v1/devices/{device_id}")).json()
@@ -120,6 +122,23 @@ async def test_a_port_taken_on_the_main_member_makes_the_group_not_ready_naming_
     assert record["preflight"]["facts"]["rendezvous"]["port_in_use"]
     assert is_free(port), "the check's own listener never stayed"
     assert (await groups.api.get("/v1/devices/gpu2")).json()["ready"], "the members themselves are fine"
+
+
+async def test_members_sharing_one_work_directory_are_named_and_the_group_not_ready(groups: Groups) -> None:
+    """Two hosts mounting one home over NFS look like this: different devices, one directory."""
+    await groups.add_devices("gpu1", "gpu2", "gpu3", work_dir="work-shared")
+    await groups.add_devices("gpu4")
+    body = {"group_id": "four", "members": ["gpu1", "gpu2", "gpu3", "gpu4"], "main_process_port": free_port()}
+    await groups.api.post("/v1/device-groups", json=body)
+    record = (await groups.api.post("/v1/device-groups/four/preflight")).json()["record"]
+    assert not record["ready"]
+    assert record["preflight"]["reasons"] == [
+        "gpu1, gpu2, gpu3 share one work directory (the same disk under the same path); each member needs a "
+        "work_dir of its own, or their run files (exit codes, process groups, checkpoints) overwrite each other's: "
+        "re-add all but one with another --work-dir (remove the group first)"
+    ]
+    assert record["preflight"]["facts"]["shared_work_dirs"] == [["gpu1", "gpu2", "gpu3"]]
+    assert not list(groups.ssh.home.rglob(".bashgym-storage-*"))
 
 
 async def test_a_member_that_cannot_reach_the_main_address_is_named(groups: Groups) -> None:
