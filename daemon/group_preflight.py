@@ -153,30 +153,23 @@ def _differences(members: list[dict[str, Any]]) -> list[str]:
 
 async def _shared_work_dirs(devices: list[Device], has_run: list[bool]) -> list[list[str]]:
     """The sets of members whose work directories are one directory (a shared home over NFS, say): each member
-    leaves a file named for it there, then lists which of the others' it sees, then removes its own."""
-    nonce = secrets.token_hex(8)
-    ranks = [rank for rank in range(len(devices)) if has_run[rank]]
-
-    def marker(rank: int) -> str:
-        return f"{devices[rank].shell_path(devices[rank].work_dir)}/.bashgym-storage-{nonce}-{rank}"
-
-    await asyncio.gather(*(_shell(devices[rank], f"touch {marker(rank)}") for rank in ranks))
-    listing = f"ls -a {{work}} | grep '^[.]bashgym-storage-{nonce}-' ; rm -f {{mine}}"
-    seen = await asyncio.gather(
+    leaves a file named for its rank there, then lists the others' it sees, then removes its own."""
+    work = {rank: device.shell_path(device.work_dir) for rank, device in enumerate(devices) if has_run[rank]}
+    name = f"bashgym-storage-{secrets.token_hex(8)}-"
+    await asyncio.gather(*(_shell(devices[rank], f"touch {path}/.{name}{rank}") for rank, path in work.items()))
+    # Whichever member of a shared directory lists first sees every marker in it: the others remove only their own.
+    listings = await asyncio.gather(
         *(
-            _shell(
-                devices[rank], listing.format(work=devices[rank].shell_path(devices[rank].work_dir), mine=marker(rank))
-            )
-            for rank in ranks
+            _shell(devices[rank], f"ls -a {path} | grep '^[.]{name}'; rm -f {path}/.{name}{rank}")
+            for rank, path in work.items()
         )
     )
     together: list[set[int]] = []
-    for rank, output in zip(ranks, seen, strict=True):
-        found = {int(line.rsplit("-", 1)[1]) for line in output.splitlines() if line.rsplit("-", 1)[-1].isdigit()}
-        found.add(rank)
-        if len(found) > 1:
-            merged = found.union(*(group for group in together if group & found))
-            together = [group for group in together if not group & found] + [merged]
+    for rank, listing in zip(work, listings, strict=True):
+        seen = {rank} | {int(line.removeprefix(f".{name}")) for line in listing.split() if line.startswith(f".{name}")}
+        if len(seen) > 1:
+            joined = seen.union(*(group for group in together if group & seen))
+            together = [group for group in together if not group & seen] + [joined]
     return [[devices[rank].device_id for rank in sorted(group)] for group in together]
 
 
