@@ -1,0 +1,25 @@
+"""bench/compile_cold_start.py stays runnable: both modes measured in their own processes, then the ratio (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "compile_cold_start.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_cold_start_bench_compiles_the_whole_model_and_each_layer_and_prints_the_ratio() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--layers", "2", "--steps", "1"], capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line.get("mode") for line in lines[:2]] == ["whole", "regional"]
+    assert all(line["first_step_s"] > 0 and line["step_s"] > 0 and line["layers"] == 2 for line in lines[:2])
+    assert lines[2]["regional_over_whole_first_step"] > 0 and lines[2]["regional_over_whole_step"] > 0
