@@ -7,6 +7,7 @@ process with inductor's caches off, so neither reuses the other's work; one JSON
 
     python bench/compile_cold_start.py                       # CPU, 24 layers of a tiny Llama, about 90 s here
     python bench/compile_cold_start.py --layers 2 --steps 2  # a quick check of the script
+    python bench/compile_cold_start.py --hidden 1024 --heads 16 --vocab 32000 --batch 4 --seq-len 2048  # GPU
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ import sys
 import time
 
 
-def measure(mode: str, layers: int, hidden: int, seq_len: int, steps: int) -> dict[str, object]:
+def measure(mode: str, args: argparse.Namespace) -> dict[str, object]:
+    import contextlib
+
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        hidden_size=hidden, intermediate_size=hidden * 11 // 4, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=4, vocab_size=1000, attn_implementation="sdpa",
+        hidden_size=args.hidden, intermediate_size=args.hidden * 11 // 4, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.heads, vocab_size=args.vocab,
+        attn_implementation="sdpa",
     )  # fmt: skip
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = LlamaForCausalLM(config).to(device)
@@ -35,10 +39,14 @@ def measure(mode: str, layers: int, hidden: int, seq_len: int, steps: int) -> di
     else:
         for layer in model.model.layers:
             layer.compile()
-    tokens = torch.randint(0, config.vocab_size, (2, seq_len), device=device)
+    tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq_len), device=device)
+    # bf16 autocast on a GPU, as the reference trains; full precision on a CPU.
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
 
     def step() -> None:
-        model(input_ids=tokens, labels=tokens).loss.backward()
+        with autocast:
+            loss = model(input_ids=tokens, labels=tokens).loss
+        loss.backward()
         if device == "cuda":
             torch.cuda.synchronize()
 
@@ -46,12 +54,13 @@ def measure(mode: str, layers: int, hidden: int, seq_len: int, steps: int) -> di
     step()
     first = time.perf_counter() - started
     started = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(args.steps):
         step()
     return {
-        "bench": "compile_cold_start", "mode": mode, "device": device, "torch": torch.__version__, "layers": layers,
-        "hidden": hidden, "seq_len": seq_len, "first_step_s": round(first, 2),
-        "step_s": round((time.perf_counter() - started) / steps, 4),
+        "bench": "compile_cold_start", "mode": mode, "device": device, "torch": torch.__version__,
+        "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab,
+        "batch": args.batch, "seq_len": args.seq_len, "first_step_s": round(first, 2),
+        "step_s": round((time.perf_counter() - started) / args.steps, 4),
     }  # fmt: skip
 
 
@@ -59,12 +68,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5, help="steady steps timed after the first")
     parser.add_argument("--mode", choices=["whole", "regional"], help=argparse.SUPPRESS)  # one measurement
     args = parser.parse_args()
     if args.mode:
-        print(json.dumps(measure(args.mode, args.layers, args.hidden, args.seq_len, args.steps)), flush=True)
+        print(json.dumps(measure(args.mode, args)), flush=True)
         return 0
     env = {**os.environ, "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
     results = {}

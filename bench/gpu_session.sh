@@ -4,7 +4,8 @@
 # variable lengths, then LoRA on each. One deadline (TOTAL_S) covers all four; each run may use its share of the
 # time left (3:3:2:2), so a quick run leaves its time to the next and a slow one cannot starve the rest. Results
 # go to $OUT (JSON lines appended as each training ends, so a run cut short keeps what it measured). Extra
-# arguments go to every gpu_sft.py run (`--tiny` rehearses the whole call on a CPU).
+# arguments go to every gpu_sft.py run (`--tiny` rehearses the whole call on a CPU). Time left over measures the
+# compile cold start (bench/compile_cold_start.py).
 #
 #   OUT=/tmp/out WHEELS=DIR bash bench/gpu_session.sh --tiny    # rehearsal here, under a minute
 #   bash bench/gpu_session.sh                                   # on the GPU host, repository root, .whl carried
@@ -53,3 +54,16 @@ run gpu_sft_variable full 3 7 --variable-lengths "$@"
 run gpu_sft lora 2 4 "$@"
 run gpu_sft_variable lora 2 2 --variable-lengths "$@"
 grep -h -E '"check"|"trainer"|bashgym_over_trl' "$out"/gpu_sft*.jsonl 2>/dev/null
+
+# Time to spare: compile cold start on the reference's shape, whole model against each layer (bench/README.md,
+# "Compile cold start"). Its lines go to compile_cold_start.jsonl, its errors here: eight files in all.
+left=$((deadline - SECONDS))
+if [ "$left" -ge "${COLD_START_MIN_S:-120}" ]; then
+    reference=(--layers 24 --hidden 1024 --heads 16 --vocab 32000 --batch 4 --seq-len 2048 --steps 5)
+    for arg in "$@"; do [ "$arg" = --tiny ] && reference=(--layers 2 --steps 1); done
+    timeout -k 10 "$left" python3 bench/compile_cold_start.py "${reference[@]}" >"$out/compile_cold_start.jsonl"
+    echo "compile_cold_start: exit $? with $left s to spare"
+    cat "$out/compile_cold_start.jsonl"
+else
+    echo "compile_cold_start: not run, ${left} s left"
+fi
