@@ -28,6 +28,8 @@ MIN_DISK_GIB = 1.0
 # Files the trainer appends to, mirrored into the local run directory by byte offset.
 MIRRORED = ("protocol.jsonl", "metrics.jsonl", "training.log", "evaluation.log")
 CHUNK = 256 * 1024
+# Hashing a checkpoint on its device reads every byte: an hour covers hundreds of GB.
+DIGEST_TIMEOUT_S = 3600.0
 
 
 class DeviceUnavailable(BashGymError):
@@ -278,9 +280,12 @@ class RemoteRun:
         exist, None when the device cannot say (no sha256sum, or a file name it had to escape)."""
         conn, _ = self._channel()
         folder = f"{self.shell_dir}/{shlex.quote(name)}"
-        # Hashing reads every byte (a minute or two for a large optimizer state); copying it would take far longer.
+        # Hashing reads every byte (minutes for a large optimizer state); copying it would take far longer.
         command = f"[ -d {folder} ] || exit 3; cd {folder} && find . -type f -exec sha256sum {{}} +"
-        result = await conn.run(command, check=False, timeout=3600)
+        try:
+            result = await conn.run(command, check=False, timeout=DIGEST_TIMEOUT_S)
+        except asyncssh.TimeoutError:
+            return None
         if result.exit_status == 3:
             return {}
         if result.exit_status != 0:

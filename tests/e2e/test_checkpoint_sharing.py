@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from bashgym.daemon import ssh as ssh_module
 from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
 from bashgym.daemon.supervisor import RunHandle
@@ -130,3 +131,17 @@ async def test_a_checkpoint_gone_from_member_0_fails_the_resume_naming_it(
 ) -> None:
     with pytest.raises(DeviceUnavailable, match=f"its last checkpoint {NAME} is not on device m0"):
         await share(ssh, ledger, tmp_path)
+
+
+async def test_hashing_that_outlasts_its_limit_sends_the_whole_checkpoint(
+    ssh: SshServer, ledger: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Member 0 cannot say what it holds in time either: its checkpoint travels whole, the marker still last."""
+    write_files(ssh.home / "work-m0" / RUN / NAME, RANK_0)
+    write_files(ssh.home / "work-m1" / RUN / NAME, {"optimizer.pt": RANK_0["optimizer.pt"]})
+    monkeypatch.setattr(ssh_module, "DIGEST_TIMEOUT_S", 1e-4)
+
+    written = await share(ssh, ledger, tmp_path)
+
+    assert sorted(written) == sorted(RANK_0) and written[-1] == "checkpoint_complete.json"
+    assert files_of(ssh.home / "work-m1" / RUN / NAME) == RANK_0
