@@ -82,7 +82,8 @@ class GroupSupervisor(SshSupervisor):
 
     async def _start(self, request: TrainingRequest, *, resume: bool) -> None:
         if resume:
-            await self._share_checkpoint()
+            for line in await self._share_checkpoint():
+                await self._append("run.remote_log", {"message": line})
         address, port = str(self.group["main_process_ip"]), int(self.group["main_process_port"])
         pgids = []
         for k, remote in enumerate(self._all()):
@@ -91,15 +92,16 @@ class GroupSupervisor(SshSupervisor):
         await self.lane.update(lane="ssh-group", group_id=self.group_id, pgid=pgids[0], member_pgids=pgids)
         log.info("Run %s started on device group %s (process groups %s)", self.handle.run_id, self.group_id, pgids)
 
-    async def _share_checkpoint(self) -> None:
+    async def _share_checkpoint(self) -> list[str]:
         """Every machine resumes from the checkpoint rank 0 wrote on member 0. Each machine saved its own copy
         (save_on_each_node), so a member receives only the files of member 0's copy it lacks or holds different
         (its completion marker, a rank's RNG state, small state files), by sha256, through the daemon (members need
-        no keys for each other) and the marker last. A device that cannot hash gets the whole checkpoint."""
+        no keys for each other) and the marker last. A device that cannot hash gets the whole checkpoint. Returns
+        a line per member saying what it received, for the run's events."""
         state = await asyncio.to_thread(read_json, self.handle.run_dir / "run_state.json")
         name = str(state.get("last_checkpoint") or "")
         if not name:
-            return
+            return []
         source = await self.remote.digests(name)
         if source == {}:
             raise DeviceUnavailable(
@@ -118,15 +120,18 @@ class GroupSupervisor(SshSupervisor):
             every = sorted(source)
             needed = {path for paths in wanted for path in (every if paths is None else paths)}
             await self.remote.fetch_files(name, sorted(needed), staging)
+        lines = []
         for member, paths in zip(self.members, wanted, strict=True):
             paths = every if paths is None else paths
             size = await asyncio.to_thread(_bytes_of, staging, paths)
-            log.info(
-                "Run %s: %s copied to %s: %d of its %d files (%.1f MB); it held the rest already",
-                self.handle.run_id, name, member.device.device_id, len(paths), len(every), size / 1e6,
-            )  # fmt: skip
             await member.put_files(staging, name, sorted(paths, key=lambda path: (path == CHECKPOINT_COMPLETE, path)))
+            lines.append(
+                f"resume: {name} sent to {member.device.device_id}: {len(paths)} of its {len(every)} files "
+                f"({size / 1e6:.1f} MB); it held the rest already"
+            )
+            log.info("Run %s: %s", self.handle.run_id, lines[-1])
         await asyncio.to_thread(shutil.rmtree, staging, True)
+        return lines
 
     @staticmethod
     async def _wanted_by(member: RemoteRun, name: str, source: dict[str, str] | None) -> list[str] | None:

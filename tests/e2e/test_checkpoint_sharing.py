@@ -60,13 +60,17 @@ async def share(ssh: SshServer, ledger: Ledger, tmp_path: Path, member: type[Rem
     for remote in (supervisor.remote, *supervisor.members):
         await remote.open()
     try:
-        await supervisor._share_checkpoint()
+        said = await supervisor._share_checkpoint()
     finally:
         for remote in (supervisor.remote, *supervisor.members):
             await remote.close()
     assert not (run_dir / "machine-0" / NAME).exists(), "the staging copy is removed"
     prefix = f"work-m1/{RUN}/{NAME}/"
-    return [path.split(prefix)[1] for op, path in ssh.sftp_ops[before:] if op == "open:write" and prefix in path]
+    written = [path.split(prefix)[1] for op, path in ssh.sftp_ops[before:] if op == "open:write" and prefix in path]
+    held = len(files_of(ssh.home / "work-m0" / RUN / NAME))
+    (line,) = said  # what the run's events get: one line per member
+    assert line.startswith(f"resume: {NAME} sent to m1: {len(written)} of its {held} files ("), line
+    return written
 
 
 RANK_0 = {

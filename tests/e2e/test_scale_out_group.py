@@ -167,6 +167,9 @@ async def test_a_paused_group_run_resumes_on_every_machine_from_rank_0s_checkpoi
     ]
     assert copied[-1] == "checkpoint_complete.json" and "rng_state_0.pth" in copied, copied
     assert not {"optimizer.pt", "adapter_model.safetensors", "scheduler.pt"} & set(copied), copied
+    page = (await group.api.get("/v1/projects/unassigned/events", params={"limit": 1000})).json()
+    said = [e["payload"]["message"] for e in page["events"] if e["event_type"] == "run.remote_log"]
+    assert said and said[0].startswith(f"resume: {checkpoint.name} sent to m1: {len(copied)} of its "), said
     assert run["metric_summary"]["train.loss"]["count"] == 60
     assert processes_under(group.ssh.home) == {}
 
