@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "compile_cold_start.py"
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.skipif(shutil.which("g++") is None, reason="inductor compiles C++ for the CPU and finds no g++ here")
 def test_the_cold_start_bench_compiles_the_whole_model_and_each_layer_and_prints_the_ratio() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--layers", "2", "--steps", "1"], capture_output=True, text=True, timeout=280
