@@ -59,9 +59,9 @@ grep -h -E '"check"|"trainer"|bashgym_over_trl' "$out"/gpu_sft*.jsonl 2>/dev/nul
 # "Compile cold start"). Its lines go to compile_cold_start.jsonl, its errors here: eight files in all.
 left=$((deadline - SECONDS))
 if [ "$left" -ge "${COLD_START_MIN_S:-120}" ]; then
-    reference=(--layers 24 --hidden 1024 --heads 16 --vocab 32000 --batch 4 --seq-len 2048 --steps 5)
-    for arg in "$@"; do [ "$arg" = --tiny ] && reference=(--layers 2 --steps 1); done
-    timeout -k 10 "$left" python3 bench/compile_cold_start.py "${reference[@]}" >"$out/compile_cold_start.jsonl"
+    shape=()  # gpu_sft.py's shape: the reference, or --tiny where the session rehearses
+    for arg in "$@"; do [ "$arg" = --tiny ] && shape=(--tiny --steps 1); done
+    timeout -k 10 "$left" python3 bench/compile_cold_start.py "${shape[@]}" >"$out/compile_cold_start.jsonl"
     echo "compile_cold_start: exit $? with $left s to spare"
     cat "$out/compile_cold_start.jsonl"
 else

@@ -73,7 +73,7 @@ def install_wheels(folder: Path) -> dict[str, Any]:
     is absent from a CPU host that never uses it): a package that then fails to import stops the run."""
     from importlib import metadata
 
-    from packaging.utils import canonicalize_name, parse_wheel_filename
+    from packaging.utils import parse_wheel_filename
     from packaging.version import Version
 
     wheels = sorted(glob.glob(str(folder / "*.whl")))
@@ -89,7 +89,7 @@ def install_wheels(folder: Path) -> dict[str, Any]:
         if host is not None and host >= version:
             kept.append(f"{name} {host} (wheel {version})")
         else:
-            chosen.append((wheel, canonicalize_name(name)))
+            chosen.append((wheel, name))  # parse_wheel_filename gives the canonical name
     # Named site-packages: dill (datasets' fingerprints) pickles a module by value, not by name, unless its file
     # lies under sys.prefix or a folder of that name, and pyarrow's module then fails to pickle.
     target = Path(tempfile.mkdtemp(prefix="gpu-sft-wheels-")) / "site-packages"
