@@ -127,10 +127,10 @@ def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
     failure, seconds = compile_with_fallback(trainer.model, lambda: _probe_step(trainer), log=_print)
     choice = plan.choices["compile"]
     if failure is None:
-        compiled = replace(choice, reason=f"{choice.reason}; compiled in {seconds:.0f} s")
-        return replace(plan, choices={**plan.choices, "compile": compiled})
-    failed = replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}")
-    return replace(plan, choices={**plan.choices, "compile": failed})
+        choice = replace(choice, reason=f"{choice.reason}; compiled in {seconds:.0f} s")
+    else:
+        choice = replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}")
+    return replace(plan, choices={**plan.choices, "compile": choice})
 
 
 def _print(line: str) -> None:
