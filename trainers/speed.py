@@ -321,19 +321,25 @@ def plan_speed(
 
 
 def compile_with_fallback(
-    model: Any, probe: Callable[[], None], *, log: Callable[[str], None], backend: Any = "inductor"
+    model: Any,
+    probe: Callable[[], None],
+    *,
+    log: Callable[[str], None],
+    backend: Any = "inductor",
+    any_length: bool = False,
 ) -> tuple[str | None, float]:
     """Compile `model` in place and run `probe` through it; on any failure, train eager. Return the failure (None
     when it compiled) and the seconds compiling and probing took: a run's cold start, paid before its first step.
 
     torch.compile fails late (at the first forward, when the backend runs), so the probe runs one real
     forward and backward before training starts: a missing compiler or an unsupported op then costs a log line,
-    not the run.
+    not the run. `any_length` compiles for inputs whose lengths change from batch to batch (packed rows): by
+    default torch specialises the first graph to the probe's lengths and compiles it all again at the next batch.
     """
     import torch
 
     started = time.monotonic()
-    model.compile(backend=backend)
+    model.compile(backend=backend, dynamic=True if any_length else None)
     try:
         probe()
     except Exception as exc:  # any backend failure means eager training, which is always correct
@@ -345,5 +351,6 @@ def compile_with_fallback(
         log(f"speed: torch.compile failed ({failure}); training eager")
         return failure, time.monotonic() - started
     seconds = time.monotonic() - started
-    log(f"speed: torch.compile compiled the model and checked it on one step in {seconds:.1f} s")
+    lengths = " for inputs of any length" if any_length else ""
+    log(f"speed: torch.compile compiled the model{lengths} and checked it on one step in {seconds:.1f} s")
     return None, seconds

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 import torch
-from bashgym.trainers import attention
+from bashgym.trainers import attention, strategies
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import compile_with_fallback
 from bashgym.trainers.strategies import build_trainer
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests import varlen_standin
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,8 +58,7 @@ def sft_trainer(student: Path, tmp_path: Path, devnull: Any, **fields: Any) -> t
         batch_size=4,
         gradient_accumulation_steps=1,
         max_seq_length=128,
-        max_steps=2,
-        **fields,
+        **({"max_steps": 2} | fields),
     )
     model = AutoModelForCausalLM.from_pretrained(student)
     tokenizer = AutoTokenizer.from_pretrained(student)
@@ -162,3 +163,59 @@ def test_a_compiled_model_reports_its_compile_time_and_computes_as_before(studen
             torch.testing.assert_close(model(input_ids=tokens).logits, expected)
     finally:
         torch._dynamo.reset()
+
+
+class GraphCounter:
+    """A torch.compile backend that runs each captured graph as captured, counting the captures."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        self.graphs += 1
+        return graph.forward
+
+
+# dynamo trips these two while it reads TRL's and torch's objects during capture; a run only logs them.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.filterwarnings("ignore:<class 'torch.autograd.function.Function'> should not be instantiated")
+@pytest.mark.parametrize("kernel", ["per-sequence SDPA", "varlen kernel"])
+def test_a_compiled_packed_run_captures_its_graphs_once_for_rows_of_every_length(
+    kernel: str, student: Path, tmp_path: Path, devnull: Any, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    if kernel == "varlen kernel":  # the path a GPU run trains through, its kernel stood in for on the CPU
+        monkeypatch.setattr(attention, "VARLEN", varlen_standin.varlen_attn)
+        monkeypatch.setattr(attention, "VARLEN_PARAMETERS", varlen_standin.PARAMETERS)
+        monkeypatch.setattr(attention, "_takes_varlen", lambda query: attention.VARLEN is not None)
+    counter = GraphCounter()
+    monkeypatch.setattr(strategies, "COMPILE_BACKEND", counter)
+    try:
+        trainer, plan = sft_trainer(student, tmp_path, devnull, packing=True, compile=True, max_steps=3)
+        printed = capsys.readouterr().out
+        assert ("torch's flash varlen kernel, one call per packed row" in printed) == (kernel == "varlen kernel")
+        assert plan.record()["compile"].startswith("on -> on (requested; compiled in ")
+        assert plan.record()["compile"].endswith(" s, for rows of any length)")
+        lengths = [batch["input_ids"].shape[1] for batch in batches(trainer)[:3]]
+        assert len(set(lengths)) > 1, f"the check needs packed rows of different lengths, got {lengths}"
+        captured = counter.graphs
+        assert captured > 0, "the probe step ran through the compiled model"
+        trainer.train()
+        # Specialised to the probe's lengths (or its eval mode), later rows would be captured (and compiled) again.
+        assert counter.graphs == captured, f"rows of lengths {lengths} were captured again"
+    finally:
+        torch._dynamo.reset()
+
+
+def test_the_varlen_stand_in_is_exact_attention_per_sequence_forward_and_backward() -> None:
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, 2, 40, 8, generator=generator, requires_grad=True) for _ in range(3))
+    bounds = torch.tensor([0, 5, 6, 29, 40], dtype=torch.int32)
+    packed = varlen_standin.varlen_attn(*(t[0].transpose(0, 1) for t in (query, key, value)), bounds, bounds, 23, 23)
+    expected = attention._per_sequence(query, key, value, bounds, 0.0, None)[0]
+    torch.testing.assert_close(packed, expected)
+    upstream = torch.randn(packed.shape, generator=generator)
+    ours = torch.autograd.grad(packed, (query, key, value), upstream)
+    theirs = torch.autograd.grad(expected, (query, key, value), upstream)
+    for got, want in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(got, want)

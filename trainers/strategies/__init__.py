@@ -18,6 +18,8 @@ from bashgym.trainers.speed import SFT_PATH, Machine, ModelShape, SpeedPlan, com
 
 # Rows read to judge whether lengths vary enough for packing: enough for a stable share, cheap to tokenize.
 LENGTH_SAMPLE_ROWS = 1024
+# What torch.compile hands the captured graphs to; tests swap in a backend that counts them.
+COMPILE_BACKEND: Any = "inductor"
 
 
 def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
@@ -124,10 +126,15 @@ def _sample_lengths(request: TrainingRequest, tokenizer: Any) -> Sequence[int]:
 
 def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
     """Compile the model in place, proven by one real step; a failure trains eager and is recorded as such."""
-    failure, seconds = compile_with_fallback(trainer.model, lambda: _probe_step(trainer), log=_print)
+    # A packed row's length (and its count of sequences) changes with every batch.
+    any_length = plan.uses("packing")
+    failure, seconds = compile_with_fallback(
+        trainer.model, lambda: _probe_step(trainer), log=_print, backend=COMPILE_BACKEND, any_length=any_length
+    )
     choice = plan.choices["compile"]
     if failure is None:
-        choice = replace(choice, reason=f"{choice.reason}; compiled in {seconds:.0f} s")
+        lengths = ", for rows of any length" if any_length else ""
+        choice = replace(choice, reason=f"{choice.reason}; compiled in {seconds:.0f} s{lengths}")
     else:
         choice = replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}")
     return replace(plan, choices={**plan.choices, "compile": choice})
@@ -142,9 +149,13 @@ def _probe_step(trainer: Any) -> None:
     batch = next(iter(trainer.get_train_dataloader()))
     inputs = trainer._prepare_inputs(batch)
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    # In training mode, as the steps run: graphs compiled for a loaded model's eval mode would compile again then.
+    was_training = trainer.model.training
+    trainer.model.train()
     with torch.random.fork_rng(devices=devices), trainer.accelerator.autocast():
         loss = trainer.compute_loss(trainer.model, inputs)
         loss.backward()
+    trainer.model.train(was_training)
     trainer.model.zero_grad(set_to_none=True)
     # TRL averages per-batch figures (entropy, token accuracy) into the next log; the probe is not a step.
     for values in getattr(trainer, "_metrics", {}).get("train", {}).values():
