@@ -29,11 +29,14 @@ class ControlCallback(TrainerCallback):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             agreed = torch.tensor([int(pause), int(stop)], device=args.device)
             dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            # Not written back to the flags: a signal handled while the ranks agreed (Python runs handlers when
+            # the all-reduce returns) set its flag after this rank read it; the next step's agreement carries it.
             pause, stop = bool(agreed[0]), bool(agreed[1])
-            self.flags.pause, self.flags.stop = pause, stop
         if pause:
+            self.flags.acted_on = "pause"
             control.should_save = True
             control.should_training_stop = True
         elif stop:
+            self.flags.acted_on = "stop"
             control.should_training_stop = True
         return control

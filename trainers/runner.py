@@ -76,12 +76,14 @@ def _train(
     run.write_state("running", step=0, last_checkpoint=checkpoint.name if checkpoint else None)
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     step = trainer.state.global_step
-    if flags.pause:
+    # What training acted on, at a step boundary every rank agreed on; a request that came after the last step
+    # finds the run complete.
+    if flags.acted_on == "pause":
         last = run.last_checkpoint()
         run.write_state("paused", step=step, last_checkpoint=last.name if last else None)
         run.emit("paused", step=step, checkpoint=last.name if last else None)
         return EXIT_PAUSED
-    if flags.stop:
+    if flags.acted_on == "stop":
         from bashgym.trainers.artifacts import apply_retention
 
         if run.rank.is_main:

@@ -6,13 +6,17 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass
 class ControlFlags:
+    """What was asked (`pause`, `stop`: set by a signal at any moment) and what training acted on at a step
+    boundary (`acted_on`, set by ControlCallback): a run's outcome follows the latter, which every rank shares."""
+
     pause: bool = False
     stop: bool = False
+    acted_on: Literal["pause", "stop"] | None = None
 
     def install(self) -> None:
         """SIGUSR1 asks to pause (checkpoint, then exit); SIGTERM asks to stop (status cancelled)."""

@@ -1,0 +1,94 @@
+"""Pause and stop act at a step boundary every rank agrees on, and a request is never lost on the way.
+
+A scaled-out run's ranks agree on their flags with one all-reduce per step. Here the other rank is played by a
+stand-in for `torch.distributed.all_reduce`, because the moment a signal lands must be chosen exactly: CPython
+runs a signal handler when the C call it interrupted returns, so a pause sent while the ranks agree sets the
+flag after this rank has read it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from bashgym.trainers.control import ControlCallback
+from bashgym.trainers.signals import ControlFlags
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+
+def two_ranks(monkeypatch: pytest.MonkeyPatch, peer: list[int] | None, during: Any = None) -> None:
+    """This rank and a peer whose [pause, stop] is `peer` (None: the peer is in this rank's state, as when both
+    received the same signal at the same moment); `during` runs as the all-reduce returns."""
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+
+    def all_reduce(tensor: torch.Tensor, op: Any) -> None:
+        assert op == dist.ReduceOp.MAX
+        if peer is not None:
+            tensor.copy_(torch.maximum(tensor, torch.tensor(peer, dtype=tensor.dtype)))
+        if during is not None:
+            during()
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+
+
+def step_end(callback: ControlCallback, args: TrainingArguments) -> TrainerControl:
+    return callback.on_step_end(args, TrainerState(), TrainerControl())
+
+
+@pytest.fixture
+def args(tmp_path: Path) -> TrainingArguments:
+    return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+
+
+def test_a_pause_that_lands_while_the_ranks_agree_is_acted_on_at_the_next_step(
+    monkeypatch: pytest.MonkeyPatch, args: TrainingArguments
+) -> None:
+    flags = ControlFlags()
+    arrivals = ["pause"]
+
+    def signal_lands() -> None:  # on both ranks alike: the launcher passes the pause to each at once
+        if arrivals:
+            flags.pause = bool(arrivals.pop())
+
+    two_ranks(monkeypatch, None, during=signal_lands)
+    callback = ControlCallback(flags)
+    first = step_end(callback, args)
+    assert not first.should_training_stop, "both ranks read their flags before the pause landed"
+    assert flags.acted_on is None
+    second = step_end(callback, args)
+    assert second.should_training_stop and second.should_save, "the pause was lost in the agreement"
+    assert flags.acted_on == "pause"
+
+
+def test_a_peer_s_pause_pauses_this_rank_at_the_same_step(
+    monkeypatch: pytest.MonkeyPatch, args: TrainingArguments
+) -> None:
+    flags = ControlFlags()
+    two_ranks(monkeypatch, [1, 0])
+    control = step_end(ControlCallback(flags), args)
+    assert control.should_training_stop and control.should_save
+    assert flags.acted_on == "pause" and not flags.pause, "acted on the agreement; this rank was never asked"
+
+
+def test_a_stop_ends_training_without_a_checkpoint_and_a_pause_wins_over_it(
+    monkeypatch: pytest.MonkeyPatch, args: TrainingArguments
+) -> None:
+    two_ranks(monkeypatch, [0, 1])
+    flags = ControlFlags()
+    control = step_end(ControlCallback(flags), args)
+    assert control.should_training_stop and not control.should_save and flags.acted_on == "stop"
+    both = ControlFlags(pause=True)
+    control = step_end(ControlCallback(both), args)
+    assert control.should_save and both.acted_on == "pause"
+
+
+def test_one_process_acts_on_its_own_flags_and_on_nothing_else(args: TrainingArguments) -> None:
+    flags = ControlFlags()
+    callback = ControlCallback(flags)
+    assert not step_end(callback, args).should_training_stop and flags.acted_on is None
+    flags.stop = True
+    assert step_end(callback, args).should_training_stop and flags.acted_on == "stop"
