@@ -4,8 +4,9 @@
 # variable lengths, then LoRA on each. One deadline (TOTAL_S) covers all four; each run may use its share of the
 # time left (3:3:2:2), so a quick run leaves its time to the next and a slow one cannot starve the rest. Results
 # go to $OUT (JSON lines appended as each training ends, so a run cut short keeps what it measured). Extra
-# arguments go to every gpu_sft.py run (`--tiny` rehearses the whole call on a CPU). Time left over measures the
-# compile cold start (bench/compile_cold_start.py).
+# arguments go to every gpu_sft.py run (`--tiny` rehearses the whole call on a CPU). Time left over first
+# measures what auto leaves off (BashGym's full fine-tune with Liger forced on beside torch.compile, into the same
+# files), then the compile cold start (bench/compile_cold_start.py).
 #
 #   OUT=/tmp/out WHEELS=DIR bash bench/gpu_session.sh --tiny    # rehearsal here, under a minute
 #   bash bench/gpu_session.sh                                   # on the GPU host, repository root, .whl carried
@@ -36,16 +37,18 @@ run() {  # results file, method, its share, the shares still to come with it, gp
     shift 4
     local left=$((deadline - SECONDS))
     local limit=$((left * share / shares))
-    local log="$out/${name}_$method.log" started=$SECONDS
+    local log="$out/${name}_$method.log" started=$SECONDS before=0
     if [ "$limit" -lt 30 ]; then
         echo "$name $method: not run, ${left} s left of the session's deadline"
         return
     fi
+    [ -f "$log" ] && before=$(grep -c 'Recompiling function' "$log")
+    echo "=== gpu_sft.py --methods $method $*" >>"$log"  # appended: a later run of the same files keeps this one's
     timeout -k 10 "$limit" python3 bench/gpu_sft.py --wheels "$wheels" --methods "$method" --out "$out/$name.jsonl" \
-        "$@" >"$log" 2>&1
+        "$@" >>"$log" 2>&1
     local rc=$?
     echo "$name $method: exit $rc after $((SECONDS - started)) s of its ${limit}$([ "$rc" = 124 ] && echo ", cut there")"
-    echo "$name $method: recompilations logged: $(grep -c 'Recompiling function' "$log")"
+    echo "$name $method: recompilations logged: $(($(grep -c 'Recompiling function' "$log") - before))"
     [ "$rc" = 0 ] || tail -n 15 "$log"
 }
 
@@ -53,6 +56,14 @@ run gpu_sft full 3 10 "$@"
 run gpu_sft_variable full 3 7 --variable-lengths "$@"
 run gpu_sft lora 2 4 "$@"
 run gpu_sft_variable lora 2 2 --variable-lengths "$@"
+# Time to spare: what auto leaves off beside torch.compile, Liger's layer kernels (bench/README.md, "Liger beside
+# torch.compile"), measured on the full fine-tune; its lines join gpu_sft.jsonl, its log gpu_sft_full.log.
+if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "liger beside compile (BashGym full, liger=true):"
+    run gpu_sft full 1 1 --trainers bashgym --set liger=true "$@"
+else
+    echo "liger beside compile: not run, Liger needs a CUDA GPU"
+fi
 grep -h -E '"check"|"trainer"|bashgym_over_trl' "$out"/gpu_sft*.jsonl 2>/dev/null
 
 # Time to spare: compile cold start on the reference's shape, whole model against each layer (bench/README.md,

@@ -242,7 +242,7 @@ def resolve_compile(requested: object, machine: Machine, strategy: str) -> Choic
     return Choice("auto", machine.cuda, "GPU present" if machine.cuda else "no GPU")
 
 
-def resolve_liger(requested: object, machine: Machine, strategy: str) -> Choice:
+def resolve_liger(requested: object, machine: Machine, strategy: str, *, compiled: bool = False) -> Choice:
     if strategy not in SFT_PATH:
         return Choice(_asked(requested), False, f"not applied to {strategy}")
     if requested is True and not machine.has_liger:
@@ -256,7 +256,14 @@ def resolve_liger(requested: object, machine: Machine, strategy: str) -> Choice:
         return choice
     if not machine.has_liger:
         return Choice("auto", False, "liger-kernel or Triton not installed")
-    return Choice("auto", machine.cuda, "installed" if machine.cuda else "no GPU")
+    if not machine.cuda:
+        return Choice("auto", False, "no GPU")
+    if compiled:
+        # TRL keeps Liger's fused cross-entropy off (its own fused LM head takes that place), which leaves Liger's
+        # layer kernels (RMSNorm, SwiGLU, RoPE): torch.compile fuses those layers itself, and kernels it cannot
+        # see into stop it fusing them with their neighbours.
+        return Choice("auto", False, "torch.compile fuses these layers itself")
+    return Choice("auto", True, "installed")
 
 
 def padding_waste(lengths: Sequence[int], batch_size: int, max_length: int) -> float:
@@ -296,9 +303,10 @@ def plan_speed(
 ) -> SpeedPlan:
     """Resolve every speed setting of `request` for this machine, model and data."""
     tokens = request.batch_size * request.max_seq_length
+    compile_choice = resolve_compile(request.compile, machine, request.strategy)
     return SpeedPlan(
         {
-            "compile": resolve_compile(request.compile, machine, request.strategy),
+            "compile": compile_choice,
             "packing": resolve_packing(
                 request.packing,
                 machine,
@@ -307,7 +315,7 @@ def plan_speed(
                 batch_size=request.batch_size,
                 max_length=request.max_seq_length,
             ),
-            "liger": resolve_liger(request.liger, machine, request.strategy),
+            "liger": resolve_liger(request.liger, machine, request.strategy, compiled=compile_choice.used is True),
             "bf16": resolve_bf16(request.bf16, machine, request.mixed_precision),
             "fused_adamw": resolve_fused_adamw(request.fused_adamw, machine),
             "gradient_checkpointing": resolve_gradient_checkpointing(

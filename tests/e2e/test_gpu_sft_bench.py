@@ -74,6 +74,8 @@ def test_the_device_session_measures_both_methods_on_both_lengths_into_out(tmp_p
         wheel_lines = [line for line in lines if line.get("check") == "wheels"]
         assert len(wheel_lines) == 2 and all(line["installed"] == [] for line in wheel_lines)
         assert wheel_lines[0]["host_kept"][0].startswith("packaging ")
+    # Liger's kernels need CUDA: the run with Liger forced on beside torch.compile is the GPU's alone.
+    assert "liger beside compile: not run, Liger needs a CUDA GPU" in proc.stdout
     assert torch.__version__ in (tmp_path / "out" / "device.txt").read_text(), "the host's versions are recorded"
     # The time left over measured the compile cold start; eight files in all, the most a device call returns.
     assert len(list((tmp_path / "out").iterdir())) == 8

@@ -101,8 +101,19 @@ def test_checkpointing_turns_on_only_when_memory_does_not_fit() -> None:
 def test_liger_forced_on_without_the_package_is_refused_plainly() -> None:
     with pytest.raises(SpeedRefused, match=r"liger-kernel package \(or Triton, which it runs on\) is not installed"):
         plan_speed(request(liger=True), H200, REFERENCE)
+
+
+def test_auto_liger_steps_aside_for_torch_compile_and_serves_eager_runs() -> None:
     with_liger = Machine(cuda=True, bf16_supported=True, memory_bytes=141 * GiB, cpu_count=16, has_liger=True)
-    assert plan_speed(request(), with_liger, REFERENCE).record()["liger"] == "auto -> on (installed)"
+    compiled = plan_speed(request(), with_liger, REFERENCE).record()
+    assert compiled["compile"] == "auto -> on (GPU present)"
+    assert compiled["liger"] == "auto -> off (torch.compile fuses these layers itself)"
+    eager = plan_speed(request(compile=False), with_liger, REFERENCE).record()
+    assert eager["liger"] == "auto -> on (installed)"
+    assert plan_speed(request(liger=True), with_liger, REFERENCE).record()["liger"] == "on -> on (requested)"
+    assert plan_speed(request(compile=False), CPU, REFERENCE).record()["liger"] == (
+        "auto -> off (liger-kernel or Triton not installed)"
+    )
 
 
 def test_sft_only_settings_say_so_on_other_strategies() -> None:
