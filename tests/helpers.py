@@ -19,6 +19,16 @@ from typing import Any
 import httpx
 
 BASHGYM = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()"]
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+
+
+def run_bench(script: str, *args: str, timeout_s: float = 280) -> list[dict[str, Any]]:
+    """Run bench/`script` in this interpreter, require it to exit 0, and return the JSON lines it printed."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH_DIR / script), *args], capture_output=True, text=True, timeout=timeout_s
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 @dataclass

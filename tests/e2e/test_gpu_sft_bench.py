@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from tests.factories import make_wheel
+from tests.helpers import BENCH_DIR, run_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_sft.py"
-SESSION = BENCH.with_name("gpu_session.sh")
+SESSION = BENCH_DIR / "gpu_session.sh"
 
 
 def run_session(out: Path, wheels: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -23,21 +23,14 @@ def run_session(out: Path, wheels: Path, *args: str) -> subprocess.CompletedProc
     env = {**os.environ, "OUT": str(out), "WHEELS": str(wheels)}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
     return subprocess.run(
-        ["bash", str(SESSION), *args], capture_output=True, text=True, timeout=280, cwd=BENCH.parents[1], env=env
+        ["bash", str(SESSION), *args], capture_output=True, text=True, timeout=280, cwd=BENCH_DIR.parent, env=env
     )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_tiny_cpu_check_measures_trl_and_bashgym_and_prints_the_ratio() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--variable-lengths", "--methods", "full"],
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines = run_bench("gpu_sft.py", "--tiny", "--variable-lengths", "--methods", "full")
     runs = {line["trainer"]: line for line in lines if "trainer" in line}
     assert set(runs) == {"trl", "bashgym"}
     assert all(run["tokens"] > 0 and run["tokens_per_s"] > 0 for run in runs.values())
