@@ -328,6 +328,20 @@ def plan_speed(
     )
 
 
+def apply_liger(model: Any) -> str:
+    """Put Liger's layer kernels into `model` in place (the base model under a LoRA wrapper); return the log line.
+
+    Its fused cross-entropy stays off: TRL's fused LM head computes the loss. BashGym applies Liger itself when
+    the trainer is built, before the compile probe: transformers would apply it when training starts, after the
+    probe, and the model would then compile a second time, untested and outside the recorded compile time.
+    """
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    _apply_liger_kernel_to_instance(model=base, fused_linear_cross_entropy=False)
+    return f"liger: Liger's layer kernels in {type(base).__name__} (its fused cross-entropy off: TRL's LM head)"
+
+
 def compile_with_fallback(
     model: Any,
     probe: Callable[[], None],

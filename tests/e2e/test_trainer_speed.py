@@ -6,9 +6,12 @@ the batches its dataloader hands the model.
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import random
+import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import torch
 from bashgym.trainers import attention, strategies
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
-from bashgym.trainers.speed import compile_with_fallback
+from bashgym.trainers.speed import Machine, ModelShape, compile_with_fallback, plan_speed
 from bashgym.trainers.strategies import build_trainer
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -48,18 +51,21 @@ def variable_length_rows(path: Path, count: int = 24) -> Path:
     return path
 
 
-def sft_trainer(student: Path, tmp_path: Path, devnull: Any, **fields: Any) -> tuple[Any, Any]:
+def sft_request(student: Path, tmp_path: Path, **fields: Any) -> TrainingRequest:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    request = TrainingRequest(
+    return TrainingRequest(
         strategy="sft",
         base_model=str(student),
         dataset_path=str(variable_length_rows(tmp_path / "rows.jsonl")),
-        use_lora=False,
         batch_size=4,
         gradient_accumulation_steps=1,
         max_seq_length=128,
-        **({"max_steps": 2} | fields),
+        **({"max_steps": 2, "use_lora": False} | fields),
     )
+
+
+def sft_trainer(student: Path, tmp_path: Path, devnull: Any, **fields: Any) -> tuple[Any, Any]:
+    request = sft_request(student, tmp_path, **fields)
     model = AutoModelForCausalLM.from_pretrained(student)
     tokenizer = AutoTokenizer.from_pretrained(student)
     return build_trainer(request, model, tokenizer, RunDirectory(tmp_path, devnull))
@@ -219,3 +225,42 @@ def test_the_varlen_stand_in_is_exact_attention_per_sequence_forward_and_backwar
     theirs = torch.autograd.grad(expected, (query, key, value), upstream)
     for got, want in zip(ours, theirs, strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.fixture
+def fake_liger(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
+    """liger_kernel.transformers as far as BashGym calls it: Liger's kernels need CUDA and Triton, absent here."""
+    calls: list[tuple[Any, dict[str, Any]]] = []
+    modules = {name: types.ModuleType(name) for name in ("liger_kernel", "liger_kernel.transformers")}
+    for name, module in modules.items():
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        monkeypatch.setitem(sys.modules, name, module)
+    modules["liger_kernel.transformers"]._apply_liger_kernel_to_instance = (  # type: ignore[attr-defined]
+        lambda model, **config: calls.append((model, config))
+    )
+    return calls
+
+
+# peft 0.21 reads transformers' old checkpointing name while wrapping the model; trainer processes only log it.
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_a_failed_compilation_trains_eager_with_the_liger_kernels_auto_left_to_the_compiler(
+    student: Path, tmp_path: Path, devnull: Any, monkeypatch: pytest.MonkeyPatch,
+    fake_liger: list[tuple[Any, dict[str, Any]]], capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    request = sft_request(student, tmp_path, use_lora=True)
+    trainer, _ = sft_trainer(student, tmp_path, devnull, use_lora=True)
+    gpu = Machine(cuda=True, bf16_supported=True, memory_bytes=141 * 1024**3, cpu_count=16, has_liger=True)
+    planned = plan_speed(request, gpu, ModelShape.of(trainer.model, use_lora=True))
+    assert planned.record()["liger"] == "auto -> off (torch.compile fuses these layers itself)"
+
+    def no_compiler(graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        raise RuntimeError("no C++ compiler on this host")
+
+    monkeypatch.setattr(strategies, "COMPILE_BACKEND", no_compiler)
+    capsys.readouterr()
+    record = strategies._compile(trainer, planned, request, gpu).record()
+    assert record["compile"].startswith("auto -> off (compilation failed after ")
+    assert record["liger"] == "auto -> on (installed; training eager)"
+    # On the model under the LoRA wrapper, with Liger's cross-entropy left to TRL's fused LM head.
+    assert fake_liger == [(trainer.model.get_base_model(), {"fused_linear_cross_entropy": False})]
+    assert "liger: Liger's layer kernels in LlamaForCausalLM" in capsys.readouterr().out

@@ -14,7 +14,16 @@ from bashgym.trainers.modeling import load_rows
 from bashgym.trainers.reporting import ReportingCallback
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
-from bashgym.trainers.speed import SFT_PATH, Machine, ModelShape, SpeedPlan, compile_with_fallback, plan_speed
+from bashgym.trainers.speed import (
+    SFT_PATH,
+    Machine,
+    ModelShape,
+    SpeedPlan,
+    apply_liger,
+    compile_with_fallback,
+    plan_speed,
+    resolve_liger,
+)
 
 # Rows read to judge whether lengths vary enough for packing: enough for a stable share, cheap to tokenize.
 LENGTH_SAMPLE_ROWS = 1024
@@ -73,7 +82,8 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
     )
     args = {**common_args(request, run), **_renamed_for_transformers(plan.training_args())}
     if request.strategy in SFT_PATH:
-        args |= {"packing": plan.uses("packing"), "use_liger_kernel": plan.uses("liger")}
+        # Liger goes in below, before the compile probe, not through transformers when training starts.
+        args |= {"packing": plan.uses("packing"), "use_liger_kernel": False}
     if request.strategy in SFT_PATH and plan.uses("packing"):
         # A packed row's sequences must attend to themselves alone, at the cost of their own lengths.
         _print(use_packed_attention(model))
@@ -89,8 +99,10 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
         case "session_distillation":
             from bashgym.trainers.strategies.session import build
     trainer = build(request, model, tokenizer, run, args)
+    if plan.uses("liger"):
+        _print(apply_liger(trainer.model))
     if plan.uses("compile"):
-        plan = _compile(trainer, plan)
+        plan = _compile(trainer, plan, request, machine)
     print(plan.log_line(), flush=True)
     trainer.add_callback(ReportingCallback(run))
     return trainer, plan
@@ -124,8 +136,9 @@ def _sample_lengths(request: TrainingRequest, tokenizer: Any) -> Sequence[int]:
     return lengths
 
 
-def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
-    """Compile the model in place, proven by one real step; a failure trains eager and is recorded as such."""
+def _compile(trainer: Any, plan: SpeedPlan, request: TrainingRequest, machine: Machine) -> SpeedPlan:
+    """Compile the model in place, proven by one real step; a failure trains eager, with Liger where auto left it
+    out for the compiler's sake, and is recorded as such."""
     # A packed row's length (and its count of sequences) changes with every batch.
     any_length = plan.uses("packing")
     failure, seconds = compile_with_fallback(
@@ -135,9 +148,16 @@ def _compile(trainer: Any, plan: SpeedPlan) -> SpeedPlan:
     if failure is None:
         lengths = ", for rows of any length" if any_length else ""
         choice = replace(choice, reason=f"{choice.reason}; compiled in {seconds:.0f} s{lengths}")
-    else:
-        choice = replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}")
-    return replace(plan, choices={**plan.choices, "compile": choice})
+        return replace(plan, choices={**plan.choices, "compile": choice})
+    choices = {
+        **plan.choices,
+        "compile": replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}"),
+    }
+    eager_liger = resolve_liger(request.liger, machine, request.strategy, compiled=False)
+    if eager_liger.used and not plan.uses("liger"):
+        _print(apply_liger(trainer.model))
+        choices["liger"] = replace(eager_liger, reason=f"{eager_liger.reason}; training eager")
+    return replace(plan, choices=choices)
 
 
 def _print(line: str) -> None:
