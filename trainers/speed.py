@@ -361,6 +361,8 @@ def compile_with_fallback(
     import torch
 
     started = time.monotonic()
+    # The run shows no step while this lasts (a minute or more for a large model on a GPU); the log says why.
+    log("speed: torch.compile is compiling the model and checking it on one step; the first step waits for it")
     model.compile(backend=backend, dynamic=True if any_length else None)
     try:
         probe()

@@ -147,7 +147,8 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_log_line(student: Path) -
         model, lambda: model(input_ids=tokens), log=lines.append, backend=broken_backend
     )
     assert failure is not None and "no C++ compiler" in failure and seconds > 0
-    assert lines and lines[0].startswith("speed: torch.compile failed") and lines[0].endswith("training eager")
+    assert lines[0].startswith("speed: torch.compile is compiling the model")
+    assert lines[1].startswith("speed: torch.compile failed") and lines[1].endswith("training eager")
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=tokens).logits, expected)
 
@@ -164,7 +165,10 @@ def test_a_compiled_model_reports_its_compile_time_and_computes_as_before(studen
             model, lambda: model(input_ids=tokens), log=lines.append, backend="eager"
         )
         assert failure is None and seconds > 0
-        assert lines == [f"speed: torch.compile compiled the model and checked it on one step in {seconds:.1f} s"]
+        assert lines == [
+            "speed: torch.compile is compiling the model and checking it on one step; the first step waits for it",
+            f"speed: torch.compile compiled the model and checked it on one step in {seconds:.1f} s",
+        ]
         with torch.no_grad():
             torch.testing.assert_close(model(input_ids=tokens).logits, expected)
     finally:
