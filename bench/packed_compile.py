@@ -35,14 +35,10 @@ def child(kernel: str, steps: int, out: Path) -> None:
     import gpu_sft
 
     gpu_sft.import_bashgym()
-    from bashgym.trainers import attention
-
     if kernel == "varlen stand-in":
         from tests import varlen_standin
 
-        attention.VARLEN = varlen_standin.varlen_attn
-        attention.VARLEN_PARAMETERS = varlen_standin.PARAMETERS
-        attention._takes_varlen = lambda query: attention.VARLEN is not None
+        varlen_standin.install()
     gpu_sft.TINY = dataclasses.replace(gpu_sft.TINY, timed_steps=steps - gpu_sft.TINY.warmup_steps)
     fields = ["--set", "compile=true", "--set", "packing=true"]
     gpu_sft.main(

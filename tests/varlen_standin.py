@@ -9,6 +9,8 @@ a `torch.library` custom op, so torch.compile treats it as one opaque kernel who
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -84,3 +86,13 @@ def _backward(ctx, grad):  # type: ignore[no-untyped-def]
 
 
 varlen_attn.register_autograd(_backward, setup_context=_save)
+
+
+def install(set_attribute: Callable[[Any, str, Any], None] = setattr) -> None:
+    """Make trainers/attention.py take this stand-in as torch's varlen kernel, on any device and dtype, as a CUDA
+    GPU in bf16 would take the real one. A test passes `monkeypatch.setattr`, so the kernel is restored after it."""
+    from bashgym.trainers import attention
+
+    set_attribute(attention, "VARLEN", varlen_attn)
+    set_attribute(attention, "VARLEN_PARAMETERS", PARAMETERS)
+    set_attribute(attention, "_takes_varlen", lambda query: attention.VARLEN is not None)

@@ -195,9 +195,7 @@ def test_a_compiled_packed_run_captures_its_graphs_once_for_rows_of_every_length
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     if kernel == "varlen kernel":  # the path a GPU run trains through, its kernel stood in for on the CPU
-        monkeypatch.setattr(attention, "VARLEN", varlen_standin.varlen_attn)
-        monkeypatch.setattr(attention, "VARLEN_PARAMETERS", varlen_standin.PARAMETERS)
-        monkeypatch.setattr(attention, "_takes_varlen", lambda query: attention.VARLEN is not None)
+        varlen_standin.install(monkeypatch.setattr)
     counter = GraphCounter()
     monkeypatch.setattr(strategies, "COMPILE_BACKEND", counter)
     try:
