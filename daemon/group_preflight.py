@@ -175,14 +175,21 @@ async def _shared_work_dirs(devices: list[Device], has_run: list[bool]) -> list[
 
 async def _shell(device: Device, command: str) -> str:
     """`command`'s output on `device`; empty when it cannot be run (the member's own verdict says why)."""
+    output, error = await _run(device, command, CONNECT_TIMEOUT_S)
+    if error:
+        log.warning("Group preflight: %s on %s did not run: %s", command, device.device_id, error)
+    return output
+
+
+async def _run(device: Device, command: str, timeout_s: float) -> tuple[str, str | None]:
+    """`command` on `device` over a connection of its own: its output, and why it could not run (None if it ran)."""
     try:
         conn = await connect(device)
         async with conn:
-            result = await conn.run(command, check=False, timeout=CONNECT_TIMEOUT_S)
-        return str(result.stdout or "")
+            result = await conn.run(command, check=False, timeout=timeout_s)
+        return str(result.stdout or ""), None
     except (BashGymError, asyncssh.Error, OSError, TimeoutError) as exc:
-        log.warning("Group preflight: %s on %s did not run: %s", command, device.device_id, exc)
-        return ""
+        return "", str(getattr(exc, "message", exc))
 
 
 def _shared_reasons(shared: list[list[str]]) -> list[str]:
@@ -258,15 +265,15 @@ async def _probe_all(
 
 
 async def _probe(device: Device, host: str, port: int, nonce: str) -> dict[str, Any]:
+    command = _python(device, _PROBE, host.strip("[]"), port, nonce, PROBE_TIMEOUT_S)
+    output, error = await _run(device, command, PROBE_TIMEOUT_S + CONNECT_TIMEOUT_S)
     try:
-        conn = await connect(device)
-        async with conn:
-            command = _python(device, _PROBE, host.strip("[]"), port, nonce, PROBE_TIMEOUT_S)
-            result = await conn.run(command, check=False, timeout=PROBE_TIMEOUT_S + CONNECT_TIMEOUT_S)
-        outcome: dict[str, Any] = json.loads(str(result.stdout).strip().splitlines()[-1])
-        return outcome
-    except (BashGymError, asyncssh.Error, OSError, TimeoutError, ValueError, IndexError) as exc:
-        return {"reached": False, "error": f"the probe did not run: {getattr(exc, 'message', exc)}"}
+        if error is None:
+            outcome: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+            return outcome
+    except (ValueError, IndexError) as exc:
+        error = str(exc)
+    return {"reached": False, "error": f"the probe did not run: {error}"}
 
 
 async def _end(listener: asyncssh.SSHClientProcess[str]) -> None:
