@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import math
 import os
 import random
 import sys
@@ -18,13 +19,14 @@ from typing import Any
 
 import pytest
 import torch
+from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.trainers import attention, strategies
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, ModelShape, compile_with_fallback, plan_speed
 from bashgym.trainers.strategies import build_trainer
 from bashgym.trainers.tiny import build_tiny
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, TrainerControl, TrainerState
 
 from tests import varlen_standin
 
@@ -266,3 +268,31 @@ def test_a_failed_compilation_trains_eager_with_the_liger_kernels_auto_left_to_t
     # On the model under the LoRA wrapper, with Liger's cross-entropy left to TRL's fused LM head.
     assert fake_liger == [(trainer.model.get_base_model(), {"fused_linear_cross_entropy": False})]
     assert "liger: Liger's layer kernels in LlamaForCausalLM" in capsys.readouterr().out
+
+
+class Poison(TrainerCallback):
+    """Turns the weights to NaN after step 2, as a diverging run does."""
+
+    def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if state.global_step == 2:
+            with torch.no_grad():
+                next(kwargs["model"].parameters()).fill_(float("nan"))
+
+
+def test_a_loss_that_turns_nan_is_logged_as_nan_and_the_daemon_flags_it(
+    student: Path, tmp_path: Path, devnull: Any
+) -> None:
+    """transformers' default replaces a NaN step's loss by the window's average (0.0 when each step logs), so
+    a diverged run logged a perfect loss and the daemon's non-finite-loss check never fired."""
+    trainer, _ = sft_trainer(student, tmp_path, devnull, max_steps=4, logging_steps=1)
+    trainer.add_callback(Poison())
+    trainer.train()
+    watch = AnomalyWatch("sft")
+    losses, anomalies = {}, []
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "train.loss" in record["metrics"]:
+            losses[record["step"]] = record["metrics"]["train.loss"]
+            anomalies += watch.observe(record["step"], record["metrics"])
+    assert all(math.isfinite(losses[step]) for step in (1, 2)) and all(math.isnan(losses[s]) for s in (3, 4)), losses
+    assert [(a.kind, a.step) for a in anomalies] == [("non_finite_loss", 3)]

@@ -47,6 +47,10 @@ def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
         "warmup_steps": request.warmup_ratio,  # a float below 1 is a fraction of the run in transformers 5
         "lr_scheduler_type": request.lr_scheduler_type,
         "logging_steps": request.logging_steps,
+        # transformers' default swaps a NaN or infinite step loss for the window's average (0.0 when every step
+        # logs): a diverged run then logs a fine loss, and the daemon's non-finite-loss check never fires. The
+        # check also reads the loss back every step, which makes the host wait for the GPU.
+        "logging_nan_inf_filter": False,
         "save_steps": request.save_steps,
         "save_total_limit": request.checkpoint_limit,
         # Over several machines each one keeps its own copy of every checkpoint (its local main process writes
