@@ -124,6 +124,9 @@ class SpeedPlan:
             "gradient_checkpointing": self.uses("gradient_checkpointing"),
             "dataloader_num_workers": workers,
             "dataloader_pin_memory": self.uses("pin_memory"),
+            # A copy from pinned memory that does not wait: else each batch's copy makes the host wait until
+            # the GPU has finished the step before, and the GPU then waits while the host queues the next one.
+            "accelerator_config": {"non_blocking": self.uses("pin_memory")},
             "dataloader_persistent_workers": workers > 0,
         }
 
@@ -187,9 +190,11 @@ def resolve_fused_adamw(requested: object, machine: Machine) -> Choice:
 
 
 def resolve_pin_memory(requested: object, machine: Machine) -> Choice:
+    if not machine.cuda:  # transformers pins nothing without one, whatever was asked
+        return Choice(_asked(requested), False, "no GPU to copy to")
     if choice := forced(requested):
         return choice
-    return Choice("auto", machine.cuda, "host-to-GPU copies" if machine.cuda else "no GPU to copy to")
+    return Choice("auto", True, "copies to the GPU overlap the step")
 
 
 def resolve_workers(requested: object, machine: Machine) -> Choice:

@@ -12,6 +12,7 @@ import math
 import os
 import random
 import sys
+import traceback
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +25,11 @@ from bashgym.trainers import attention, strategies
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, ModelShape, compile_with_fallback, plan_speed
-from bashgym.trainers.strategies import build_trainer
+from bashgym.trainers.strategies import build_trainer, sft
 from bashgym.trainers.tiny import build_tiny
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, TrainerControl, TrainerState
+from trl import SFTTrainer
 
 from tests import varlen_standin
 
@@ -125,8 +128,10 @@ def test_packing_removes_the_padding_of_variable_length_batches(student: Path, t
 def test_a_cpu_run_records_each_speed_setting_as_requested_and_used(
     student: Path, tmp_path: Path, devnull: Any
 ) -> None:
-    _, plan = sft_trainer(student, tmp_path, devnull, gradient_checkpointing=True)
+    trainer, plan = sft_trainer(student, tmp_path, devnull, gradient_checkpointing=True, pin_memory=True)
     record = plan.record()
+    assert record["pin_memory"] == "on -> off (no GPU to copy to)", "transformers pins nothing without a GPU"
+    assert not trainer.args.dataloader_pin_memory and not trainer.accelerator.dataloader_config.non_blocking
     assert record["compile"] == "auto -> off (no GPU)"
     assert record["packing"] == "auto -> off (no GPU)"
     assert record["bf16"] == "auto -> off (no GPU)"
@@ -268,6 +273,76 @@ def test_a_failed_compilation_trains_eager_with_the_liger_kernels_auto_left_to_t
     # On the model under the LoRA wrapper, with Liger's cross-entropy left to TRL's fused LM head.
     assert fake_liger == [(trainer.model.get_base_model(), {"fused_linear_cross_entropy": False})]
     assert "liger: Liger's layer kernels in LlamaForCausalLM" in capsys.readouterr().out
+
+
+class HostReads(TorchDispatchMode):
+    """Counts, per training step, the ops that make the host wait for the device: reading a value back
+    (`.item()`, `bool(tensor)`, `int(tensor)`) or an op whose output size depends on the data (`nonzero`)."""
+
+    READS = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default})
+    # Host-side by construction: the dataloader collates on the CPU (in workers on a GPU host), before the
+    # batch is copied over. transformers' mask checks read a value only when not traced: a compiled run
+    # (a GPU run's default) skips them.
+    EXEMPT = ("torch/utils/data/", "accelerate/data_loader.py", "transformers/masking_utils.py")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step: int | None = None
+        self.reads: dict[int, list[str]] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in self.READS and self.step is not None:
+            stack = traceback.extract_stack()[:-1]
+            if not any(exempt in frame.filename for frame in stack for exempt in self.EXEMPT):
+                caller = next(f for f in reversed(stack) if "/torch/" not in f.filename)
+                self.reads.setdefault(self.step, []).append(f"{caller.filename}:{caller.lineno}: {caller.line}")
+        return func(*args, **(kwargs or {}))
+
+
+class StepMarker(TrainerCallback):
+    """Tells HostReads which step runs; keeps what each log said."""
+
+    def __init__(self, reads: HostReads | None = None) -> None:
+        self.reads = reads
+        self.logs: list[dict[str, float]] = []
+
+    def on_step_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.reads is not None:
+            self.reads.step = state.global_step + 1
+
+    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.logs.append(dict(kwargs["logs"]))
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_a_step_that_does_not_log_never_waits_for_the_device_and_logs_what_trl_logs(
+    packing: bool, student: Path, tmp_path: Path, devnull: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU runs ahead of the host only while nothing reads a result back; each read costs the host's launch
+    time on every step. TRL's per-step metrics and transformers' NaN filter read five values a step."""
+    fields = {"packing": packing, "max_steps": 8, "logging_steps": 4}
+    trainer, _ = sft_trainer(student, tmp_path / "ours", devnull, **fields)
+    reads = HostReads()
+    ours = StepMarker(reads)
+    trainer.add_callback(ours)
+    with reads:
+        trainer.train()
+    logging_steps = {4, 8}
+    waits = {step: lines for step, lines in reads.reads.items() if step not in logging_steps}
+    assert not waits, "steps that log nothing read values back from the device:\n" + "\n".join(
+        f"step {step}: {line}" for step, lines in sorted(waits.items()) for line in lines
+    )
+    # TRL's own trainer on the same rows and weights logs the same loss and metrics.
+    monkeypatch.setattr(sft, "DeviceMetricsSFTTrainer", SFTTrainer)
+    reference, _ = sft_trainer(student, tmp_path / "trl", devnull, **fields)
+    trl = StepMarker()
+    reference.add_callback(trl)
+    reference.train()
+    keys = ("loss", "grad_norm", "entropy", "mean_token_accuracy", "num_tokens")
+    assert len(ours.logs) == len(trl.logs) == 3
+    for got, want in zip(ours.logs[:2], trl.logs[:2], strict=True):
+        assert got["num_tokens"] == want["num_tokens"] > 0
+        assert got == pytest.approx({k: got[k] for k in got} | {k: want[k] for k in keys}, rel=1e-5)
 
 
 class Poison(TrainerCallback):

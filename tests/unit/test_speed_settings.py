@@ -75,6 +75,8 @@ def test_on_an_h200_auto_turns_the_fast_paths_on() -> None:
     args = plan.training_args()
     assert args["optim"] == "adamw_torch_fused" and args["bf16"] and not args["gradient_checkpointing"]
     assert args["dataloader_pin_memory"] and args["dataloader_persistent_workers"]
+    assert record["pin_memory"] == "auto -> on (copies to the GPU overlap the step)"
+    assert args["accelerator_config"] == {"non_blocking": True}, "a pinned batch's copy must not wait for the GPU"
 
 
 def test_packing_turns_on_for_variable_lengths_on_a_gpu() -> None:

@@ -181,6 +181,4 @@ def _probe_step(trainer: Any) -> None:
         loss.backward()
     trainer.model.train(was_training)
     trainer.model.zero_grad(set_to_none=True)
-    # TRL averages per-batch figures (entropy, token accuracy) into the next log; the probe is not a step.
-    for values in getattr(trainer, "_metrics", {}).get("train", {}).values():
-        values.clear()
+    trainer.discard_step_metrics()  # TRL averages per-batch figures into the next log; the probe is not a step

@@ -12,9 +12,10 @@ from typing import Any
 from bashgym.trainers.modeling import load_rows, lora_config
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.strategies.sft import DeviceMetricsSFTTrainer
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
-from trl import DistillationConfig, DistillationTrainer, SFTConfig, SFTTrainer
+from trl import DistillationConfig, DistillationTrainer, SFTConfig
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
@@ -53,7 +54,7 @@ def _from_responses(
         ]
     )
     config = SFTConfig(**args, max_length=request.max_seq_length, packing=False)
-    return SFTTrainer(
+    return DeviceMetricsSFTTrainer(
         model=model, args=config, train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(request)
     )
 
