@@ -20,6 +20,7 @@ the repository's own tree is imported (through .typecheck/bashgym, the same layo
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
 import glob
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -204,6 +206,7 @@ class StepClock:
         self.counted: Any = 0  # a device tensor once a mask is counted: reading it each step would wait
         self.started: float | None = None
         self.ended: float | None = None
+        self.waits = HostWaits(sampled=range(max(2, warmup_steps - 1), warmup_steps + 1))
 
     @property
     def tokens(self) -> int:
@@ -230,6 +233,9 @@ class StepClock:
 
         class Clock(TrainerCallback):
             def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                # From one step's end to the next's: the log, the next batch's fetch and copy, then the step.
+                clock.waits.end()
+                clock.waits.begin(state.global_step + 1)
                 if state.global_step not in (clock.warmup_steps, state.max_steps):
                     return
                 if torch.cuda.is_available():
@@ -240,6 +246,45 @@ class StepClock:
                     clock.ended = time.perf_counter()
 
         return Clock()
+
+
+class HostWaits:
+    """How often a step makes the host wait for the GPU, counted by torch's CUDA sync debug mode (a warning per
+    synchronising call) over the last warm-up steps, after compilation and outside the timed ones (none of them
+    logs: both trainers log every 10 steps). None on a CPU."""
+
+    def __init__(self, sampled: range) -> None:
+        self.sampled = sampled
+        self.per_step: list[int] = []
+        self.where: collections.Counter[str] = collections.Counter()
+        self._recording: Any = None
+
+    def begin(self, step: int) -> None:
+        import torch
+
+        if not torch.cuda.is_available() or step not in self.sampled:
+            return
+        self._recording = warnings.catch_warnings(record=True)
+        self._caught = self._recording.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def end(self) -> None:
+        import torch
+
+        if self._recording is None:
+            return
+        torch.cuda.set_sync_debug_mode("default")
+        self._recording.__exit__(None, None, None)
+        self._recording = None
+        waits = [w for w in self._caught if "synchronizing" in str(w.message)]
+        self.per_step.append(len(waits))
+        self.where.update(f"{Path(w.filename).name}:{w.lineno}" for w in waits)
+
+    def record(self) -> dict[str, Any] | None:
+        if not self.per_step:
+            return None
+        return {"per_step": self.per_step, "where": dict(self.where.most_common(8))}
 
 
 def trl_trainer(model: Any, tokenizer: Any, rows: list[dict[str, str]], shape: Shape, lora: bool, out: Path) -> Any:
@@ -349,6 +394,7 @@ def one_run(which: str, method: str, shape: Shape, rows: list[dict[str, str]], d
         "peak_tflops": peak,
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 1024**3, 2) if torch.cuda.is_available() else None,
         "speed": speed,
+        "host_waits": clock.waits.record(),
     }
     del trainer, model
     torch._dynamo.reset()

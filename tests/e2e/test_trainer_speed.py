@@ -277,9 +277,11 @@ def test_a_failed_compilation_trains_eager_with_the_liger_kernels_auto_left_to_t
 
 class HostReads(TorchDispatchMode):
     """Counts, per training step, the ops that make the host wait for the device: reading a value back
-    (`.item()`, `bool(tensor)`, `int(tensor)`) or an op whose output size depends on the data (`nonzero`)."""
+    (`.item()`, `bool(tensor)`, `int(tensor)`) or an op whose output size depends on the data (`nonzero`,
+    `masked_select`, indexing by a boolean mask)."""
 
-    READS = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default})
+    aten = torch.ops.aten
+    READS = frozenset({aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default})
     # Host-side by construction: the dataloader collates on the CPU (in workers on a GPU host), before the
     # batch is copied over. transformers' mask checks read a value only when not traced: a compiled run
     # (a GPU run's default) skips them.
@@ -291,7 +293,8 @@ class HostReads(TorchDispatchMode):
         self.reads: dict[int, list[str]] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func in self.READS and self.step is not None:
+        by_mask = func is self.aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1])
+        if (func in self.READS or by_mask) and self.step is not None:
             stack = traceback.extract_stack()[:-1]
             if not any(exempt in frame.filename for frame in stack for exempt in self.EXEMPT):
                 caller = next(f for f in reversed(stack) if "/torch/" not in f.filename)
