@@ -121,11 +121,11 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         metrics = self._metrics[self._mode()]
-        tensors = {key: values for key, values in metrics.items() if values and torch.is_tensor(values[0])}
-        if tensors:  # one read for all of them
-            read = torch.stack([value.float() for values in tensors.values() for value in values]).tolist()
-            for key, values in tensors.items():
-                metrics[key], read = read[: len(values)], read[len(values) :]
+        on_device = [(key, i) for key, values in metrics.items() for i, v in enumerate(values) if torch.is_tensor(v)]
+        if on_device:  # one read for all of them
+            read = torch.stack([metrics[key][i].float() for key, i in on_device]).tolist()
+            for (key, i), value in zip(on_device, read, strict=True):
+                metrics[key][i] = value
         if "num_tokens" in metrics:
             metrics["num_tokens"] = [self._tally_tokens()]
         super().log(logs, start_time)
