@@ -41,6 +41,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 # bf16 dense peaks the MFU is measured against, by device name; pass --peak-tflops for anything else.
 PEAK_TFLOPS = {"H200": 790.0}
+# BashGym's request describes a run as long as a real fine-tune's, so its speed settings are those such a run gets
+# (auto compiles only a run long enough to repay it); the bench times its first steps and stops it there.
+BASHGYM_RUN_STEPS = 2000
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,9 @@ class StepClock:
     where the run ends, not at every step: a trainer whose host queues the next step while the GPU computes
     this one keeps that gain, and one that waits for the GPU every step shows it."""
 
-    def __init__(self, warmup_steps: int) -> None:
+    def __init__(self, warmup_steps: int, timed_steps: int) -> None:
         self.warmup_steps = warmup_steps
+        self.last_step = warmup_steps + timed_steps  # training stops there, whatever run the request describes
         self.counted: Any = 0  # a device tensor once a mask is counted: reading it each step would wait
         self.started: float | None = None
         self.ended: float | None = None
@@ -236,8 +240,9 @@ class StepClock:
                 # From one step's end to the next's: the log, the next batch's fetch and copy, then the step.
                 clock.waits.end()
                 clock.waits.begin(state.global_step + 1)
-                if state.global_step not in (clock.warmup_steps, state.max_steps):
+                if state.global_step not in (clock.warmup_steps, clock.last_step):
                     return
+                control.should_training_stop = state.global_step == clock.last_step
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 if state.global_step == clock.warmup_steps:
@@ -317,7 +322,8 @@ def trl_trainer(model: Any, tokenizer: Any, rows: list[dict[str, str]], shape: S
 def bashgym_trainer(
     model: Any, tokenizer: Any, data: Path, shape: Shape, lora: bool, out: Path, protocol: Any, fields: dict[str, Any]
 ) -> tuple[Any, dict[str, str]]:
-    """BashGym's SFT trainer as a trainer process builds it, every speed setting at auto unless --set says."""
+    """BashGym's SFT trainer as a trainer process builds it for a BASHGYM_RUN_STEPS-step run, every speed setting
+    at auto unless --set says."""
     from bashgym.trainers.rundir import RunDirectory
     from bashgym.trainers.specs import TrainingRequest
     from bashgym.trainers.strategies import build_trainer
@@ -329,7 +335,7 @@ def bashgym_trainer(
         batch_size=shape.batch,
         gradient_accumulation_steps=1,
         max_seq_length=shape.seq_len,
-        max_steps=shape.warmup_steps + shape.timed_steps,
+        max_steps=BASHGYM_RUN_STEPS,
         logging_steps=10,
         save_steps=10**6,
         use_lora=lora,
@@ -370,7 +376,7 @@ def one_run(which: str, method: str, shape: Shape, rows: list[dict[str, str]], d
             trainer, speed = bashgym_trainer(
                 model, tokenizer, data, shape, method == "lora", out, protocol, dict(args.set)
             )
-        clock = StepClock(shape.warmup_steps)
+        clock = StepClock(shape.warmup_steps, shape.timed_steps)
         clock.count(trainer)
         trainer.train()
     assert clock.started is not None and clock.ended is not None, "the run ended before its timed steps"

@@ -24,6 +24,10 @@ PACKING_MIN_WASTE = 0.10
 # the estimate is rough (allocator slack, fragmentation), so it keeps a margin.
 CHECKPOINTING_MEMORY_SHARE = 0.6
 MAX_AUTO_WORKERS = 4
+# A compiled step of the reference model takes 0.24 s against 0.34 s eager (PERFORMANCE.md), so it saves about 0.1 s,
+# and compiling that model takes tens of seconds before the first step: a shorter run cannot repay the compilation
+# unless it compiles in under 20 s. (The GPU session measures the cold start; this bound can then be set from it.)
+MIN_COMPILE_STEPS = 200
 
 
 class SpeedRefused(RuntimeError):
@@ -239,12 +243,17 @@ def resolve_gradient_checkpointing(
     return Choice("auto", not fits, reason)
 
 
-def resolve_compile(requested: object, machine: Machine, strategy: str) -> Choice:
+def resolve_compile(requested: object, machine: Machine, strategy: str, *, steps: int | None = None) -> Choice:
+    """`steps`: the run's optimizer steps at most, where known."""
     if strategy not in SFT_PATH:
         return Choice(_asked(requested), False, f"not applied to {strategy}")
     if choice := forced(requested):
         return choice
-    return Choice("auto", machine.cuda, "GPU present" if machine.cuda else "no GPU")
+    if not machine.cuda:
+        return Choice("auto", False, "no GPU")
+    if steps is not None and steps < MIN_COMPILE_STEPS:
+        return Choice("auto", False, f"{steps} steps cannot repay compiling; auto compiles from {MIN_COMPILE_STEPS}")
+    return Choice("auto", True, "GPU present")
 
 
 def resolve_liger(requested: object, machine: Machine, strategy: str, *, compiled: bool = False) -> Choice:
@@ -305,10 +314,12 @@ def plan_speed(
     shape: ModelShape,
     *,
     lengths: Sequence[int] = (),
+    steps: int | None = None,
 ) -> SpeedPlan:
-    """Resolve every speed setting of `request` for this machine, model and data."""
+    """Resolve every speed setting of `request` for this machine, model and data (`steps`: the run's optimizer
+    steps at most, where known)."""
     tokens = request.batch_size * request.max_seq_length
-    compile_choice = resolve_compile(request.compile, machine, request.strategy)
+    compile_choice = resolve_compile(request.compile, machine, request.strategy, steps=steps)
     return SpeedPlan(
         {
             "compile": compile_choice,

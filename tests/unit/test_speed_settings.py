@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, ModelShape, SpeedRefused, padding_waste, plan_speed
+from bashgym.trainers.strategies import _most_steps
 from pydantic import ValidationError
 
 GiB = 1024**3
@@ -116,6 +119,23 @@ def test_auto_liger_steps_aside_for_torch_compile_and_serves_eager_runs() -> Non
     assert plan_speed(request(compile=False), CPU, REFERENCE).record()["liger"] == (
         "auto -> off (liger-kernel or Triton not installed)"
     )
+
+
+def test_a_run_too_short_to_repay_compiling_trains_eager_on_a_gpu(tmp_path: Path) -> None:
+    with_liger = Machine(cuda=True, bf16_supported=True, memory_bytes=141 * GiB, cpu_count=16, has_liger=True)
+    smoke = plan_speed(request(max_steps=20), with_liger, REFERENCE, steps=20).record()
+    assert smoke["compile"] == "auto -> off (20 steps cannot repay compiling; auto compiles from 200)"
+    assert smoke["liger"] == "auto -> on (installed)", "an eager run takes Liger's kernels instead"
+    assert plan_speed(request(), H200, REFERENCE, steps=200).record()["compile"] == "auto -> on (GPU present)"
+    assert plan_speed(request(compile=True), H200, REFERENCE, steps=20).record()["compile"] == "on -> on (requested)"
+    # The bound comes from the request: max_steps, or epochs over the rows (packing only makes steps fewer).
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "ls"}\n' * 100)
+    assert _most_steps(request(max_steps=20), H200) == 20
+    epochs = request(dataset_path=str(rows), num_epochs=3, batch_size=4, gradient_accumulation_steps=2)
+    assert _most_steps(epochs, H200) == 3 * 13
+    assert _most_steps(epochs.model_copy(update={"num_processes": 2}), H200) == 3 * 7
+    assert _most_steps(epochs, CPU) is None, "no GPU: nothing to compile, nothing to count"
 
 
 def test_sft_only_settings_say_so_on_other_strategies() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -83,6 +84,7 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
         machine,
         ModelShape.of(model, use_lora=request.use_lora),
         lengths=_sample_lengths(request, tokenizer) if _needs_lengths(request, machine) else (),
+        steps=_most_steps(request, machine),
     )
     args = {**common_args(request, run), **_renamed_for_transformers(plan.training_args())}
     if request.strategy in SFT_PATH:
@@ -121,6 +123,16 @@ def _renamed_for_transformers(args: dict[str, Any]) -> dict[str, Any]:
         args = dict(args)
         args["activation_checkpointing"] = args.pop("gradient_checkpointing")
     return args
+
+
+def _most_steps(request: TrainingRequest, machine: Machine) -> int | None:
+    """The run's optimizer steps at most (packing only makes them fewer), where auto compilation asks for them."""
+    if request.max_steps > 0:
+        return request.max_steps
+    if not (machine.cuda and request.strategy in SFT_PATH and request.compile == "auto"):
+        return None
+    rows_per_step = request.batch_size * request.gradient_accumulation_steps * request.num_processes
+    return math.ceil(request.num_epochs * math.ceil(len(load_rows(request.dataset_path)) / rows_per_step))
 
 
 def _needs_lengths(request: TrainingRequest, machine: Machine) -> bool:
