@@ -369,6 +369,9 @@ def one_run(which: str, method: str, shape: Shape, rows: list[dict[str, str]], d
     tokenizer = build_tokenizer(shape.vocab)
     out = Path(tempfile.mkdtemp(prefix=f"gpu-sft-{which}-{method}-"))
     speed: dict[str, str] | None = None
+    from torch._dynamo.utils import counters
+
+    counters.clear()  # BashGym compiles while its trainer is built (the probe step), so from here on
     with open(os.devnull, "w") as protocol, contextlib.redirect_stdout(sys.stderr):
         if which == "trl":
             trainer = trl_trainer(model, tokenizer, rows, shape, method == "lora", out)
@@ -401,6 +404,9 @@ def one_run(which: str, method: str, shape: Shape, rows: list[dict[str, str]], d
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 1024**3, 2) if torch.cuda.is_available() else None,
         "speed": speed,
         "host_waits": clock.waits.record(),
+        # What torch.compile captured: a graph break splits the model, and the part between runs eager.
+        "compiled_graphs": counters["stats"]["unique_graphs"],
+        "graph_breaks": {reason[:160]: count for reason, count in counters["graph_break"].most_common(3)},
     }
     del trainer, model
     torch._dynamo.reset()

@@ -35,6 +35,8 @@ def test_the_tiny_cpu_check_measures_trl_and_bashgym_and_prints_the_ratio() -> N
     assert set(runs) == {"trl", "bashgym"}
     assert all(run["tokens"] > 0 and run["tokens_per_s"] > 0 for run in runs.values())
     assert runs["bashgym"]["speed"]["compile"] == "auto -> off (no GPU)"
+    # What a GPU run reads from these, a CPU run has none of: no compiled graph, no CUDA sync debug mode.
+    assert all((r["compiled_graphs"], r["graph_breaks"], r["host_waits"]) == (0, {}, None) for r in runs.values())
     assert any("bashgym_over_trl_tokens_per_s" in line for line in lines)
     # Before timing variable lengths it proves packed attention agrees with attention per sequence.
     (check,) = [line for line in lines if line.get("check") == "packed_attention"]
