@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import torch
 from bashgym.daemon.supervisor import METRICS_EVERY_S
 from bashgym.trainers.tiny import build_tiny
+from transformers import AutoModelForCausalLM
 
 from tests.factories import sft_data, tracking_context, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
@@ -96,6 +100,29 @@ def test_a_run_logging_every_step_reaches_the_ledger_in_batches_of_about_a_secon
     writes = [e for e in events if e["run_id"] == run_id and e["event_type"] == "metrics.ingested"]
     # The first step at once, then one batch a second, plus what the checkpoint, the end and the exit gather.
     assert 1 <= len(writes) <= span_s / METRICS_EVERY_S + 4 < 30, (len(writes), span_s)
+
+
+def test_a_run_whose_loss_is_nan_is_flagged_as_it_trains(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    # A diverged model: every loss is NaN. transformers' default logged each as 0.0, and nothing was flagged.
+    diverged = tmp_path / "diverged"
+    shutil.copytree(tiny, diverged)
+    model = AutoModelForCausalLM.from_pretrained(diverged)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.fill_(float("nan"))
+    model.save_pretrained(diverged)
+    request = training_request(diverged, sft_data(tmp_path), max_steps=3, logging_steps=1, save_steps=100)
+    with trainer_daemon.client() as client:
+        run = run_to_its_end(client, request)
+        events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
+    flagged = [e["payload"] for e in events if e["run_id"] == run["run_id"] and e["event_type"] == "run.anomaly"]
+    assert [(a["kind"], a["step"], a["detail"]) for a in flagged] == [
+        ("non_finite_loss", 1, "train.loss is nan at step 1.")
+    ]
+    logged = (trainer_daemon.home / "runs" / run["run_id"] / "metrics.jsonl").read_text().splitlines()
+    losses = [json.loads(line)["metrics"]["train.loss"] for line in logged if "train.loss" in line]
+    assert len(losses) == 3 and all(math.isnan(loss) for loss in losses), losses
 
 
 def test_a_dataset_breaking_its_contract_is_refused_before_launch(
