@@ -44,9 +44,6 @@ def child(kernel: str, steps: int, out: Path) -> None:
     gpu_sft.main(
         ["--tiny", "--variable-lengths", "--trainers", "bashgym", "--methods", "full", *fields, "--out", str(out)]
     )
-    from torch._dynamo.utils import counters
-
-    print(f"GRAPHS {counters['stats']['unique_graphs']}", flush=True)
 
 
 def measure(kernel: str, steps: int) -> dict[str, object]:
@@ -64,7 +61,6 @@ def measure(kernel: str, steps: int) -> dict[str, object]:
         if done.returncode != 0:
             raise SystemExit(f"the {kernel} run failed:\n{done.stderr[-3000:]}")
         runs = [line for line in map(json.loads, out.read_text().splitlines()) if line.get("trainer") == "bashgym"]
-        graphs = re.findall(r"^GRAPHS (\d+)$", done.stdout, re.MULTILINE)
     compile_record = runs[-1]["speed"]["compile"]
     seconds = re.search(r"compiled in (\d+) s", compile_record)
     return {
@@ -72,7 +68,7 @@ def measure(kernel: str, steps: int) -> dict[str, object]:
         "kernel": kernel,
         "steps": steps,
         "recompilations": done.stderr.count("Recompiling function"),
-        "graphs": int(graphs[-1]) if graphs else None,
+        "graphs": runs[-1]["compiled_graphs"],
         "compile_s": int(seconds.group(1)) if seconds else None,
         "compile": compile_record,
         "wall_s": round(wall, 1),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from bashgym.trainers.modeling import load_rows
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, ModelShape, SpeedRefused, padding_waste, plan_speed
 from bashgym.trainers.strategies import _most_steps
@@ -131,11 +132,12 @@ def test_a_run_too_short_to_repay_compiling_trains_eager_on_a_gpu(tmp_path: Path
     # The bound comes from the request: max_steps, or epochs over the rows (packing only makes steps fewer).
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"text": "ls"}\n' * 100)
-    assert _most_steps(request(max_steps=20), H200) == 20
+    read = lambda: load_rows(str(rows))  # noqa: E731
+    assert _most_steps(request(max_steps=20), H200, read) == 20
     epochs = request(dataset_path=str(rows), num_epochs=3, batch_size=4, gradient_accumulation_steps=2)
-    assert _most_steps(epochs, H200) == 3 * 13
-    assert _most_steps(epochs.model_copy(update={"num_processes": 2}), H200) == 3 * 7
-    assert _most_steps(epochs, CPU) is None, "no GPU: nothing to compile, nothing to count"
+    assert _most_steps(epochs, H200, read) == 3 * 13
+    assert _most_steps(epochs.model_copy(update={"num_processes": 2}), H200, read) == 3 * 7
+    assert _most_steps(epochs, CPU, read) is None, "no GPU: nothing to compile, nothing to count"
 
 
 def test_sft_only_settings_say_so_on_other_strategies() -> None:

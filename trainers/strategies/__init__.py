@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -79,12 +80,13 @@ def eval_args(request: TrainingRequest) -> dict[str, Any]:
 def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory) -> tuple[Any, SpeedPlan]:
     """The strategy's trainer with the run's speed settings applied, and those settings as resolved."""
     machine = Machine.detect()
+    rows = functools.cache(lambda: load_rows(request.dataset_path))  # read once, if a decision needs them
     plan = plan_speed(
         request,
         machine,
         ModelShape.of(model, use_lora=request.use_lora),
-        lengths=_sample_lengths(request, tokenizer) if _needs_lengths(request, machine) else (),
-        steps=_most_steps(request, machine),
+        lengths=_sample_lengths(rows(), request.seed, tokenizer) if _needs_lengths(request, machine) else (),
+        steps=_most_steps(request, machine, rows),
     )
     args = {**common_args(request, run), **_renamed_for_transformers(plan.training_args())}
     if request.strategy in SFT_PATH:
@@ -125,26 +127,26 @@ def _renamed_for_transformers(args: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
-def _most_steps(request: TrainingRequest, machine: Machine) -> int | None:
+def _most_steps(request: TrainingRequest, machine: Machine, rows: Callable[[], list[Any]]) -> int | None:
     """The run's optimizer steps at most (packing only makes them fewer), where auto compilation asks for them."""
     if request.max_steps > 0:
         return request.max_steps
     if not (machine.cuda and request.strategy in SFT_PATH and request.compile == "auto"):
         return None
     rows_per_step = request.batch_size * request.gradient_accumulation_steps * request.num_processes
-    return math.ceil(request.num_epochs * math.ceil(len(load_rows(request.dataset_path)) / rows_per_step))
+    return math.ceil(request.num_epochs * math.ceil(len(rows()) / rows_per_step))
 
 
 def _needs_lengths(request: TrainingRequest, machine: Machine) -> bool:
     return request.strategy in SFT_PATH and request.packing == "auto" and machine.cuda and request.batch_size > 1
 
 
-def _sample_lengths(request: TrainingRequest, tokenizer: Any) -> Sequence[int]:
+def _sample_lengths(rows: list[dict[str, Any]], seed: int, tokenizer: Any) -> Sequence[int]:
     """Token lengths of a seeded sample of the training rows, in the order random batches would draw them."""
-    rows = load_rows(request.dataset_path)
-    random.Random(request.seed).shuffle(rows)
+    shuffled = list(rows)
+    random.Random(seed).shuffle(shuffled)
     lengths = []
-    for row in rows[:LENGTH_SAMPLE_ROWS]:
+    for row in shuffled[:LENGTH_SAMPLE_ROWS]:
         if "messages" in row:
             lengths.append(len(tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=False)))
         else:
