@@ -255,8 +255,10 @@ class StepClock:
 
 class HostWaits:
     """How often a step makes the host wait for the GPU, counted by torch's CUDA sync debug mode (a warning per
-    synchronising call) over the last warm-up steps, after compilation and outside the timed ones (none of them
-    logs: both trainers log every 10 steps). None on a CPU."""
+    synchronising call) over the last warm-up steps, after compilation and outside the timed ones. None on a CPU.
+    Each trainer logs at its default: TRL every 10 steps (none of these), BashGym every step, reading each log
+    once the next step is queued (a wait on that copy alone, which the debug mode does not count: the GPU has
+    the next step to run)."""
 
     def __init__(self, sampled: range) -> None:
         self.sampled = sampled
@@ -336,7 +338,6 @@ def bashgym_trainer(
         gradient_accumulation_steps=1,
         max_seq_length=shape.seq_len,
         max_steps=BASHGYM_RUN_STEPS,
-        logging_steps=10,
         save_steps=10**6,
         use_lora=lora,
         **fields,

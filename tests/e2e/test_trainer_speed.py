@@ -348,6 +348,77 @@ def test_a_step_that_does_not_log_never_waits_for_the_device_and_logs_what_trl_l
         assert got == pytest.approx({k: got[k] for k in got} | {k: want[k] for k in keys}, rel=1e-5)
 
 
+class Timeline(TrainerCallback):
+    """The order of each step's optimizer step, each log (by the step it reports) and each checkpoint."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+        self.logs: list[dict[str, float]] = []
+
+    def on_optimizer_step(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.events.append(("optimizer", state.global_step + 1))  # counted once the step ends
+
+    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.events.append(("log", state.global_step))
+        self.logs.append({**kwargs["logs"], "step": state.global_step, "epoch": state.epoch})
+
+    def on_save(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.events.append(("save", state.global_step))
+
+
+def test_a_step_that_logs_is_read_once_the_next_step_is_queued_and_logs_what_trl_logs(
+    student: Path, tmp_path: Path, devnull: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a step's loss as it logs makes the host wait for that step to finish, and the GPU then idles
+    while the host queues the next one; with `logging_steps` 1, the default, that was every step. A log is read
+    one step late instead, except where the step saves or ends the run, which wait for the GPU anyway."""
+    fields = {"packing": True, "max_steps": 6, "logging_steps": 1, "save_steps": 4}
+    trainer, _ = sft_trainer(student, tmp_path / "ours", devnull, **fields)
+    reads, ours = HostReads(), Timeline()
+    trainer.add_callback(StepMarker(reads))
+    trainer.add_callback(ours)
+    with reads:
+        trainer.train()
+    assert set(reads.reads) <= {4, 6}, "steps read values back before the next step was queued:\n" + "\n".join(
+        f"step {step}: {line}" for step, lines in sorted(reads.reads.items()) for line in lines
+    )
+    assert ours.events == [
+        ("optimizer", 1), ("optimizer", 2), ("log", 1), ("optimizer", 3), ("log", 2), ("optimizer", 4),
+        ("log", 3), ("log", 4), ("save", 4), ("optimizer", 5), ("optimizer", 6), ("log", 5), ("log", 6),
+        ("save", 6), ("log", 6),
+    ]  # fmt: skip
+    # TRL's own trainer on the same rows and weights logs the same values, for the same steps and epochs.
+    monkeypatch.setattr(sft, "DeviceMetricsSFTTrainer", SFTTrainer)
+    reference, _ = sft_trainer(student, tmp_path / "trl", devnull, **fields)
+    trl = Timeline()
+    reference.add_callback(trl)
+    reference.train()
+    keys = ("step", "epoch", "loss", "grad_norm", "learning_rate", "entropy", "mean_token_accuracy", "num_tokens")
+    assert len(ours.logs) == len(trl.logs) == 7
+    for got, want in zip(ours.logs[:6], trl.logs[:6], strict=True):
+        assert got["num_tokens"] == want["num_tokens"] > 0
+        assert {k: got[k] for k in keys} == pytest.approx({k: want[k] for k in keys}, rel=1e-5)
+    assert ours.logs[6]["train_loss"] == pytest.approx(trl.logs[6]["train_loss"], rel=1e-5)
+
+
+class Crash(TrainerCallback):
+    """Fails the run as step 3 ends, as a device error would."""
+
+    def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if state.global_step == 3:
+            raise RuntimeError("the device failed")
+
+
+def test_a_run_that_crashes_keeps_the_log_of_its_last_step(student: Path, tmp_path: Path, devnull: Any) -> None:
+    """Step 2's log is read one step late; the crash in step 3 must neither lose it nor be hidden by it."""
+    trainer, _ = sft_trainer(student, tmp_path, devnull, max_steps=6, logging_steps=1)
+    trainer.add_callback(Crash())
+    with pytest.raises(RuntimeError, match="the device failed"):
+        trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "train.loss" in r["metrics"]] == [1, 2]
+
+
 class Poison(TrainerCallback):
     """Turns the weights to NaN after step 2, as a diverging run does."""
 

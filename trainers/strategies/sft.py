@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
@@ -64,11 +67,16 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
     it cannot queue the next one meanwhile. Here they stay tensors, and `log` reads them all every logging_steps.
     The loss of the plain path is computed as TRL computes it (a test compares the two); a custom loss, label
     smoothing, sequence parallelism, an MoE auxiliary loss or a request for the outputs go to TRL unchanged.
+
+    A step that logs is read one step late (`_PendingLog`): its values are copied off the device without waiting,
+    and the next step, once its work is queued, waits for that copy alone, so the GPU always has a step to run.
+    A step that saves, evaluates or ends the run logs at once: it waits for the GPU anyway.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._untallied_tokens: torch.Tensor | int = 0  # this rank's tokens since the last log
+        self._pending: _PendingLog | None = None
 
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
@@ -119,7 +127,79 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
                 raise ValueError("Expected 'attention_mask' or 'position_ids' in inputs.")
         metrics["num_tokens"] = [self._total_train_tokens]  # brought up to date when a log reads it
 
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().train(*args, **kwargs)
+        except BaseException:
+            # The last step before a crash is often the telling one. Its log is kept if it can still be read;
+            # a failure to read it (the device may be what failed) must not hide the error that ended the run.
+            with contextlib.suppress(Exception):
+                self._emit_pending()
+            raise
+
+    def _maybe_log_save_evaluate(
+        self,
+        tr_loss: torch.Tensor,
+        grad_norm: torch.Tensor | float | None,
+        model: Any,
+        trial: Any,
+        epoch: float,
+        ignore_keys_for_eval: list[str] | None,
+        start_time: float,
+        learning_rate: float | None = None,
+    ) -> None:
+        control, state = self.control, self.state
+        waits_anyway = control.should_save or control.should_evaluate or control.should_training_stop
+        if self._pending is not None and (state.global_step > self._pending.step or waits_anyway):
+            # The previous step's log: this step's work is queued behind its copy. (An epoch's end calls in
+            # again at the same step, and leaves it to the next step.)
+            should_log = control.should_log
+            self._emit_pending()
+            control = self.control
+            control.should_log = should_log  # reporting a log clears the flag; this step's is still due
+        due = control.should_log and state.global_step > self._globalstep_last_logged
+        if due and not waits_anyway and self.accelerator.num_processes == 1 and torch.is_tensor(tr_loss):
+            metrics = {key: list(values) for key, values in self._metrics["train"].items() if key != "num_tokens"}
+            self._pending = _PendingLog(
+                loss=tr_loss.detach().clone(),
+                grad_norm=grad_norm,
+                metrics=metrics,
+                tokens=self._untallied_tokens,
+                steps=state.global_step - self._globalstep_last_logged,
+                learning_rate=self._get_learning_rate() if learning_rate is None else learning_rate,
+                state=state,
+                start_time=start_time,
+            )
+            tr_loss -= tr_loss
+            self._metrics["train"].clear()
+            self._untallied_tokens = 0
+            self._globalstep_last_logged = state.global_step  # so transformers' own log is not due
+            self.store_flos()
+        super()._maybe_log_save_evaluate(
+            tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time, learning_rate=learning_rate
+        )
+
+    def _emit_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        loss_sum, grad_norm, metrics, tokens = pending.read()
+        self._total_loss_scalar += loss_sum
+        logs = {"loss": loss_sum / pending.steps}
+        if grad_norm is not None:
+            logs["grad_norm"] = grad_norm
+        logs["learning_rate"] = pending.learning_rate
+        self._total_train_tokens += tokens // self._tp_size
+        now = self._metrics["train"]
+        self._metrics["train"] = defaultdict(list, {**metrics, "num_tokens": [self._total_train_tokens]})
+        try:
+            with pending.as_of(self.state):
+                super().log(logs, pending.start_time)  # TRL's log averages the step's metrics, then clears them
+        finally:
+            self._metrics["train"] = now
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._emit_pending()  # logs arrive in step order
         metrics = self._metrics[self._mode()]
         on_device = [(key, i) for key, values in metrics.items() for i, v in enumerate(values) if torch.is_tensor(v)]
         if on_device:  # one read for all of them
@@ -143,3 +223,61 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
         for values in self._metrics["train"].values():
             values.clear()
         self._untallied_tokens = 0
+
+
+class _PendingLog:
+    """A step's log on its way to the host: copied off the device without waiting for the step to finish, read
+    once the next step has been queued, and reported as of its own step."""
+
+    def __init__(
+        self,
+        *,
+        loss: torch.Tensor,
+        grad_norm: torch.Tensor | float | None,
+        metrics: dict[str, list[Any]],
+        tokens: torch.Tensor | int,
+        steps: int,
+        learning_rate: float,
+        state: Any,
+        start_time: float,
+    ) -> None:
+        self.steps, self.learning_rate, self.start_time = steps, learning_rate, start_time
+        self.step, self.epoch, self.tokens_seen = state.global_step, state.epoch, state.num_input_tokens_seen
+        self.floats: dict[str, list[Any]] = {"loss": [loss], **metrics}
+        if grad_norm is not None:
+            self.floats["grad_norm"] = [grad_norm]
+        on_device = [v for values in self.floats.values() for v in values if torch.is_tensor(v)]
+        on_gpu = loss.is_cuda
+        # One copy for the float32 values and one for a token tally kept on the device (a packed run counts on
+        # the host): each reads back exactly as `.item()` would. Pinned memory lets a copy skip the queue's wait.
+        self.host_floats = self._copy(torch.stack([v.detach().float().reshape(()) for v in on_device]), on_gpu)
+        self.tokens: torch.Tensor | int = self._copy(tokens.reshape(1), on_gpu) if torch.is_tensor(tokens) else tokens
+        self.ready: torch.cuda.Event | None = None
+        if on_gpu:
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+
+    def read(self) -> tuple[float, float | None, dict[str, list[float]], int]:
+        """(loss summed over its steps, gradient norm, TRL's metrics, tokens) as numbers."""
+        if self.ready is not None:
+            self.ready.synchronize()  # the copy alone: the work queued after it keeps the GPU busy
+        read = iter(self.host_floats.tolist())
+        floats = {key: [next(read) if torch.is_tensor(v) else v for v in values] for key, values in self.floats.items()}
+        grad_norm = floats.pop("grad_norm", [None])[0]
+        tokens = self.tokens.tolist()[0] if torch.is_tensor(self.tokens) else self.tokens
+        return floats.pop("loss")[0], grad_norm, floats, tokens
+
+    @staticmethod
+    def _copy(values: torch.Tensor, on_gpu: bool) -> torch.Tensor:
+        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=on_gpu)
+        return host.copy_(values, non_blocking=on_gpu)
+
+    @contextlib.contextmanager
+    def as_of(self, state: Any) -> Iterator[None]:
+        """The trainer's state as it was at this log's step, which callbacks read while it is reported."""
+        now = state.global_step, state.epoch, state.num_input_tokens_seen
+        state.global_step, state.epoch, state.num_input_tokens_seen = self.step, self.epoch, self.tokens_seen
+        try:
+            yield
+        finally:
+            state.global_step, state.epoch, state.num_input_tokens_seen = now
