@@ -33,10 +33,20 @@ def run_training(run: RunDirectory, *, resume: bool, environ: dict[str, str], fl
         return _train(run, request, flags, resume=resume, environ=environ)
     except Exception as exc:  # every failure becomes `failed` with a summary the supervisor records
         traceback.print_exc()
-        summary = f"{type(exc).__name__}: {exc}"[:2000]
+        summary = _summary(exc)
         run.write_state("failed", error=summary)
         run.emit("failed", error=summary, error_type=type(exc).__name__)
         return EXIT_FAILED
+
+
+def _summary(exc: Exception) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if "find_unused_parameters" in text:  # DDP's error for a weight a step did not reach (speed settings)
+        text = (
+            "A step left some trainable weights unused, and this run skipped DDP's search for them; send the request "
+            f"again with find_unused_parameters true. {text}"
+        )
+    return text[:2000]
 
 
 def _check_dataset(request: TrainingRequest) -> None:

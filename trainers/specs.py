@@ -54,6 +54,7 @@ SPEED_FIELDS: tuple[str, ...] = (
     "gradient_checkpointing",
     "dataloader_workers",
     "pin_memory",
+    "find_unused_parameters",
 )
 # Scale-out (issue 14): the strategies `accelerate launch` runs; DeepSpeed's only where the package is installed.
 DistributedStrategy = Literal["ddp", "fsdp", "deepspeed-zero2", "deepspeed-zero3"]
@@ -132,6 +133,8 @@ class TrainingRequest(BaseModel):
     fused_adamw: Toggle = "auto"
     dataloader_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
     pin_memory: Toggle = "auto"
+    # DDP's search for weights a step did not reach (a scaled-out run only).
+    find_unused_parameters: Toggle = "auto"
     # Scale-out (issue 14), in accelerate's terms: num_processes counts every process over all machines.
     # One process on one machine with ddp is the plain path; anything else runs through `accelerate launch`.
     num_processes: Annotated[int, Field(ge=1, le=4096)] = 1

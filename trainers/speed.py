@@ -28,6 +28,11 @@ MAX_AUTO_WORKERS = 4
 # and compiling that model takes tens of seconds before the first step: a shorter run cannot repay the compilation
 # unless it compiles in under 20 s. (The GPU session measures the cold start; this bound can then be set from it.)
 MIN_COMPILE_STEPS = 200
+# Config fields that declare parts of a model a batch may not reach: experts a router did not pick, a vision or
+# audio tower that text rows never feed.
+SOMETIMES_UNUSED = (
+    "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "vision_config", "audio_config",
+)  # fmt: skip
 
 
 class SpeedRefused(RuntimeError):
@@ -71,6 +76,7 @@ class ModelShape:
     intermediate_size: int
     vocab_size: int
     bytes_per_weight: int
+    sometimes_unused: str | None = None  # a config field declaring parts a batch may not reach (SOMETIMES_UNUSED)
 
     @classmethod
     def of(cls, model: Any, *, use_lora: bool) -> ModelShape:
@@ -88,6 +94,9 @@ class ModelShape:
             intermediate_size=int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden),
             vocab_size=int(getattr(config, "vocab_size", 0) or 0),
             bytes_per_weight=next(model.parameters()).element_size(),
+            sometimes_unused=next(
+                (name for name in SOMETIMES_UNUSED for c in (model.config, config) if getattr(c, name, None)), None
+            ),
         )
 
 
@@ -132,6 +141,7 @@ class SpeedPlan:
             # the GPU has finished the step before, and the GPU then waits while the host queues the next one.
             "accelerator_config": {"non_blocking": self.uses("pin_memory")},
             "dataloader_persistent_workers": workers > 0,
+            "ddp_find_unused_parameters": self.uses("find_unused_parameters"),
         }
 
     def log_line(self) -> str:
@@ -209,6 +219,24 @@ def resolve_workers(requested: object, machine: Machine) -> Choice:
         return Choice("auto", 0, "no GPU: collate in the training process")
     workers = max(0, min(MAX_AUTO_WORKERS, machine.cpu_count // 2))
     return Choice("auto", workers, f"{machine.cpu_count} CPUs beside the GPU")
+
+
+def resolve_find_unused(
+    requested: object, request: TrainingRequest, shape: ModelShape, *, checkpointing: bool
+) -> Choice:
+    """Whether DDP searches each step for weights the forward did not reach (transformers' default whenever
+    gradient checkpointing is off). The search walks the autograd graph and reads a map of used weights back from
+    the GPU in every backward, so the host waits for the step; without it, a weight that goes unused fails the
+    run at the next step, naming this setting."""
+    if not request.is_distributed:
+        return Choice(_asked(requested), False, "one process: no DDP")
+    if choice := forced(requested):
+        return choice
+    if checkpointing:
+        return Choice("auto", False, "gradient checkpointing on: transformers leaves the search off beside it")
+    if shape.sometimes_unused:
+        return Choice("auto", True, f"{shape.sometimes_unused} in the model's config: a step may leave weights unused")
+    return Choice("auto", False, "a dense model: every weight takes part in each step")
 
 
 def estimate_training_bytes(shape: ModelShape, tokens: int, *, checkpointing: bool) -> int:
@@ -320,6 +348,9 @@ def plan_speed(
     steps at most, where known)."""
     tokens = request.batch_size * request.max_seq_length
     compile_choice = resolve_compile(request.compile, machine, request.strategy, steps=steps)
+    checkpointing = resolve_gradient_checkpointing(
+        request.gradient_checkpointing, machine, shape, tokens, request.strategy
+    )
     return SpeedPlan(
         {
             "compile": compile_choice,
@@ -334,11 +365,12 @@ def plan_speed(
             "liger": resolve_liger(request.liger, machine, request.strategy, compiled=compile_choice.used is True),
             "bf16": resolve_bf16(request.bf16, machine, request.mixed_precision),
             "fused_adamw": resolve_fused_adamw(request.fused_adamw, machine),
-            "gradient_checkpointing": resolve_gradient_checkpointing(
-                request.gradient_checkpointing, machine, shape, tokens, request.strategy
-            ),
+            "gradient_checkpointing": checkpointing,
             "dataloader_workers": resolve_workers(request.dataloader_workers, machine),
             "pin_memory": resolve_pin_memory(request.pin_memory, machine),
+            "find_unused_parameters": resolve_find_unused(
+                request.find_unused_parameters, request, shape, checkpointing=checkpointing.used is True
+            ),
         },
         fp16=resolve_mixed_precision(request, machine) == "fp16",
     )

@@ -10,9 +10,8 @@ import importlib.machinery
 import json
 import math
 import os
-import random
+import subprocess
 import sys
-import traceback
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,20 +21,16 @@ import pytest
 import torch
 from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.trainers import attention, strategies
-from bashgym.trainers.rundir import RunDirectory
-from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, ModelShape, compile_with_fallback, plan_speed
-from bashgym.trainers.strategies import build_trainer, sft
+from bashgym.trainers.strategies import sft
 from bashgym.trainers.tiny import build_tiny
-from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, TrainerControl, TrainerState
+from transformers import AutoModelForCausalLM, TrainerCallback, TrainerControl, TrainerState
 from trl import SFTTrainer
 
 from tests import varlen_standin
+from tests.trainer_probes import HostReads, StepMarker, Timeline, sft_request, sft_trainer
 
 pytestmark = pytest.mark.timeout(120)
-
-WORDS = ["ls", "cat", "grep", "wc", "sort", "uniq", "head", "tail", "find", "echo", "awk", "sed", "cut", "tr", "xargs"]
 
 
 @pytest.fixture(scope="module")
@@ -47,33 +42,6 @@ def student(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def devnull() -> Iterator[Any]:
     with open(os.devnull, "w") as handle:
         yield handle
-
-
-def variable_length_rows(path: Path, count: int = 24) -> Path:
-    draw = random.Random(7)
-    rows = [{"text": " ".join(draw.choice(WORDS) for _ in range(draw.randint(2, 40)))} for _ in range(count)]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
-def sft_request(student: Path, tmp_path: Path, **fields: Any) -> TrainingRequest:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    return TrainingRequest(
-        strategy="sft",
-        base_model=str(student),
-        dataset_path=str(variable_length_rows(tmp_path / "rows.jsonl")),
-        batch_size=4,
-        gradient_accumulation_steps=1,
-        max_seq_length=128,
-        **({"max_steps": 2, "use_lora": False} | fields),
-    )
-
-
-def sft_trainer(student: Path, tmp_path: Path, devnull: Any, **fields: Any) -> tuple[Any, Any]:
-    request = sft_request(student, tmp_path, **fields)
-    model = AutoModelForCausalLM.from_pretrained(student)
-    tokenizer = AutoTokenizer.from_pretrained(student)
-    return build_trainer(request, model, tokenizer, RunDirectory(tmp_path, devnull))
 
 
 def batches(trainer: Any) -> list[dict[str, torch.Tensor]]:
@@ -275,48 +243,6 @@ def test_a_failed_compilation_trains_eager_with_the_liger_kernels_auto_left_to_t
     assert "liger: Liger's layer kernels in LlamaForCausalLM" in capsys.readouterr().out
 
 
-class HostReads(TorchDispatchMode):
-    """Counts, per training step, the ops that make the host wait for the device: reading a value back
-    (`.item()`, `bool(tensor)`, `int(tensor)`) or an op whose output size depends on the data (`nonzero`,
-    `masked_select`, indexing by a boolean mask)."""
-
-    aten = torch.ops.aten
-    READS = frozenset({aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default})
-    # Host-side by construction: the dataloader collates on the CPU (in workers on a GPU host), before the
-    # batch is copied over. transformers' mask checks read a value only when not traced: a compiled run
-    # (a GPU run's default) skips them.
-    EXEMPT = ("torch/utils/data/", "accelerate/data_loader.py", "transformers/masking_utils.py")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.step: int | None = None
-        self.reads: dict[int, list[str]] = {}
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        by_mask = func is self.aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1])
-        if (func in self.READS or by_mask) and self.step is not None:
-            stack = traceback.extract_stack()[:-1]
-            if not any(exempt in frame.filename for frame in stack for exempt in self.EXEMPT):
-                caller = next(f for f in reversed(stack) if "/torch/" not in f.filename)
-                self.reads.setdefault(self.step, []).append(f"{caller.filename}:{caller.lineno}: {caller.line}")
-        return func(*args, **(kwargs or {}))
-
-
-class StepMarker(TrainerCallback):
-    """Tells HostReads which step runs; keeps what each log said."""
-
-    def __init__(self, reads: HostReads | None = None) -> None:
-        self.reads = reads
-        self.logs: list[dict[str, float]] = []
-
-    def on_step_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        if self.reads is not None:
-            self.reads.step = state.global_step + 1
-
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self.logs.append(dict(kwargs["logs"]))
-
-
 @pytest.mark.parametrize("packing", [True, False])
 def test_a_step_that_does_not_log_never_waits_for_the_device_and_logs_what_trl_logs(
     packing: bool, student: Path, tmp_path: Path, devnull: Any, monkeypatch: pytest.MonkeyPatch
@@ -346,24 +272,6 @@ def test_a_step_that_does_not_log_never_waits_for_the_device_and_logs_what_trl_l
     for got, want in zip(ours.logs[:2], trl.logs[:2], strict=True):
         assert got["num_tokens"] == want["num_tokens"] > 0
         assert got == pytest.approx({k: got[k] for k in got} | {k: want[k] for k in keys}, rel=1e-5)
-
-
-class Timeline(TrainerCallback):
-    """The order of each step's optimizer step, each log (by the step it reports) and each checkpoint."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, int]] = []
-        self.logs: list[dict[str, float]] = []
-
-    def on_optimizer_step(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self.events.append(("optimizer", state.global_step + 1))  # counted once the step ends
-
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self.events.append(("log", state.global_step))
-        self.logs.append({**kwargs["logs"], "step": state.global_step, "epoch": state.epoch})
-
-    def on_save(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self.events.append(("save", state.global_step))
 
 
 def test_a_step_that_logs_is_read_once_the_next_step_is_queued_and_logs_what_trl_logs(
@@ -445,3 +353,50 @@ def test_a_loss_that_turns_nan_is_logged_as_nan_and_the_daemon_flags_it(
             anomalies += watch.observe(record["step"], record["metrics"])
     assert all(math.isfinite(losses[step]) for step in (1, 2)) and all(math.isnan(losses[s]) for s in (3, 4)), losses
     assert [(a.kind, a.step) for a in anomalies] == [("non_finite_loss", 3)]
+
+
+def test_a_scaled_out_step_reads_nothing_back_and_every_rank_logs_and_pauses_as_one(
+    student: Path, tmp_path: Path
+) -> None:
+    """Two ranks on the CPU (gloo), as `accelerate launch` runs them. Each step of a scaled-out run used to wait for
+    the GPU three ways: the ranks' agreement on pause and stop (read at once), each log's gathered loss, FLOPs and
+    token count (read at once), and DDP's search for unused weights (transformers turns it on whenever gradient
+    checkpointing is off; it reads a map of used weights back in every backward). Now the first two are read one
+    step late and the search is off for a dense model, so only a step that saves or ends the run reads anything."""
+    out = tmp_path / "ranks"
+    out.mkdir()
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*launch, "-m", "tests.two_ranks_sft", str(student), str(out)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, seen in enumerate(ranks):
+        for run, allowed in (("ours", {"4", "6"}), ("paused", {"3"})):
+            waits = {step: lines for step, lines in seen[run]["reads"].items() if step not in allowed}
+            assert not waits, f"rank {rank}, {run}: steps read values back before the next step was queued:\n" + (
+                "\n".join(f"step {step}: {line}" for step, lines in sorted(waits.items()) for line in lines)
+            )
+        assert [tuple(event) for event in seen["ours"]["events"]] == [
+            ("optimizer", 1), ("optimizer", 2), ("log", 1), ("optimizer", 3), ("log", 2), ("optimizer", 4),
+            ("log", 3), ("log", 4), ("save", 4), ("optimizer", 5), ("optimizer", 6), ("log", 5), ("log", 6),
+            ("save", 6), ("log", 6),
+        ]  # fmt: skip
+        # TRL's own trainer on the same rows and weights logs the same values over both ranks, every rank alike.
+        ours, trl = seen["ours"]["logs"], ranks[0]["trl"]["logs"]
+        keys = ("step", "epoch", "loss", "grad_norm", "learning_rate", "entropy", "mean_token_accuracy", "num_tokens")
+        assert len(ours) == len(trl) == 7
+        for got, want in zip(ours[:6], trl[:6], strict=True):
+            assert {k: got[k] for k in keys} == pytest.approx({k: want[k] for k in keys}, rel=1e-5)
+        assert ours[6]["train_loss"] == pytest.approx(trl[6]["train_loss"], rel=1e-5)
+        assert seen["ours"]["total_flos"] == ranks[0]["trl"]["total_flos"] > 0
+        # A pause that rank 1 alone received as step 2 began: both ranks agree on it at step 2 and act on that
+        # agreement at step 3, saving there.
+        paused = seen["paused"]
+        assert (paused["step"], paused["acted_on"]) == (3, "pause"), f"rank {rank}"
+        assert [tuple(event) for event in paused["events"]][-3:] == [("log", 3), ("save", 3), ("log", 3)]
+    assert (out / "rank-0" / "paused" / "checkpoint-3").is_dir()

@@ -6,6 +6,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+from bashgym.trainers import runner
 from bashgym.trainers.artifacts import apply_retention
 from bashgym.trainers.distributed import RankInfo
 from bashgym.trainers.rundir import EXIT_FAILED, RunDirectory
@@ -75,3 +77,29 @@ def test_a_resume_with_another_world_size_is_refused_before_the_model_loads(tmp_
     assert code == EXIT_FAILED
     error = run.read_state()["error"]
     assert "checkpoint-10 was written by 2 processes and this run has 1" in error, error
+
+
+def test_ddp_s_error_for_an_unused_weight_says_which_request_field_to_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scaled-out dense model skips DDP's search for unused weights (speed settings); a model that does leave one
+    unused fails at the next step with DDP's error, which names DDP's argument, not the request's field."""
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"text": "ls -la"}))
+    request = {"strategy": "sft", "base_model": "m", "dataset_path": str(data)}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+
+    def ddp_fails(*args: object, **kwargs: object) -> int:
+        raise RuntimeError(
+            "Expected to have finished reduction in the prior iteration before starting a new one. This error "
+            "indicates that your module has parameters that were not used in producing loss. You can enable unused "
+            "parameter detection by passing the keyword argument `find_unused_parameters=True` to "
+            "`torch.nn.parallel.DistributedDataParallel`"
+        )
+
+    monkeypatch.setattr(runner, "_train", ddp_fails)
+    run = RunDirectory(tmp_path, protocol=io.StringIO())
+    assert run_training(run, resume=False, environ={}, flags=ControlFlags()) == EXIT_FAILED
+    error = run.read_state()["error"]
+    assert error.startswith("A step left some trainable weights unused, and this run skipped DDP's search for them; ")
+    assert "send the request again with find_unused_parameters true. RuntimeError: Expected to have" in error

@@ -1,9 +1,9 @@
 """Pause and stop act at a step boundary every rank agrees on, and a request is never lost on the way.
 
-A scaled-out run's ranks agree on their flags with one all-reduce per step. Here the other rank is played by a
-stand-in for `torch.distributed.all_reduce`, because the moment a signal lands must be chosen exactly: CPython
-runs a signal handler when the C call it interrupted returns, so a pause sent while the ranks agree sets the
-flag after this rank has read it.
+A scaled-out run's ranks agree on their flags with one all-reduce per step, and read the agreement at the next
+step. Here the other rank is played by a stand-in for `torch.distributed.all_reduce`, because the moment a signal
+lands must be chosen exactly: CPython runs a signal handler when the C call it interrupted returns, so a pause
+sent while the ranks agree sets the flag after this rank has read it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from bashgym.trainers.control import ControlCallback
+from bashgym.trainers.readback import HostCopy
 from bashgym.trainers.signals import ControlFlags
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
@@ -44,7 +45,7 @@ def args(tmp_path: Path) -> TrainingArguments:
     return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
 
 
-def test_a_pause_that_lands_while_the_ranks_agree_is_acted_on_at_the_next_step(
+def test_a_pause_that_lands_while_the_ranks_agree_is_carried_by_the_next_agreement(
     monkeypatch: pytest.MonkeyPatch, args: TrainingArguments
 ) -> None:
     flags = ControlFlags()
@@ -56,11 +57,12 @@ def test_a_pause_that_lands_while_the_ranks_agree_is_acted_on_at_the_next_step(
 
     two_ranks(monkeypatch, None, during=signal_lands)
     callback = ControlCallback(flags)
-    first = step_end(callback, args)
-    assert not first.should_training_stop, "both ranks read their flags before the pause landed"
-    assert flags.acted_on is None
+    assert not step_end(callback, args).should_training_stop, "no earlier step to have agreed on anything"
     second = step_end(callback, args)
-    assert second.should_training_stop and second.should_save, "the pause was lost in the agreement"
+    assert not second.should_training_stop, "both ranks read their flags before the pause landed"
+    assert flags.acted_on is None
+    third = step_end(callback, args)
+    assert third.should_training_stop and third.should_save, "the pause was lost in the agreement"
     assert flags.acted_on == "pause"
 
 
@@ -69,7 +71,9 @@ def test_a_peer_s_pause_pauses_this_rank_at_the_same_step(
 ) -> None:
     flags = ControlFlags()
     two_ranks(monkeypatch, [1, 0])
-    control = step_end(ControlCallback(flags), args)
+    callback = ControlCallback(flags)
+    assert not step_end(callback, args).should_training_stop
+    control = step_end(callback, args)
     assert control.should_training_stop and control.should_save
     assert flags.acted_on == "pause" and not flags.pause, "acted on the agreement; this rank was never asked"
 
@@ -79,11 +83,30 @@ def test_a_stop_ends_training_without_a_checkpoint_and_a_pause_wins_over_it(
 ) -> None:
     two_ranks(monkeypatch, [0, 1])
     flags = ControlFlags()
-    control = step_end(ControlCallback(flags), args)
+    callback = ControlCallback(flags)
+    step_end(callback, args)
+    control = step_end(callback, args)
     assert control.should_training_stop and not control.should_save and flags.acted_on == "stop"
     both = ControlFlags(pause=True)
-    control = step_end(ControlCallback(both), args)
+    callback = ControlCallback(both)
+    step_end(callback, args)
+    control = step_end(callback, args)
     assert control.should_save and both.acted_on == "pause"
+
+
+def test_a_step_reads_the_last_step_s_agreement_only_after_queuing_its_own(
+    monkeypatch: pytest.MonkeyPatch, args: TrainingArguments
+) -> None:
+    """Read at once, the agreement would make every rank wait for its GPU to finish the step, at every step; read
+    after the next step's collective is queued, the GPU has that step to run while the host waits."""
+    order: list[str] = []
+    two_ranks(monkeypatch, [0, 0], during=lambda: order.append("agree"))
+    read = HostCopy.read
+    monkeypatch.setattr(HostCopy, "read", lambda copy: order.append("read") or read(copy))
+    callback = ControlCallback(ControlFlags())
+    for _ in range(3):
+        step_end(callback, args)
+    assert order == ["agree", "agree", "read", "agree", "read"]
 
 
 def test_one_process_acts_on_its_own_flags_and_on_nothing_else(args: TrainingArguments) -> None:

@@ -43,7 +43,7 @@ def request(**fields: object) -> TrainingRequest:
 def test_every_speed_setting_defaults_to_auto() -> None:
     r = request()
     assert (r.compile, r.packing, r.liger, r.bf16, r.fused_adamw, r.gradient_checkpointing) == ("auto",) * 6
-    assert (r.dataloader_workers, r.pin_memory) == ("auto", "auto")
+    assert (r.dataloader_workers, r.pin_memory, r.find_unused_parameters) == ("auto",) * 3
 
 
 def test_a_misspelt_speed_field_is_refused_with_the_right_name() -> None:
@@ -152,3 +152,39 @@ def test_forced_settings_are_recorded_as_requested() -> None:
     assert record["compile"] == "on -> on (requested)"
     assert record["dataloader_workers"] == "3 -> 3 (requested)"
     assert record["bf16"] == "off -> off (requested)"
+
+
+def test_a_scaled_out_dense_model_skips_ddp_s_search_for_unused_weights() -> None:
+    """transformers asks DDP to search for unused weights whenever gradient checkpointing is off: a walk of the
+    autograd graph and a read back from the GPU in every backward. A dense model reaches every weight each step."""
+    two = {"num_processes": 2}
+    assert (
+        plan_speed(request(), H200, REFERENCE).record()["find_unused_parameters"] == "auto -> off (one process: no DDP)"
+    )
+    plan = plan_speed(request(**two), H200, REFERENCE)
+    assert plan.record()["find_unused_parameters"] == (
+        "auto -> off (a dense model: every weight takes part in each step)"
+    )
+    assert plan.training_args()["ddp_find_unused_parameters"] is False
+    moe = ModelShape(**{**REFERENCE.__dict__, "sometimes_unused": "num_experts"})
+    plan = plan_speed(request(**two), H200, moe)
+    assert plan.record()["find_unused_parameters"] == (
+        "auto -> on (num_experts in the model's config: a step may leave weights unused)"
+    )
+    assert plan.training_args()["ddp_find_unused_parameters"] is True
+    checkpointed = plan_speed(request(**two, gradient_checkpointing=True), H200, moe).record()
+    assert checkpointed["find_unused_parameters"] == (
+        "auto -> off (gradient checkpointing on: transformers leaves the search off beside it)"
+    )
+    forced = plan_speed(request(**two, find_unused_parameters=True), H200, REFERENCE).record()
+    assert forced["find_unused_parameters"] == "on -> on (requested)"
+
+
+def test_a_model_s_config_says_which_parts_a_step_may_leave_unused(tmp_path: Path) -> None:
+    from bashgym.trainers.tiny import build_tiny
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny(tmp_path / "tiny"))
+    assert ModelShape.of(model, use_lora=False).sometimes_unused is None
+    model.config.num_local_experts = 8
+    assert ModelShape.of(model, use_lora=False).sometimes_unused == "num_local_experts"

@@ -10,10 +10,12 @@ from typing import Any, cast
 
 import torch
 from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.readback import HostCopy, to_device
 from bashgym.trainers.rundir import RunDirectory
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.strategies import eval_args
 from datasets import Dataset
+from transformers.training_args import ParallelMode
 from trl import SFTConfig, SFTTrainer
 
 
@@ -158,13 +160,25 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
             control = self.control
             control.should_log = should_log  # reporting a log clears the flag; this step's is still due
         due = control.should_log and state.global_step > self._globalstep_last_logged
-        if due and not waits_anyway and self.accelerator.num_processes == 1 and torch.is_tensor(tr_loss):
+        if due and not waits_anyway and torch.is_tensor(tr_loss):
+            # Every rank gets here at the same step, so the collectives of a scaled-out run (gathering the loss,
+            # the token count and the FLOPs, as transformers and TRL would as they log) are issued here, in step;
+            # only reading their results back waits for the next step, and that read is each rank's own.
+            scaled_out = self.accelerator.num_processes > 1
             metrics = {key: list(values) for key, values in self._metrics["train"].items() if key != "num_tokens"}
+            flos = None
+            if self.args.parallel_mode == ParallelMode.DISTRIBUTED:  # what store_flos sums, left unread
+                flos = self.accelerator.gather(to_device([float(self.current_flos)], self.args.device)).sum()
+                self.current_flos = 0
+            else:
+                self.store_flos()
+            loss = tr_loss.detach()
             self._pending = _PendingLog(
-                loss=tr_loss.detach().clone(),
+                loss=self.accelerator.gather(loss.reshape(1)).mean() if scaled_out else loss.clone(),
                 grad_norm=grad_norm,
                 metrics=metrics,
-                tokens=self._untallied_tokens,
+                tokens=self._take_untallied_tokens(),
+                flos=flos,
                 steps=state.global_step - self._globalstep_last_logged,
                 learning_rate=self._get_learning_rate() if learning_rate is None else learning_rate,
                 state=state,
@@ -172,9 +186,7 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
             )
             tr_loss -= tr_loss
             self._metrics["train"].clear()
-            self._untallied_tokens = 0
             self._globalstep_last_logged = state.global_step  # so transformers' own log is not due
-            self.store_flos()
         super()._maybe_log_save_evaluate(
             tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time, learning_rate=learning_rate
         )
@@ -183,8 +195,10 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        loss_sum, grad_norm, metrics, tokens = pending.read()
+        loss_sum, grad_norm, metrics, tokens, flos = pending.read()
         self._total_loss_scalar += loss_sum
+        if flos is not None:
+            self.state.total_flos += flos
         logs = {"loss": loss_sum / pending.steps}
         if grad_norm is not None:
             logs["grad_norm"] = grad_norm
@@ -210,12 +224,19 @@ class DeviceMetricsSFTTrainer(SFTTrainer):
             metrics["num_tokens"] = [self._tally_tokens()]
         super().log(logs, start_time)
 
-    def _tally_tokens(self) -> int:
+    def _take_untallied_tokens(self) -> torch.Tensor | int:
+        """The tokens trained on since the last log, over every rank (then a collective, which every rank calls at
+        the same step)."""
         untallied, self._untallied_tokens = self._untallied_tokens, 0
         if self.accelerator.num_processes > 1:
-            count = torch.as_tensor(untallied, device=self.accelerator.device).reshape(1)
+            count = (
+                untallied.reshape(1) if torch.is_tensor(untallied) else to_device([untallied], self.accelerator.device)
+            )
             untallied = self.accelerator.gather(count).sum()
-        self._total_train_tokens += int(untallied) // self._tp_size
+        return untallied
+
+    def _tally_tokens(self) -> int:
+        self._total_train_tokens += int(self._take_untallied_tokens()) // self._tp_size
         return int(self._total_train_tokens)
 
     def discard_step_metrics(self) -> None:
@@ -236,6 +257,7 @@ class _PendingLog:
         grad_norm: torch.Tensor | float | None,
         metrics: dict[str, list[Any]],
         tokens: torch.Tensor | int,
+        flos: torch.Tensor | None,
         steps: int,
         learning_rate: float,
         state: Any,
@@ -246,31 +268,22 @@ class _PendingLog:
         self.floats: dict[str, list[Any]] = {"loss": [loss], **metrics}
         if grad_norm is not None:
             self.floats["grad_norm"] = [grad_norm]
+        if flos is not None:
+            self.floats["flos"] = [flos]  # float32, as transformers sums it
         on_device = [v for values in self.floats.values() for v in values if torch.is_tensor(v)]
-        on_gpu = loss.is_cuda
         # One copy for the float32 values and one for a token tally kept on the device (a packed run counts on
-        # the host): each reads back exactly as `.item()` would. Pinned memory lets a copy skip the queue's wait.
-        self.host_floats = self._copy(torch.stack([v.detach().float().reshape(()) for v in on_device]), on_gpu)
-        self.tokens: torch.Tensor | int = self._copy(tokens.reshape(1), on_gpu) if torch.is_tensor(tokens) else tokens
-        self.ready: torch.cuda.Event | None = None
-        if on_gpu:
-            self.ready = torch.cuda.Event()
-            self.ready.record()
+        # the host): each reads back exactly as `.item()` would.
+        self.host_floats = HostCopy(torch.stack([v.detach().float().reshape(()) for v in on_device]))
+        self.tokens: HostCopy | int = HostCopy(tokens.reshape(1)) if torch.is_tensor(tokens) else tokens
 
-    def read(self) -> tuple[float, float | None, dict[str, list[float]], int]:
-        """(loss summed over its steps, gradient norm, TRL's metrics, tokens) as numbers."""
-        if self.ready is not None:
-            self.ready.synchronize()  # the copy alone: the work queued after it keeps the GPU busy
-        read = iter(self.host_floats.tolist())
+    def read(self) -> tuple[float, float | None, dict[str, list[float]], int, float | None]:
+        """(loss summed over its steps, gradient norm, TRL's metrics, tokens, a scaled-out run's FLOPs) as
+        numbers."""
+        read = iter(self.host_floats.read())  # the copy alone: the work queued after it keeps the GPU busy
         floats = {key: [next(read) if torch.is_tensor(v) else v for v in values] for key, values in self.floats.items()}
-        grad_norm = floats.pop("grad_norm", [None])[0]
-        tokens = self.tokens.tolist()[0] if torch.is_tensor(self.tokens) else self.tokens
-        return floats.pop("loss")[0], grad_norm, floats, tokens
-
-    @staticmethod
-    def _copy(values: torch.Tensor, on_gpu: bool) -> torch.Tensor:
-        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=on_gpu)
-        return host.copy_(values, non_blocking=on_gpu)
+        grad_norm, flos = floats.pop("grad_norm", [None])[0], floats.pop("flos", [None])[0]
+        tokens = self.tokens.read()[0] if isinstance(self.tokens, HostCopy) else self.tokens
+        return floats.pop("loss")[0], grad_norm, floats, tokens, flos
 
     @contextlib.contextmanager
     def as_of(self, state: Any) -> Iterator[None]:
