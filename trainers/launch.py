@@ -113,12 +113,32 @@ def _launch(run: RunDirectory, command: list[str], machine_rank: int) -> int:
     except ChildFailedError as exc:
         return _after_failure(run, exc.failures, machine_rank)
     except SignalException as exc:
-        # Asked to stop (or pause): torch's launcher passed the signal on and waited for the ranks to end.
-        print(f"launcher: {exc.sigval.name}; the ranks were stopped", flush=True)
-        return OUTCOME.get(str(run.read_state().get("status")), EXIT_CANCELLED)
+        return _after_signal(run, exc.sigval)
+    except SystemExit as exc:
+        # accelerate 1.16 and later catch torch's SignalException themselves and exit 128 + the signal's number.
+        signum = _signal_of_exit(exc.code)
+        if signum is None:
+            raise
+        return _after_signal(run, signum)
     # Every rank exited 0, also when they paused or stopped together; rank 0's state says which (another
     # machine has none, and its outcome is machine 0's).
     return OUTCOME.get(str(run.read_state().get("status")), EXIT_COMPLETED)
+
+
+def _after_signal(run: RunDirectory, signum: signal.Signals) -> int:
+    """Asked to stop: torch's launcher passed the signal on to the ranks and waited for them to end."""
+    print(f"launcher: {signum.name}; the ranks were stopped", flush=True)
+    return OUTCOME.get(str(run.read_state().get("status")), EXIT_CANCELLED)
+
+
+def _signal_of_exit(code: object) -> signal.Signals | None:
+    """The signal a launcher's exit code `128 + N` reports, or None for any other exit."""
+    if not isinstance(code, int) or code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128)
+    except ValueError:
+        return None
 
 
 def _after_failure(run: RunDirectory, failures: dict[int, Any], machine_rank: int) -> int:
