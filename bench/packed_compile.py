@@ -39,7 +39,7 @@ def child(kernel: str, steps: int, out: Path) -> None:
         from tests import varlen_standin
 
         varlen_standin.install()
-    gpu_sft.TINY = dataclasses.replace(gpu_sft.TINY, warmup_steps=2, timed_steps=steps - 2)  # --steps' help
+    gpu_sft.TINY = dataclasses.replace(gpu_sft.TINY, warmup_steps=2, timed_steps=steps - 2)  # the first two warm up
     fields = ["--set", "compile=true", "--set", "packing=true"]
     gpu_sft.main(
         ["--tiny", "--variable-lengths", "--trainers", "bashgym", "--methods", "full", *fields, "--out", str(out)]
