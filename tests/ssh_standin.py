@@ -98,6 +98,8 @@ class _Peer:
 
     def env(self, process: asyncssh.SSHServerProcess[bytes]) -> dict[str, str]:
         base = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(self.home), "LANG": "C.UTF-8"}
+        if "OMP_NUM_THREADS" in os.environ:  # the device's login environment keeps the suite's thread limit
+            base["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
         return {**base, **process.env}
 
     async def run_exec(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
