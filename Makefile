@@ -18,7 +18,7 @@ demo: $(STAMP)  # the whole loop on a fresh demo home, 3 to 6 minutes on 2 cores
 	$(BIN)/bashgym demo $(DEMO_ARGS)
 
 # Two workers, one test file each at a time (a file's tests share module fixtures and run in order):
-# 9 to 17 minutes on 2 cores (16:06 for 890 tests on 2026-12-02; tests/conftest.py gives torch one thread per process).
+# 9 to 18 minutes on 2 cores (16:06 and 17:41 on 2026-12-02; tests/conftest.py gives torch one thread per process).
 # TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 

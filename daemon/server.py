@@ -154,7 +154,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
             ) as ledger,
             TrainingService(settings, ledger, environ) as training,
-            EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir)) as evaluations,
+            EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir), environ) as evaluations,
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
             CampaignRunner(settings, ledger, training, evaluations),
             _console_channel(settings, ledger, environ),

@@ -110,9 +110,18 @@ class Supervisor:
     stops_with_daemon = True
 
     def __init__(
-        self, handle: RunHandle, ledger: Ledger, actor: Actor, python: str, grace_s: float, gpus: int = 0
+        self,
+        handle: RunHandle,
+        ledger: Ledger,
+        actor: Actor,
+        python: str,
+        grace_s: float,
+        gpus: int = 0,
+        *,
+        threads: int | None = None,
     ) -> None:
         self.handle = handle
+        self.threads = threads  # torch threads of a local trainer (settings.local_thread_limit); None: its default
         self.gpus = gpus
         self.ledger = ledger
         self.actor = actor
@@ -133,8 +142,10 @@ class Supervisor:
 
     def command(self, request: TrainingRequest) -> list[str]:
         """One trainer process; a scaled-out run's launcher, which starts the ranks through `accelerate launch`."""
-        module = "bashgym.trainers.launch" if request.is_distributed else "bashgym.trainers"
-        return [self.python, "-u", "-m", module, str(self.handle.run_dir)]
+        if request.is_distributed:  # accelerate splits the cores over the ranks itself
+            return [self.python, "-u", "-m", "bashgym.trainers.launch", str(self.handle.run_dir)]
+        threads = [] if self.threads is None else ["--threads", str(self.threads)]
+        return [self.python, "-u", "-m", "bashgym.trainers", str(self.handle.run_dir), *threads]
 
     async def run(self, *, resume: bool) -> str:
         """Spawn, follow to the end, record the outcome; return the final status."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import secrets
 import sys
 from collections.abc import AsyncIterator, Coroutine
@@ -18,7 +19,7 @@ from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
-from bashgym.daemon.settings import Settings
+from bashgym.daemon.settings import Settings, local_thread_limit
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.ledger import Ledger
@@ -45,6 +46,7 @@ class TrainingService:
         self.settings = settings
         self.ledger = ledger
         self._nemo_key = (environ or {}).get(settings.nemo_api_key_env) or None
+        self._threads = local_thread_limit(settings, environ or {}, os.cpu_count() or 1)
         self._slots = asyncio.Semaphore(settings.local_slots)
         self._device_slots: dict[str, asyncio.Semaphore] = {}
         self._active: dict[str, Supervisor] = {}
@@ -413,7 +415,9 @@ class TrainingService:
             correlation_id=actor.correlation_id,
         )
         python = self.settings.trainer_python or sys.executable
-        return Supervisor(handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus)
+        return Supervisor(
+            handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus, threads=self._threads
+        )
 
     async def _remote_supervisor(self, handle: RunHandle, actor: Actor, lane: LaneState) -> Supervisor:
         system = Actor(

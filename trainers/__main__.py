@@ -13,7 +13,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bashgym.trainers")
     parser.add_argument("run_dir", type=Path, help="run directory holding request.json")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (the daemon splits the cores when local runs share them)"
+    )
     args = parser.parse_args(argv)
+    if args.threads:  # before torch is imported; what this process starts (verifier sandboxes) inherits it
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     run_dir: Path = args.run_dir.resolve()
     if not (run_dir / "request.json").is_file():
         print(f"error: {run_dir}/request.json does not exist.", file=sys.stderr)

@@ -48,6 +48,7 @@ class Machine:
     memory_bytes: int  # the GPU's when there is one, else the host's
     cpu_count: int
     has_liger: bool
+    threads: int = 1  # torch's CPU threads in this process
 
     @classmethod
     def detect(cls) -> Machine:
@@ -62,6 +63,7 @@ class Machine:
             cpu_count=os.cpu_count() or 1,
             # Liger's kernels are Triton programs: without Triton the package imports but cannot run.
             has_liger=all(importlib.util.find_spec(name) is not None for name in ("liger_kernel", "triton")),
+            threads=torch.get_num_threads(),
         )
 
 
@@ -209,6 +211,18 @@ def resolve_pin_memory(requested: object, machine: Machine) -> Choice:
     if choice := forced(requested):
         return choice
     return Choice("auto", True, "copies to the GPU overlap the step")
+
+
+def resolve_threads(machine: Machine) -> Choice:
+    """torch's CPU threads: not a request field. The daemon limits them when several local runs share the host's
+    cores (settings.local_thread_limit, the trainer's --threads), and so does an OMP_NUM_THREADS it was given."""
+    if machine.threads < machine.cpu_count:
+        return Choice(
+            "auto",
+            machine.threads,
+            f"{machine.threads} of {machine.cpu_count} CPUs: OMP_NUM_THREADS, or the daemon's share",
+        )
+    return Choice("auto", machine.threads, f"torch's default on {machine.cpu_count} CPUs")
 
 
 def resolve_workers(requested: object, machine: Machine) -> Choice:
@@ -368,6 +382,7 @@ def plan_speed(
             "gradient_checkpointing": checkpointing,
             "dataloader_workers": resolve_workers(request.dataloader_workers, machine),
             "pin_memory": resolve_pin_memory(request.pin_memory, machine),
+            "cpu_threads": resolve_threads(machine),
             "find_unused_parameters": resolve_find_unused(
                 request.find_unused_parameters, request, shape, checkpointing=checkpointing.used is True
             ),
