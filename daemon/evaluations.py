@@ -15,7 +15,7 @@ from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.lanes import read_from
 from bashgym.daemon.model_sources import local_model_dir, run_model_dir
-from bashgym.daemon.settings import Settings, local_thread_limit
+from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device, RemoteRun
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
@@ -112,11 +112,9 @@ class CompareBody(BaseModel):
 class EvaluationService:
     """Owns the evaluator child processes; their results are recorded when they finish."""
 
-    def __init__(
-        self, settings: Settings, ledger: Ledger, blobs: BlobStore, environ: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, ledger: Ledger, blobs: BlobStore, *, threads: int | None = None) -> None:
         self.settings = settings
-        self.threads = local_thread_limit(settings, environ or {}, os.cpu_count() or 1)
+        self.threads = threads  # each local evaluator's torch threads (settings.local_thread_limit)
         self.ledger = ledger
         self.blobs = blobs
         self.jobs: dict[str, dict[str, Any]] = {}

@@ -25,7 +25,7 @@ from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.notices import ConsoleNotifier, NoticeRenderer
 from bashgym.daemon.scheduler import ReportScheduler
-from bashgym.daemon.settings import Settings
+from bashgym.daemon.settings import Settings, local_thread_limit
 from bashgym.daemon.sinks import SinkForwarder
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
@@ -144,6 +144,7 @@ def _bind(settings: Settings) -> tuple[socket.socket, str, dict[str, object]]:
 async def main(settings: Settings, environ: dict[str, str]) -> int:
     """Run until SIGTERM/SIGINT; return the exit code."""
     started = time.monotonic()
+    threads = local_thread_limit(settings, environ, os.cpu_count() or 1)  # local trainers and evaluators share it
     lock = HomeLock(settings.lock_path)
     lock.acquire()
     sock: socket.socket | None = None
@@ -153,8 +154,8 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             await Ledger.open(
                 settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
             ) as ledger,
-            TrainingService(settings, ledger, environ) as training,
-            EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir), environ) as evaluations,
+            TrainingService(settings, ledger, environ, threads=threads) as training,
+            EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir), threads=threads) as evaluations,
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
             CampaignRunner(settings, ledger, training, evaluations),
             _console_channel(settings, ledger, environ),

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import secrets
 import sys
 from collections.abc import AsyncIterator, Coroutine
@@ -19,7 +18,7 @@ from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
-from bashgym.daemon.settings import Settings, local_thread_limit
+from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.ledger import Ledger
@@ -42,11 +41,13 @@ class BudgetExceeded(RuleRejected):
 class TrainingService:
     """Owns every supervisor task; leaving its `async with` stops the trainers it started."""
 
-    def __init__(self, settings: Settings, ledger: Ledger, environ: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, ledger: Ledger, environ: dict[str, str] | None = None, *, threads: int | None = None
+    ) -> None:
         self.settings = settings
         self.ledger = ledger
         self._nemo_key = (environ or {}).get(settings.nemo_api_key_env) or None
-        self._threads = local_thread_limit(settings, environ or {}, os.cpu_count() or 1)
+        self._threads = threads  # each local trainer's torch threads (settings.local_thread_limit); None: its default
         self._slots = asyncio.Semaphore(settings.local_slots)
         self._device_slots: dict[str, asyncio.Semaphore] = {}
         self._active: dict[str, Supervisor] = {}
