@@ -88,17 +88,21 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
 
 
 def test_results_on_different_suites_do_not_compare(evidence_daemon: RunningDaemon, trained: str) -> None:
+    # Both results are made here, so the test stands alone (with -k, or in any order within the file).
     with evidence_daemon.client() as client:
-        assert client.post(f"/v1/projects/{PROJECT}/eval-suites", json=suite("other-suite")).status_code in {200, 201}
-        other = client.post(
-            f"/v1/projects/{PROJECT}/eval-results",
-            json={"suite_id": "other-suite", "run_id": trained, "metrics": {"pass_at_1": 0.5}},
-        ).json()["record"]
-        listing = client.get(f"/v1/projects/{PROJECT}/evaluations", params={"suite": "bash-tasks-v1"}).json()
-        ours = listing["results"][0]["result_id"]
+        results = {}
+        for suite_id in ("this-suite", "other-suite"):
+            registered = client.post(f"/v1/projects/{PROJECT}/eval-suites", json=suite(suite_id))
+            assert registered.status_code in {200, 201}, registered.text
+            posted = client.post(
+                f"/v1/projects/{PROJECT}/eval-results",
+                json={"suite_id": suite_id, "run_id": trained, "metrics": {"pass_at_1": 0.5}},
+            )
+            assert posted.status_code in {200, 201}, posted.text
+            results[suite_id] = posted.json()["record"]["result_id"]
         refused = client.post(
             f"/v1/projects/{PROJECT}/evaluations/compare",
-            json={"baseline_result_id": ours, "candidate_result_id": other["result_id"]},
+            json={"baseline_result_id": results["this-suite"], "candidate_result_id": results["other-suite"]},
         )
     assert refused.status_code == 422
     assert "exact same suite" in refused.json()["error"]["message"]
