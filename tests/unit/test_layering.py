@@ -109,4 +109,8 @@ def test_every_python_package_folder_is_listed_for_installation() -> None:
         for folder in PACKAGED
         for init in (ROOT / folder).rglob("__init__.py")
     }
-    assert found == listed
+    assert found <= listed, found - listed
+    # The rest are folders of package data whose names could be imported (setuptools warns unless they are listed).
+    for name in listed - found:
+        folder = ROOT.joinpath(*name.split(".")[1:])
+        assert folder.is_dir() and not list(folder.glob("*.py")), name
