@@ -347,6 +347,7 @@ class EvaluationService:
             "model": "gold" if job["gold"] else job["run_id"] or job["model_version_id"],
             "samples": summary["samples"],
             "isolation": summary["isolation"],
+            "cpu_threads": summary.get("cpu_threads"),  # the model's torch threads (None: gold, or an older evaluator)
             "per_task": {tid: {"family": t["family"], "pass@1": t["pass@1"]} for tid, t in overall["per_task"].items()},
             "by_family": overall["by_family"],
             "holdout_gate": summary["holdout_gate"],
@@ -395,6 +396,7 @@ class EvaluationService:
             "model": job["run_id"] or job["model_version_id"],
             "kind": summary["kind"],
             "dataset_sha256": data_sha,
+            "cpu_threads": summary.get("cpu_threads"),
             "per_task": {
                 tid: {"family": t["family"], "pass@1": t["pass@1"]}
                 for tid, t in summary["per_task"].items()

@@ -3,8 +3,9 @@ terminal-task suite in this process, every attempt in the sandbox.
 
 EVAL_DIR holds `eval_request.json`; the evaluator writes `attempts.jsonl` (one judged attempt per
 line), `summary.json` (pass@k, per-family breakdown, timeout and tamper rates, the holdout split,
-its contamination check and gate, the isolation obtained) and `evaluation.log`, and prints one JSON
-protocol line per event on stdout: `started`, `progress`, `completed`, `failed`.
+its contamination check and gate, the isolation obtained, the model's torch CPU threads) and
+`evaluation.log`, and prints one JSON protocol line per event on stdout: `started`, `progress`,
+`completed`, `failed`.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[st
     model, tokenizer = _load(request)
     emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run")
     summary = evaluate_rows(model, tokenizer, rows, max_new_tokens=request.max_new_tokens, emit=emit)
+    summary["cpu_threads"] = _torch_threads()
     (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
@@ -109,6 +111,14 @@ def _load(request: EvalRequest) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(request.model)
     model.eval()
     return model, tokenizer
+
+
+def _torch_threads() -> int:
+    """The CPU threads the model ran with: --threads (the daemon's share of the cores), OMP_NUM_THREADS, or
+    torch's default of one per core. Recorded, since runs sharing the cores each slow the other down."""
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
@@ -187,6 +197,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
         "model": request.model,
         "samples": request.samples,
         "isolation": {"level": isolation.level, "detail": isolation.detail},
+        "cpu_threads": None if request.model == GOLD else _torch_threads(),  # the gold solutions run no model
         "overall": overall,
         "holdout": holdout,
         "holdout_gate": gate,

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,19 +75,37 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     assert cli(trainer_daemon.env(), "ledger", "verify").code == 0
 
 
-def test_with_two_local_slots_a_trainer_gets_half_the_cores_and_records_it(tiny: Path, tmp_path: Path) -> None:
+def test_with_two_local_slots_a_trainer_and_an_evaluator_get_half_the_cores_and_record_it(
+    tiny: Path, tmp_path: Path
+) -> None:
     # With torch's thread per core in each, two runs sharing 2 cores took 82 ms a step instead of 17.
     # (An empty OMP_NUM_THREADS: the suite's own limit is not the daemon's.)
     env = {"BASHGYM_LOCAL_SLOTS": "2", "OMP_NUM_THREADS": ""}
     with running_daemon(tmp_path / "home", env=env) as daemon, daemon.client() as client:
         run = run_to_its_end(client, training_request(tiny, sft_data(tmp_path), max_steps=2))
-    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+        assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+        evaluation = evaluate_to_its_end(client, {"run_id": run["run_id"], "limit_tasks": 2, "max_new_tokens": 4})
+        results = client.get("/v1/projects/nightly/evaluations").json()["results"]
     profile = json.loads((tmp_path / "home" / "runs" / run["run_id"] / "model_profile.json").read_text())
     cpus = os.cpu_count() or 1
     threads = max(1, cpus // 2)
     assert cpus == 1 or profile["speed"]["cpu_threads"] == (
         f"auto -> {threads} ({threads} of {cpus} CPUs: OMP_NUM_THREADS, or the daemon's share)"
     )
+    assert evaluation["status"] == "completed", evaluation.get("error")
+    (result,) = [r for r in results if r["result_id"] == evaluation["result_id"]]
+    assert result["details"]["cpu_threads"] == threads
+
+
+def evaluate_to_its_end(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    started = client.post("/v1/projects/nightly/evaluations", json=body)
+    assert started.status_code == 202, started.text
+    evaluation_id = started.json()["evaluation_id"]
+    deadline = time.monotonic() + 100
+    while (job := client.get(f"/v1/projects/nightly/evaluations/{evaluation_id}").json())["status"] not in TERMINAL:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    return dict(job)
 
 
 def test_a_run_shorter_than_its_logging_interval_still_completes(
