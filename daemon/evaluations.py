@@ -307,7 +307,8 @@ class EvaluationService:
         await remote.open()
         try:
             await remote.upload(request, files, name="eval_request.json")
-            await remote.launch(resume=False, module="bashgym.trainers.evaluate")
+            share = ["--share-of", str(device.slots)] if device.slots > 1 else []  # runs there share its cores
+            await remote.launch(resume=False, module="bashgym.trainers.evaluate", args=share)
             offset = 0
             while True:
                 code = await remote.exit_code()

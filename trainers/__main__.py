@@ -8,17 +8,16 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from bashgym.trainers import cores
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bashgym.trainers")
     parser.add_argument("run_dir", type=Path, help="run directory holding request.json")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    parser.add_argument(
-        "--threads", type=int, help="torch CPU threads (the daemon splits the cores when local runs share them)"
-    )
+    cores.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.threads:  # before torch is imported; what this process starts (verifier sandboxes) inherits it
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    cores.limit_threads(args.threads, args.share_of, os.environ, os.cpu_count())  # before torch is imported
     run_dir: Path = args.run_dir.resolve()
     if not (run_dir / "request.json").is_file():
         print(f"error: {run_dir}/request.json does not exist.", file=sys.stderr)

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+from bashgym.trainers import cores
 from bashgym.trainers.signals import end_with_parent
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,14 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bashgym.trainers.evaluate")
     parser.add_argument("eval_dir", type=Path)
     parser.add_argument("--parent-pid", type=int, help="end with this process (the local daemon that started it)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (the daemon splits the cores)")
+    cores.add_arguments(parser)
     args = parser.parse_args(argv)
+    cores.limit_threads(args.threads, args.share_of, os.environ, os.cpu_count())  # before torch is imported
     if args.parent_pid is not None:
         end_with_parent(args.parent_pid)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     eval_dir: Path = args.eval_dir.resolve()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     log_fd = os.open(eval_dir / "evaluation.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

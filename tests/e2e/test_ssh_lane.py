@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -314,3 +315,37 @@ async def test_an_evaluation_runs_on_the_device_and_its_result_comes_home(lane: 
     assert result["metrics"]["pass@1"] == 1.0 and result["sample_count"] == 6
     assert result["details"]["canaries"]["guard_rate"] == 1.0
     assert not (lane.ssh.home / "work" / job["evaluation_id"]).exists(), "the device's copy is cleaned up"
+
+
+async def test_a_trainer_and_an_evaluator_on_a_device_with_two_slots_take_half_its_cores(
+    lane: Lane, tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon cannot know a device's cores: each run there divides them by the device's slots itself.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the device's login environment sets no limit of its own
+    await lane.api.post("/v1/devices", json=lane.device(slots=2))
+    await lane.api.post("/v1/devices/gpu1/preflight")
+    body = training_request(tiny, sft_data(tmp_path), max_steps=2, compute_target="ssh:gpu1")
+    started = (await lane.api.post("/v1/training/start", json=body)).json()
+    run = await lane.wait_for(started["project_id"], started["run_id"], TERMINAL)
+    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+    profile = json.loads((lane.home / "runs" / run["run_id"] / "model_profile.json").read_text())
+
+    evaluation = {"run_id": run["run_id"], "limit_tasks": 2, "max_new_tokens": 4, "compute_target": "ssh:gpu1"}
+    job = (await lane.api.post(f"/v1/projects/{started['project_id']}/evaluations", json=evaluation)).json()
+    async with asyncio.timeout(180):
+        while job["status"] in {"queued", "running"}:
+            await asyncio.sleep(0.3)
+            job = (
+                await lane.api.get(f"/v1/projects/{started['project_id']}/evaluations/{job['evaluation_id']}")
+            ).json()
+    assert job["status"] == "completed", job["error"]
+    results = (await lane.api.get(f"/v1/projects/{started['project_id']}/evaluations")).json()["results"]
+    (result,) = [r for r in results if r["result_id"] == job["result_id"]]
+
+    cpus = os.cpu_count() or 1
+    threads = max(1, cpus // 2)
+    assert any("--share-of 2" in command for command in lane.ssh.commands)
+    assert cpus == 1 or profile["speed"]["cpu_threads"] == (
+        f"auto -> {threads} ({threads} of {cpus} CPUs: OMP_NUM_THREADS, or the daemon's share)"
+    )
+    assert result["details"]["cpu_threads"] == threads

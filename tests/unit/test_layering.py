@@ -87,8 +87,15 @@ def test_no_module_but_settings_reads_the_environment() -> None:
     # Each process reads its environment once, at its entry point, and passes what it needs down: the
     # CLI (and so the daemon) through load_settings, a trainer through run_training, the bot through
     # load_bot_settings. A scaled-out run's launcher is a trainer's entry point too: it hands its pid to the
-    # ranks accelerate starts, through the environment they inherit.
-    assert sorted(readers) == ["bot/__main__.py", "daemon/cli.py", "trainers/__main__.py", "trainers/launch.py"]
+    # ranks accelerate starts, through the environment they inherit. The evaluator's entry point sets its torch
+    # threads there before torch loads.
+    assert sorted(readers) == [
+        "bot/__main__.py",
+        "daemon/cli.py",
+        "trainers/__main__.py",
+        "trainers/evaluate.py",
+        "trainers/launch.py",
+    ]
 
 
 def test_importing_daemon_and_bot_does_not_load_torch() -> None:

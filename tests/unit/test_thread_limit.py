@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from bashgym.daemon.settings import load_settings, local_thread_limit
+from bashgym.trainers.cores import limit_threads
 from bashgym.trainers.speed import Machine, resolve_threads
 
 
@@ -44,6 +45,36 @@ def test_the_trainer_takes_its_share_on_the_command_line_before_torch_loads() ->
     started = "from bashgym.trainers.__main__ import main; main(['/nonexistent'{}])"
     assert torch_threads_after(started.format(", '--threads', '1'")) == "1"
     assert torch_threads_after(started.format("")) == torch_threads_after("pass"), "no --threads: torch's default"
+
+
+def test_the_evaluator_takes_the_same_flags_before_torch_loads() -> None:
+    # It sets the threads first, then fails on the missing directory, before it moves its output to a log.
+    started = (
+        "from bashgym.trainers.evaluate import main\n"
+        "try: main(['/nonexistent', '--share-of', '{}'])\n"
+        "except OSError: pass"
+    )
+    cpus = os.cpu_count() or 1
+    assert torch_threads_after(started.format(cpus)) == "1"
+    assert torch_threads_after(started.format(1)) == torch_threads_after("pass"), "one slot: torch's default"
+
+
+def threads_set(threads: int | None, share_of: int | None, environ: dict[str, str], cpus: int) -> str | None:
+    limit_threads(threads, share_of, environ, cpus)
+    return environ.get("OMP_NUM_THREADS")
+
+
+@pytest.mark.parametrize(("share_of", "cpus", "expected"), [(2, 16, "8"), (3, 16, "5"), (4, 2, "1"), (2, 1, "1")])
+def test_a_device_with_several_slots_splits_its_own_cores(share_of: int, cpus: int, expected: str) -> None:
+    # The daemon cannot know an SSH device's cores; the trainer there divides them by the device's slots.
+    assert threads_set(None, share_of, {}, cpus) == expected
+
+
+def test_a_device_s_own_limit_one_slot_and_an_explicit_number_win() -> None:
+    assert threads_set(None, 2, {"OMP_NUM_THREADS": "6"}, 16) == "6", "the operator's limit on the host"
+    assert threads_set(None, 2, {"OMP_NUM_THREADS": ""}, 16) == "8", "an empty value sets nothing"
+    assert threads_set(None, 1, {}, 16) is None and threads_set(None, None, {}, 16) is None, "torch's default"
+    assert threads_set(3, 2, {"OMP_NUM_THREADS": "6"}, 16) == "3"
 
 
 def test_the_run_records_its_threads_and_whether_they_were_limited() -> None:
