@@ -307,8 +307,7 @@ class EvaluationService:
         await remote.open()
         try:
             await remote.upload(request, files, name="eval_request.json")
-            share = ["--share-of", str(device.slots)] if device.slots > 1 else []  # runs there share its cores
-            await remote.launch(resume=False, module="bashgym.trainers.evaluate", args=share)
+            await remote.launch(resume=False, module="bashgym.trainers.evaluate", args=device.core_share())
             offset = 0
             while True:
                 code = await remote.exit_code()

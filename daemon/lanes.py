@@ -91,8 +91,7 @@ class SshSupervisor(Supervisor):
     async def _start(self, request: TrainingRequest, *, resume: bool) -> None:
         # A scaled-out run starts its launcher, which starts the ranks on this device (accelerate launch).
         module = "bashgym.trainers.launch" if request.is_distributed else "bashgym.trainers"
-        # Runs sharing the device's cores split them (a scaled-out run's ranks are left to its launcher).
-        share = [] if request.is_distributed or self.device.slots < 2 else ["--share-of", str(self.device.slots)]
+        share = [] if request.is_distributed else self.device.core_share()  # a launcher's ranks are left to it
         pgid = await self.remote.launch(resume=resume, module=module, args=share)
         await self.lane.update(lane="ssh", device_id=self.device.device_id, pgid=pgid)
         log.info("Run %s started on %s (process group %d)", self.handle.run_id, self.device.device_id, pgid)

@@ -57,6 +57,11 @@ class Device:
     def from_record(cls, record: dict[str, Any]) -> Device:
         return cls(**{name: record[name] for name in cls.__dataclass_fields__})
 
+    def core_share(self) -> list[str]:
+        """A trainer's or evaluator's arguments on this device: with several slots, runs there share its cores,
+        which the daemon cannot count, so each takes cores / slots itself (trainers/cores.py)."""
+        return ["--share-of", str(self.slots)] if self.slots > 1 else []
+
     def shell_path(self, path: str) -> str:
         """A path for the remote shell: relative ones are under the login directory, as they are for SFTP."""
         return shlex.quote(path) if path.startswith("/") else f'"$HOME"/{shlex.quote(path)}'
