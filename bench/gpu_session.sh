@@ -6,7 +6,8 @@
 # go to $OUT (JSON lines appended as each training ends, so a run cut short keeps what it measured). Extra
 # arguments go to every gpu_sft.py run (`--tiny` rehearses the whole call on a CPU). Time left over first
 # measures what auto leaves off (BashGym's full fine-tune with Liger forced on beside torch.compile, into the same
-# files), then the compile cold start (bench/compile_cold_start.py).
+# files), then the evaluator on the GPU (bench/gpu_eval_check.py), then the compile cold start
+# (bench/compile_cold_start.py).
 #
 #   OUT=/tmp/out WHEELS=DIR bash bench/gpu_session.sh --tiny    # rehearsal here, under a minute
 #   bash bench/gpu_session.sh                                   # on the GPU host, repository root, .whl carried
@@ -63,6 +64,15 @@ if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/de
     run gpu_sft full 1 1 --trainers bashgym --set liger=true "$@"
 else
     echo "liger beside compile: not run, Liger needs a CUDA GPU"
+fi
+# Time to spare: the evaluator's placement (bench/gpu_eval_check.py), about 20 s. Held-out rows evaluated where
+# --device auto puts the tiny model (the GPU, bfloat16) against the CPU in float32; its line joins gpu_sft.jsonl.
+if [ $((deadline - SECONDS)) -ge 60 ]; then
+    HF_HUB_DISABLE_PROGRESS_BARS=1 timeout -k 10 90 python3 bench/gpu_eval_check.py --out "$out/gpu_sft.jsonl" \
+        >/dev/null 2>>"$out/device.txt"
+    echo "eval placement: exit $?"
+else
+    echo "eval placement: not run, $((deadline - SECONDS)) s left"
 fi
 grep -h -E '"check"|"trainer"|bashgym_over_trl' "$out"/gpu_sft*.jsonl 2>/dev/null
 

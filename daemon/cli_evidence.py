@@ -35,6 +35,12 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-holdout-pass-at-1", type=float, default=0.0, help="the holdout gate's pass@1 bar")
     parser.add_argument("--compute-target", default="local", help="local or ssh:<device_id>")
     parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where the model runs on that host: auto takes a CUDA GPU with room for it (bfloat16), else the CPU",
+    )
+    parser.add_argument(
         "--dataset-path", help="held-out rows of the method's data (generation match and loss, or preference accuracy)"
     )
 
@@ -54,6 +60,7 @@ async def eval_run(ctx: Ctx) -> int:
         "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
         "dataset_path": str(Path(a.dataset_path).expanduser().resolve()) if a.dataset_path else None,
         "compute_target": a.compute_target,
+        "device": a.device,
     }
     params = {"workspace": ctx.workspace}
     job = await ctx.client.request("POST", f"/v1/projects/{a.project}/evaluations", body=body, params=params)
@@ -79,11 +86,16 @@ async def eval_run(ctx: Ctx) -> int:
     shown_metrics = {k: round(v, 4) for k, v in sorted(result["metrics"].items())}
     isolation = (details.get("isolation") or {}).get("level", "withheld")
     canaries = (details.get("canaries") or {}).get("guard_rate")
-    return done(
-        ctx,
-        {"result_id": result["result_id"], **shown_metrics, "isolation": isolation, "canary_guard_rate": canaries},
-        title=f"Evaluation on {job['suite_id']}",
-    )
+    row = {"result_id": result["result_id"], **shown_metrics, "isolation": isolation, "canary_guard_rate": canaries}
+    return done(ctx, {**row, "ran_on": _ran_on(details.get("placement"))}, title=f"Evaluation on {job['suite_id']}")
+
+
+def _ran_on(placement: dict[str, Any] | None) -> str:
+    """`cuda bfloat16 (NVIDIA H200)`, `cpu float32`, or `no model` (the gold solutions)."""
+    if not placement:
+        return "no model"
+    gpu = f" ({placement['gpu']})" if placement.get("gpu") else ""
+    return f"{placement['device']} {placement['dtype']}{gpu}"
 
 
 def _compare_args(parser: argparse.ArgumentParser) -> None:

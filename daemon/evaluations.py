@@ -23,6 +23,7 @@ from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSui
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.evaluate import GOLD, EvalRequest
 from bashgym.trainers.evidence_math import paired_bootstrap
+from bashgym.trainers.placement import DeviceChoice
 from bashgym.trainers.terminal_tasks import SuiteDefinition, default_suite
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +71,8 @@ class EvalRunBody(BaseModel):
     # Held-out rows of the method's own data (absolute path on the daemon's host) instead of the task suite.
     dataset_path: str | None = None
     compute_target: str = "local"  # or ssh:<device_id>: the evaluator runs on that device
+    # Where on that host the model runs: auto takes a CUDA GPU with room for it (bfloat16), else the CPU (float32).
+    device: DeviceChoice = "auto"
 
 
 HELDOUT_CONTRACTS = {
@@ -163,6 +166,7 @@ class EvaluationService:
             temperature=body.temperature,
             seed=body.seed,
             min_holdout_pass_at_1=body.min_holdout_pass_at_1,
+            device=body.device,
         )
         device = await self._device_of(ws, body.compute_target)
         await asyncio.to_thread(_write, eval_dir / "eval_request.json", request.model_dump_json(indent=2))
@@ -175,6 +179,7 @@ class EvaluationService:
             "model_version_id": body.model_version_id,
             "gold": body.gold,
             "compute_target": body.compute_target,
+            "device": body.device,
             "status": "queued",
             "done": 0,
             "total": None,
@@ -348,6 +353,7 @@ class EvaluationService:
             "samples": summary["samples"],
             "isolation": summary["isolation"],
             "cpu_threads": summary.get("cpu_threads"),  # the model's torch threads (None: gold, or an older evaluator)
+            "placement": summary.get("placement"),  # device, dtype and why (None: gold, or an older evaluator)
             "per_task": {tid: {"family": t["family"], "pass@1": t["pass@1"]} for tid, t in overall["per_task"].items()},
             "by_family": overall["by_family"],
             "holdout_gate": summary["holdout_gate"],
@@ -397,6 +403,7 @@ class EvaluationService:
             "kind": summary["kind"],
             "dataset_sha256": data_sha,
             "cpu_threads": summary.get("cpu_threads"),
+            "placement": summary.get("placement"),
             "per_task": {
                 tid: {"family": t["family"], "pass@1": t["pass@1"]}
                 for tid, t in summary["per_task"].items()

@@ -3,7 +3,7 @@ terminal-task suite in this process, every attempt in the sandbox.
 
 EVAL_DIR holds `eval_request.json`; the evaluator writes `attempts.jsonl` (one judged attempt per
 line), `summary.json` (pass@k, per-family breakdown, timeout and tamper rates, the holdout split,
-its contamination check and gate, the isolation obtained, the model's torch CPU threads) and
+its contamination check and gate, the isolation obtained, the model's torch CPU threads and placement) and
 `evaluation.log`, and prints one JSON protocol line per event on stdout: `started`, `progress`,
 `completed`, `failed`.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.trainers import cores
+from bashgym.trainers.placement import DeviceChoice, Placement, device_of, place
 from bashgym.trainers.signals import end_with_parent
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +42,7 @@ class EvalRequest(BaseModel):
     split: Literal["all", "holdout"] = "all"
     min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
     limit_tasks: int | None = Field(None, ge=1)
+    device: DeviceChoice = "auto"  # auto: a CUDA GPU with room for the model (bfloat16), else the CPU (float32)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,15 +88,17 @@ def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[st
     if not request.dataset_path:
         raise ValueError("a held-out evaluation needs dataset_path")
     rows = load_rows(request.dataset_path)[: request.limit_tasks]
-    model, tokenizer = _load(request)
-    emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run")
+    model, tokenizer, placement = _load(request)
+    emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run", placement=placement.device)
     summary = evaluate_rows(model, tokenizer, rows, max_new_tokens=request.max_new_tokens, emit=emit)
     summary["cpu_threads"] = _torch_threads()
+    summary["placement"] = placement.to_json()
     (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def _load(request: EvalRequest) -> tuple[Any, Any]:
+def _load(request: EvalRequest) -> tuple[Any, Any, Placement]:
+    """The model and tokenizer, the model placed on the GPU or the CPU (`placement.place`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(request.model)
@@ -107,8 +111,10 @@ def _load(request: EvalRequest) -> tuple[Any, Any]:
         model = AutoPeftModelForCausalLM.from_pretrained(request.model)
     else:
         model = AutoModelForCausalLM.from_pretrained(request.model)
+    model, placement = place(model, request.device)
+    print(f"evaluating on {placement.device} in {placement.dtype}: {placement.reason}", flush=True)
     model.eval()
-    return model, tokenizer
+    return model, tokenizer, placement
 
 
 def _torch_threads() -> int:
@@ -136,9 +142,16 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
             rank.append((seen[task.task_family], position))
             seen[task.task_family] += 1
         tasks = [tasks[position] for _, position in sorted(rank)[: request.limit_tasks]]
-    generate = _gold if request.model == GOLD else _sampler(request)
+    generate, placement = (_gold, None) if request.model == GOLD else _sampler(request)
     isolation = probe_isolation()
-    emit("started", suite_id=suite.suite_id, tasks=len(tasks), samples=request.samples, isolation=isolation.level)
+    emit(
+        "started",
+        suite_id=suite.suite_id,
+        tasks=len(tasks),
+        samples=request.samples,
+        isolation=isolation.level,
+        placement=placement and placement.device,
+    )
     results = []
     # Attempts are independent (each has its own directories and watch), and mostly wait on the sandbox's
     # processes: a few run at once. Their records keep the order of tasks and samples.
@@ -196,6 +209,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
         "samples": request.samples,
         "isolation": {"level": isolation.level, "detail": isolation.detail},
         "cpu_threads": None if request.model == GOLD else _torch_threads(),  # the gold solutions run no model
+        "placement": placement and placement.to_json(),
         "overall": overall,
         "holdout": holdout,
         "holdout_gate": gate,
@@ -214,15 +228,15 @@ def _gold(tasks: list[Any], samples: int) -> list[list[tuple[str, int, int]]]:
     return [[(task.gold, 0, 0)] * samples for task in tasks]
 
 
-def _sampler(request: EvalRequest) -> Any:
+def _sampler(request: EvalRequest) -> tuple[Any, Placement]:
     """Sample `samples` completions per task from the model, a batch of prompts at a time; the command is
     the completion's fenced block or first line."""
     import torch
     from bashgym.trainers.terminal_tasks import task_prompt
     from bashgym.trainers.verifiers import extract_command
 
-    model, tokenizer = _load(request)
-    torch.manual_seed(request.seed)
+    model, tokenizer, placement = _load(request)
+    torch.manual_seed(request.seed)  # every device's generator
 
     def generate(tasks: list[Any], samples: int) -> list[list[tuple[str, int, int]]]:
         texts = [
@@ -233,7 +247,7 @@ def _sampler(request: EvalRequest) -> Any:
             )
             for t in tasks
         ]
-        batch: Any = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        batch: Any = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device_of(model))
         with torch.no_grad():
             output = model.generate(
                 **batch,
@@ -242,7 +256,7 @@ def _sampler(request: EvalRequest) -> Any:
                 max_new_tokens=request.max_new_tokens,
                 num_return_sequences=samples,
                 pad_token_id=tokenizer.pad_token_id,
-            )
+            ).cpu()  # one copy off the GPU, not one per sample
         width = int(batch["input_ids"].shape[1])
         answers: list[list[tuple[str, int, int]]] = []
         for i in range(len(tasks)):
@@ -255,7 +269,7 @@ def _sampler(request: EvalRequest) -> Any:
             answers.append(row)
         return answers
 
-    return generate
+    return generate, placement
 
 
 if __name__ == "__main__":

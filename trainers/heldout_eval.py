@@ -5,6 +5,8 @@ Rows take the dataset contracts' shapes: `messages` (the last assistant turn is 
 `prompt` with `completion` or `teacher_response`, `text` (loss only), and `prompt` with `chosen`
 and `rejected` (preference). For an adapter, the reward margin is against the base model with the
 adapter disabled, as DPO's implicit reward is; for full weights it is the raw log-likelihood margin.
+The model may sit on a GPU in bfloat16 (`placement.place`): inputs go to its device, and log-probabilities
+are taken in float32.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
+
+from bashgym.trainers.placement import device_of
 
 Emit = Callable[..., None]
 
@@ -81,7 +85,7 @@ def _session_rows(model: Any, tokenizer: Any, rows: list[dict[str, Any]], emit: 
     per_task: dict[str, dict[str, Any]] = {}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     for index, row in enumerate(rows):
-        batch = collate([encode(row, tokenizer, 1024)], pad)
+        batch = {k: v.to(device_of(model)) for k, v in collate([encode(row, tokenizer, 1024)], pad).items()}
         width = batch["target_ids"].size(1)
         with torch.no_grad():
             student = model(input_ids=batch["student_ids"], attention_mask=batch["student_mask"]).logits
@@ -106,12 +110,14 @@ def _session_rows(model: Any, tokenizer: Any, rows: list[dict[str, Any]], emit: 
 
 def _supervised(model: Any, tokenizer: Any, row: dict[str, Any], max_new_tokens: int) -> dict[str, Any]:
     prompt, reference = split_row(row)
+    device = device_of(model)
     if prompt is None:
-        ids = tokenizer(reference, return_tensors="pt")["input_ids"]
+        ids = tokenizer(reference, return_tensors="pt")["input_ids"].to(device)
         return {"nll": _nll(model, ids, 0)}
     prefix = str(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False))
-    prefix_ids = tokenizer(prefix, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    prefix_ids = tokenizer(prefix, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
     full_ids = tokenizer(prefix + (reference or ""), return_tensors="pt", add_special_tokens=False)["input_ids"]
+    full_ids = full_ids.to(device)
     output = model.generate(
         input_ids=prefix_ids,
         attention_mask=prefix_ids.new_ones(prefix_ids.shape),
@@ -135,7 +141,9 @@ def _preference(model: Any, tokenizer: Any, row: dict[str, Any]) -> dict[str, An
     prefix = str(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False))
     start = tokenizer(prefix, return_tensors="pt", add_special_tokens=False)["input_ids"].shape[1]
     ids = {
-        side: tokenizer(prefix + str(row[side]), return_tensors="pt", add_special_tokens=False)["input_ids"]
+        side: tokenizer(prefix + str(row[side]), return_tensors="pt", add_special_tokens=False)["input_ids"].to(
+            device_of(model)
+        )
         for side in ("chosen", "rejected")
     }
     policy = {side: -_nll(model, ids[side], start, mean=False) for side in ids}
@@ -151,7 +159,7 @@ def _preference(model: Any, tokenizer: Any, row: dict[str, Any]) -> dict[str, An
 
 def _nll(model: Any, ids: Any, start: int, *, mean: bool = True) -> float:
     """Negative log-likelihood of ids[start:] given what precedes it (mean per token, or the sum)."""
-    logits = model(input_ids=ids).logits[0, :-1]
+    logits = model(input_ids=ids).logits[0, :-1].float()
     targets = ids[0, 1:]
     log_probs = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     span = log_probs[max(start - 1, 0) :]

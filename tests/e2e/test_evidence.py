@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from bashgym.trainers.tiny import build_tiny
 
 from tests.factories import session_records, sft_data, suite, training_request
 from tests.helpers import RunningDaemon, cli, running_daemon
 
 PROJECT = "nightly"
+# Where an evaluation with the default --device auto puts the model on the machine running the tests.
+AUTO_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +64,20 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     assert gold["sample_count"] >= 80 and len(details["by_family"]) >= 10
     assert details["canaries"]["guard_rate"] == 1.0
     assert details["holdout_gate"]["passed"] and details["contamination"] == []
+    assert details["placement"] is None  # the gold solutions run no model
 
     tiny = evaluate(evidence_daemon, "--run", trained)
     print(f"tiny model pass@1 {tiny['metrics']['pass@1']} on the same suite")
     assert tiny["run_id"] == trained and tiny["attempt_id"] == f"{trained}.a1"
     assert 0.0 <= tiny["metrics"]["pass@1"] <= 1.0 and "holdout.pass@1" in tiny["metrics"]
+    placement = tiny["details"]["placement"]
+    assert placement["device"] == AUTO_DEVICE
+    assert AUTO_DEVICE == "cuda" or placement == {
+        "device": "cpu",
+        "dtype": "float32",
+        "reason": "no CUDA GPU",
+        "gpu": None,
+    }
 
     # The run's result is the candidate, the gold solutions the pinned baseline: a clear regression.
     env = evidence_daemon.env()
@@ -162,6 +174,7 @@ def test_a_run_is_evaluated_on_held_out_rows_of_its_own_method(
     assert result["suite_id"].startswith("heldout-generation-")
     assert {"exact_match", "normalized_match", "heldout_loss"} <= set(result["metrics"])
     assert result["sample_count"] == 6 and result["metrics"]["heldout_loss"] > 0
+    assert result["details"]["placement"]["device"] == AUTO_DEVICE
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(
         "".join(
@@ -175,6 +188,33 @@ def test_a_run_is_evaluated_on_held_out_rows_of_its_own_method(
     preference = evaluate(evidence_daemon, "--run", trained, "--dataset-path", str(pairs))
     assert preference["suite_id"].startswith("heldout-preference-")
     assert 0.0 <= preference["metrics"]["preference_accuracy"] <= 1.0 and "reward_margin" in preference["metrics"]
+
+
+def test_an_evaluation_runs_where_device_says_and_a_gpu_asked_of_a_host_without_one_fails_saying_so(
+    evidence_daemon: RunningDaemon, trained: str, tmp_path: Path
+) -> None:
+    env, rows = evidence_daemon.env(), str(sft_data(tmp_path, rows=2))
+    on_cpu = cli(env, "eval", "run", "--project", PROJECT, "--run", trained, "--dataset-path", rows, "--device", "cpu")
+    assert on_cpu.code == 0, on_cpu.stderr
+    shown = dict(line.split(None, 1) for line in on_cpu.stdout.splitlines()[1:])
+    assert shown["ran_on"] == "cpu float32", on_cpu.stdout  # the result says where its model ran
+    with evidence_daemon.client() as client:
+        listing = client.get(f"/v1/projects/{PROJECT}/evaluations").json()
+    result = next(r for r in listing["results"] if r["result_id"] == shown["result_id"])
+    assert result["details"]["placement"] == {
+        "device": "cpu",
+        "dtype": "float32",
+        "reason": "asked for cpu",
+        "gpu": None,
+    }
+    if torch.cuda.is_available():
+        return
+    refused = cli(
+        env, "eval", "run", "--project", PROJECT, "--run", trained, "--dataset-path", rows, "--device", "cuda"
+    )
+    assert refused.code == 7, refused.stdout + refused.stderr
+    assert "torch sees no CUDA GPU on this host" in refused.stdout + refused.stderr
+    assert "--device auto" in refused.stdout + refused.stderr
 
 
 def test_per_task_rows_of_a_protected_suite_open_only_with_eval_protected(

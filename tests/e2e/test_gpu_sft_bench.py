@@ -43,6 +43,13 @@ def test_the_tiny_cpu_check_measures_trl_and_bashgym_and_prints_the_ratio() -> N
     assert check["agrees"] and check["sequences"] > 1, check
 
 
+def test_the_evaluator_placement_check_says_where_auto_put_the_model_and_that_it_measures_the_same() -> None:
+    (check,) = run_bench("gpu_eval_check.py")
+    assert check["check"] == "eval_placement" and check["rows"] == 24
+    assert check["placement"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert check["agrees"] and check["heldout_loss"]["auto"] > 0, check
+
+
 def test_the_device_session_refuses_to_start_without_its_wheels(tmp_path: Path) -> None:
     proc = run_session(tmp_path / "out", tmp_path / "none", "--tiny")
     assert proc.returncode == 2
@@ -71,6 +78,9 @@ def test_the_device_session_measures_both_methods_on_both_lengths_into_out(tmp_p
         assert wheel_lines[0]["host_kept"][0].startswith("packaging ")
     # Liger's kernels need CUDA: the run with Liger forced on beside torch.compile is the GPU's alone.
     assert "liger beside compile: not run, Liger needs a CUDA GPU" in proc.stdout
+    assert "eval placement: exit 0" in proc.stdout
+    placed = [json.loads(line) for line in (tmp_path / "out" / "gpu_sft.jsonl").read_text().splitlines()]
+    assert [line["agrees"] for line in placed if line.get("check") == "eval_placement"] == [True]
     assert torch.__version__ in (tmp_path / "out" / "device.txt").read_text(), "the host's versions are recorded"
     # The time left over measured the compile cold start; eight files in all, the most a device call returns.
     assert len(list((tmp_path / "out").iterdir())) == 8

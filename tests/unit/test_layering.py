@@ -59,6 +59,7 @@ TORCH_FREE = (
     "bashgym.trainers.terminal_tasks",
     "bashgym.trainers.sandbox",
     "bashgym.trainers.evaluate",
+    "bashgym.trainers.placement",  # an evaluation's device choice (auto, cpu, cuda); torch loads only to place a model
     "bashgym.trainers.canaries",
     "bashgym.trainers.distributed",
     "bashgym.trainers.rundir",  # the run directory's layout: the checkpoint completion marker's name
