@@ -10,6 +10,7 @@ from typing import Any
 
 from bashgym.daemon.cli import Ctx, command, done
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
+from bashgym.trainers.placement import describe
 
 
 def _project(parser: argparse.ArgumentParser) -> None:
@@ -87,15 +88,7 @@ async def eval_run(ctx: Ctx) -> int:
     isolation = (details.get("isolation") or {}).get("level", "withheld")
     canaries = (details.get("canaries") or {}).get("guard_rate")
     row = {"result_id": result["result_id"], **shown_metrics, "isolation": isolation, "canary_guard_rate": canaries}
-    return done(ctx, {**row, "ran_on": _ran_on(details.get("placement"))}, title=f"Evaluation on {job['suite_id']}")
-
-
-def _ran_on(placement: dict[str, Any] | None) -> str:
-    """`cuda bfloat16 (NVIDIA H200)`, `cpu float32`, or `no model` (the gold solutions)."""
-    if not placement:
-        return "no model"
-    gpu = f" ({placement['gpu']})" if placement.get("gpu") else ""
-    return f"{placement['device']} {placement['dtype']}{gpu}"
+    return done(ctx, {**row, "ran_on": describe(details.get("placement"))}, title=f"Evaluation on {job['suite_id']}")
 
 
 def _compare_args(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSui
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.evaluate import GOLD, EvalRequest
 from bashgym.trainers.evidence_math import paired_bootstrap
-from bashgym.trainers.placement import DeviceChoice
+from bashgym.trainers.placement import DeviceChoice, ran_on
 from bashgym.trainers.terminal_tasks import SuiteDefinition, default_suite
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -459,6 +459,11 @@ class EvaluationService:
                 f"These results cannot be compared: {exc}",
                 hint="Evaluate both models on more of the suite (a larger --limit-tasks, or all of it).",
             ) from exc
+        # Where each side's model ran: bfloat16 on a GPU does not sample bit for bit as float32 on a CPU, so a
+        # comparison across placements says so (the notice shows it); "no model" is the gold solutions, and where
+        # a side's placement was not recorded (recorded elsewhere, or before placements were) nobody knows.
+        base_ran, cand_ran = ran_on(baseline.get("details") or {}, candidate.get("details") or {})
+        ran_alike = None if "not recorded" in {base_ran, cand_ran} else len({base_ran, cand_ran} - {"no model"}) <= 1
         suite = next((x for x in listing["suites"] if x["suite_id"] == baseline["suite_id"]), None)
         primary = suite["scoring_contract"]["primary_metric"] if suite else "pass@1"
         spec = ComparisonSpec(
@@ -468,7 +473,13 @@ class EvaluationService:
             delta=stats["delta"],
             ci_low=stats["ci_low"],
             ci_high=stats["ci_high"],
-            details={**stats, "paired_tasks": len(shared), "method": "paired cluster bootstrap by task_family"},
+            details={
+                **stats,
+                "paired_tasks": len(shared),
+                "method": "paired cluster bootstrap by task_family",
+                "ran_on": {"baseline": base_ran, "candidate": cand_ran},
+                "ran_alike": ran_alike,
+            },
         )
         return (await self.ledger.record_comparison(actor, ws, project, spec)).record
 

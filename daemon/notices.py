@@ -165,6 +165,9 @@ class NoticeRenderer:
             ("95% CI", f"[{_number(low)}, {_number(high)}]"),
             ("paired tasks", str((c.get("details") or {}).get("paired_tasks", ""))),
         ]
+        placements = (c.get("details") or {}).get("ran_on")
+        if placements and (c.get("details") or {}).get("ran_alike") is False:
+            fields.append(("ran on", f"baseline {placements['baseline']}; candidate {placements['candidate']}"))
         return outcome, f"Comparison on {c['suite_id']}", verdict, fields
 
     async def _decision(self, event: Event) -> Rendered | None:

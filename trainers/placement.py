@@ -82,6 +82,20 @@ def place(model: Any, requested: DeviceChoice) -> tuple[Any, Placement]:
     return model, placement
 
 
+def describe(placement: dict[str, Any] | None) -> str:
+    """A recorded placement in a few words: `cuda bfloat16 (NVIDIA H200)`, `cpu float32`, or `no model` (the
+    gold solutions run none)."""
+    if not placement:
+        return "no model"
+    gpu = f" ({placement['gpu']})" if placement.get("gpu") else ""
+    return f"{placement['device']} {placement['dtype']}{gpu}"
+
+
+def ran_on(*results_details: dict[str, Any]) -> list[str]:
+    """Where each result's model ran, `not recorded` for a result from before placements were recorded."""
+    return [describe(d["placement"]) if "placement" in d else "not recorded" for d in results_details]
+
+
 def device_of(model: Any) -> Any:
     """The device a placed model's inputs go to."""
     return next(model.parameters()).device

@@ -88,6 +88,29 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     assert compared.code == 0, compared.stderr
     comparison = compared.json()["record"] if "record" in compared.json() else compared.json()
     assert comparison["delta"] < 0 and comparison["ci_high"] < 0
+    ran_on = {"baseline": "no model", "candidate": f"{AUTO_DEVICE} {placement['dtype']}"}
+    assert comparison["details"]["ran_on"] == ran_on and comparison["details"]["ran_alike"] is True
+
+    # The same scores recorded as sampled on a GPU: a comparison across placements says so.
+    on_gpu = {"device": "cuda", "dtype": "bfloat16", "reason": "a CUDA GPU with room; bfloat16", "gpu": "NVIDIA H200"}
+    with evidence_daemon.client() as client:
+        posted = client.post(
+            f"/v1/projects/{PROJECT}/eval-results",
+            json={
+                "suite_id": tiny["suite_id"],  # no run: the RunCard below takes the run's own evaluation
+                "metrics": tiny["metrics"],
+                "details": {"per_task": tiny["details"]["per_task"], "placement": on_gpu},
+            },
+        )
+        assert posted.status_code in {200, 201}, posted.text
+        across = client.post(
+            f"/v1/projects/{PROJECT}/evaluations/compare",
+            json={"baseline_result_id": tiny["result_id"], "candidate_result_id": posted.json()["record"]["result_id"]},
+        )
+    assert across.status_code in {200, 201}, across.text
+    details = across.json()["details"]
+    assert details["ran_on"]["candidate"] == "cuda bfloat16 (NVIDIA H200)"
+    assert details["ran_alike"] is (AUTO_DEVICE == "cuda" and placement["gpu"] == "NVIDIA H200")
 
     card = cli(env, "runcard", "create", "--project", PROJECT, "--run", trained, "--limitation", "tiny model", "--json")
     assert card.code == 0, card.stderr

@@ -11,7 +11,9 @@ from bashgym.daemon.notices import NoticeRenderer, notice_text
 from bashgym.daemon.scheduler import ReportScheduler
 from bashgym.ledger import Ledger
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.models import Actor, BudgetEntrySpec, ProjectSpec
+from bashgym.ledger.models import Actor, BudgetEntrySpec, ComparisonSpec, EvalResultSpec, EvalSuiteSpec, ProjectSpec
+
+from tests.factories import suite
 
 pytestmark = pytest.mark.anyio
 
@@ -78,3 +80,31 @@ async def test_the_console_waits_from_the_head_when_the_newest_events_are_anothe
     cursor = await console.drain(0)
     assert cursor == ledger.last_cursor, "the wait starts at the head, past the other workspace's events"
     assert (await ledger.get_consumer_cursor("console-notifier"))["cursor"] == cursor
+
+
+@pytest.mark.parametrize(
+    ("ran_alike", "shown"),
+    [(False, [("ran on", "baseline cpu float32; candidate cuda bfloat16 (NVIDIA H200)")]), (True, []), (None, [])],
+)
+async def test_a_comparison_across_placements_says_where_each_side_ran(
+    ledger: Ledger, actor: Actor, tmp_path: Path, ran_alike: bool | None, shown: list[tuple[str, str]]
+) -> None:
+    await ledger.create_project(actor, "default", ProjectSpec(project_id="nightly", name="Nightly"))
+    await ledger.register_eval_suite(actor, "default", "nightly", EvalSuiteSpec.model_validate(suite("s")))
+    ids = [
+        (await ledger.record_eval_result(actor, "default", "nightly", EvalResultSpec(suite_id="s"))).record["result_id"]
+        for _ in range(2)
+    ]
+    ran_on = {"baseline": "cpu float32", "candidate": "cuda bfloat16 (NVIDIA H200)"}
+    spec = ComparisonSpec(
+        baseline_result_id=ids[0],
+        candidate_result_id=ids[1],
+        primary_metric="pass_at_1",
+        delta=0.1,
+        ci_low=0.05,
+        ci_high=0.15,
+        details={"paired_tasks": 88, "ran_on": ran_on, "ran_alike": ran_alike},
+    )
+    await ledger.record_comparison(actor, "default", "nightly", spec)
+    (notice,) = [n for n in await notices(ledger, tmp_path) if n.title == "Comparison on s"]  # type: ignore[attr-defined]
+    assert [(f.name, f.value) for f in notice.fields if f.name == "ran on"] == shown

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bashgym.trainers.placement import GIB, choose_placement, device_of, place
+from bashgym.trainers.placement import GIB, choose_placement, describe, device_of, place, ran_on
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM
 
@@ -63,3 +63,11 @@ def test_a_bfloat16_model_is_placed_on_this_cpu_in_float32(tmp_path: Path) -> No
     assert placement.device == "cpu" and placement.dtype == "float32"
     assert device_of(placed) == torch.device("cpu")
     assert {p.dtype for p in placed.parameters()} == {torch.float32}
+
+
+def test_a_recorded_placement_reads_in_a_few_words_and_an_unrecorded_one_says_so() -> None:
+    gpu = choose_placement("auto", **H200, params=BILLION).to_json()
+    cpu = choose_placement("cpu", **H200, params=BILLION).to_json()
+    assert describe(gpu) == "cuda bfloat16 (NVIDIA H200)" and describe(cpu) == "cpu float32"
+    described = ran_on({"placement": gpu}, {"placement": None}, {})
+    assert described == ["cuda bfloat16 (NVIDIA H200)", "no model", "not recorded"]
