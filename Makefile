@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint typecheck check bench clean
+.PHONY: setup demo test test-slow lint typecheck check bench constraints clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package to the versions the suite last passed on (its header says why).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,train]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,train]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -39,6 +40,19 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_startup.py
+
+# Re-resolve: today's newest releases within pyproject.toml's ranges, frozen into constraints.txt (its header kept).
+# Then `make clean check` installs and tests exactly that set; commit the two together.
+RESOLVE := .venv-resolve
+constraints:
+	rm -rf $(RESOLVE)
+	$(PYTHON) -m venv $(RESOLVE)
+	$(RESOLVE)/bin/pip install -q --upgrade pip
+	$(RESOLVE)/bin/pip install -q -e '.[dev,train]'
+	grep '^#' constraints.txt > constraints.txt.new
+	$(RESOLVE)/bin/pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' >> constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(RESOLVE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
