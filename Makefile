@@ -26,7 +26,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-slow: $(STAMP)  # acceptance checks that train for minutes (CI runs them after the suite): about 25 minutes on 2 cores
+test-slow: $(STAMP)  # acceptance checks that train for minutes (CI runs them after the suite): 25 to 35 minutes on 2 cores
 	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
