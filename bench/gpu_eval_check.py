@@ -20,15 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def import_bashgym() -> None:
-    try:
-        import bashgym.trainers.placement  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(REPO / ".typecheck"))
-
 
 def rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     supervised = [
@@ -61,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="append the JSON line to this file too")
     parser.add_argument("--tolerance", type=float, default=0.02, help="largest relative NLL difference that agrees")
     args = parser.parse_args(argv)
-    import_bashgym()
+    from gpu_sft import import_bashgym
+
+    import_bashgym("bashgym.trainers.placement")  # torch and transformers only: no pydantic on the GPU host
     from bashgym.trainers.placement import place
     from bashgym.trainers.tiny import build_tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -131,12 +131,17 @@ def unmet_requirements(names: list[str]) -> tuple[list[str], list[str]]:
     return sorted(set(missing)), mismatched
 
 
-def import_bashgym() -> None:
+def import_bashgym(module: str = "bashgym.trainers.speed") -> None:
+    """Import `module` from the installed bashgym, else from the repository's own tree (.typecheck/bashgym)."""
+    import importlib
+
     try:
-        import bashgym.trainers.speed
-    except ImportError:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("bashgym"):
+            raise  # bashgym is there and a package it needs is not: the message names it
         sys.path.insert(0, str(REPO / ".typecheck"))
-        import bashgym.trainers.speed  # noqa: F401
+        importlib.import_module(module)
 
 
 def check_imports() -> None:

@@ -23,7 +23,7 @@ from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSui
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.evaluate import GOLD, EvalRequest
 from bashgym.trainers.evidence_math import paired_bootstrap
-from bashgym.trainers.placement import DeviceChoice, ran_on
+from bashgym.trainers.placement import DeviceChoice, ran_alike, ran_on
 from bashgym.trainers.terminal_tasks import SuiteDefinition, default_suite
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -180,6 +180,7 @@ class EvaluationService:
             "gold": body.gold,
             "compute_target": body.compute_target,
             "device": body.device,
+            "placement": None,  # where the evaluator put the model (cpu, cuda), once it has loaded it
             "status": "queued",
             "done": 0,
             "total": None,
@@ -460,10 +461,8 @@ class EvaluationService:
                 hint="Evaluate both models on more of the suite (a larger --limit-tasks, or all of it).",
             ) from exc
         # Where each side's model ran: bfloat16 on a GPU does not sample bit for bit as float32 on a CPU, so a
-        # comparison across placements says so (the notice shows it); "no model" is the gold solutions, and where
-        # a side's placement was not recorded (recorded elsewhere, or before placements were) nobody knows.
+        # comparison across placements says so (the notice shows it).
         base_ran, cand_ran = ran_on(baseline.get("details") or {}, candidate.get("details") or {})
-        ran_alike = None if "not recorded" in {base_ran, cand_ran} else len({base_ran, cand_ran} - {"no model"}) <= 1
         suite = next((x for x in listing["suites"] if x["suite_id"] == baseline["suite_id"]), None)
         primary = suite["scoring_contract"]["primary_metric"] if suite else "pass@1"
         spec = ComparisonSpec(
@@ -478,7 +477,7 @@ class EvaluationService:
                 "paired_tasks": len(shared),
                 "method": "paired cluster bootstrap by task_family",
                 "ran_on": {"baseline": base_ran, "candidate": cand_ran},
-                "ran_alike": ran_alike,
+                "ran_alike": ran_alike(base_ran, cand_ran),
             },
         )
         return (await self.ledger.record_comparison(actor, ws, project, spec)).record
@@ -492,6 +491,7 @@ def _observe(job: dict[str, Any], raw: bytes) -> None:
         return
     if line.get("event") == "started":
         job["total"], job["isolation"] = line.get("tasks"), line.get("isolation")
+        job["placement"] = line.get("placement")
     elif line.get("event") == "progress":
         job["done"] = line.get("done", job["done"])
     elif line.get("event") == "failed":

@@ -84,8 +84,9 @@ def _session_rows(model: Any, tokenizer: Any, rows: list[dict[str, Any]], emit: 
 
     per_task: dict[str, dict[str, Any]] = {}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    device = device_of(model)
     for index, row in enumerate(rows):
-        batch = {k: v.to(device_of(model)) for k, v in collate([encode(row, tokenizer, 1024)], pad).items()}
+        batch = {k: v.to(device) for k, v in collate([encode(row, tokenizer, 1024)], pad).items()}
         width = batch["target_ids"].size(1)
         with torch.no_grad():
             student = model(input_ids=batch["student_ids"], attention_mask=batch["student_mask"]).logits
@@ -140,10 +141,9 @@ def _preference(model: Any, tokenizer: Any, row: dict[str, Any]) -> dict[str, An
     prompt = [{"role": "user", "content": str(row["prompt"])}]
     prefix = str(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False))
     start = tokenizer(prefix, return_tensors="pt", add_special_tokens=False)["input_ids"].shape[1]
+    device = device_of(model)
     ids = {
-        side: tokenizer(prefix + str(row[side]), return_tensors="pt", add_special_tokens=False)["input_ids"].to(
-            device_of(model)
-        )
+        side: tokenizer(prefix + str(row[side]), return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
         for side in ("chosen", "rejected")
     }
     policy = {side: -_nll(model, ids[side], start, mean=False) for side in ids}

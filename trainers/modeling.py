@@ -8,19 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bashgym.trainers.placement import device_facts
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, resolve_bf16
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-
-
-def device_facts() -> dict[str, Any]:
-    cuda = torch.cuda.is_available()
-    return {
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "cuda": cuda,
-        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
-        "torch": torch.__version__,
-    }
 
 
 def check_quantization(request: TrainingRequest) -> None:

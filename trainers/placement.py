@@ -65,17 +65,30 @@ def choose_placement(
     return Placement("cuda", dtype, f"a CUDA GPU with room; {precision}", gpu)
 
 
+def device_facts() -> dict[str, Any]:
+    """This host's accelerator as torch sees it: a trainer records these, and `place` decides on them."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "cuda": cuda,
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "torch": torch.__version__,
+    }
+
+
 def place(model: Any, requested: DeviceChoice) -> tuple[Any, Placement]:
     """Move a model loaded on the CPU to where `choose_placement` says, at its dtype."""
     import torch
 
-    cuda = torch.cuda.is_available()
+    facts = device_facts()
     placement = choose_placement(
         requested,
-        cuda=cuda,
-        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
-        gpu=torch.cuda.get_device_name(0) if cuda else None,
-        free_bytes=int(torch.cuda.mem_get_info()[0]) if cuda else None,
+        cuda=facts["cuda"],
+        bf16=facts["bf16"],
+        gpu=facts["device"] if facts["cuda"] else None,
+        free_bytes=int(torch.cuda.mem_get_info()[0]) if facts["cuda"] else None,
         params=sum(p.numel() for p in model.parameters()),
     )
     model = model.to(device=placement.device, dtype=getattr(torch, placement.dtype))
@@ -94,6 +107,14 @@ def describe(placement: dict[str, Any] | None) -> str:
 def ran_on(*results_details: dict[str, Any]) -> list[str]:
     """Where each result's model ran, `not recorded` for a result from before placements were recorded."""
     return [describe(d["placement"]) if "placement" in d else "not recorded" for d in results_details]
+
+
+def ran_alike(*described: str) -> bool | None:
+    """Whether the models of results (as `ran_on` describes them) ran on one device at one precision: the gold
+    solutions run none and match any; None where a placement was not recorded, as nobody knows."""
+    if "not recorded" in described:
+        return None
+    return len(set(described) - {"no model"}) <= 1
 
 
 def device_of(model: Any) -> Any:

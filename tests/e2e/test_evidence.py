@@ -243,7 +243,10 @@ def test_an_evaluation_runs_where_device_says_and_a_gpu_asked_of_a_host_without_
     assert shown["ran_on"] == "cpu float32", on_cpu.stdout  # the result says where its model ran
     with evidence_daemon.client() as client:
         listing = client.get(f"/v1/projects/{PROJECT}/evaluations").json()
+        jobs = client.get(f"/v1/projects/{PROJECT}/evaluation-jobs").json()["jobs"]
     result = next(r for r in listing["results"] if r["result_id"] == shown["result_id"])
+    (job,) = [j for j in jobs if j["result_id"] == shown["result_id"]]
+    assert (job["device"], job["placement"]) == ("cpu", "cpu")  # asked for, and where it went once loaded
     assert result["details"]["placement"] == CPU_PLACEMENT
     if torch.cuda.is_available():
         return
