@@ -10,6 +10,17 @@ The verifier and its fixtures live in a private directory outside the sandbox, h
 after. Next to the sandbox lies a decoy verifier (`../verifier/`: verify.sh, tests/, fixtures/,
 manifest.json) watched with inotify: opening, reading or changing any of it marks the attempt
 `tampered`, which never counts as passed.
+
+A trusted verifier (one we wrote: the shipped suite) runs outside the sandbox, as the daemon's user,
+next to its fixtures. An untrusted one (a dataset row's inline check, written by whoever registered
+the data) runs after the attempt inside the very same isolation: the same namespaces, uid, scrubbed
+environment, limits and a timeout, with $SANDBOX (the files the attempt left, its only writable
+place) and $OUTPUT (a read-only copy of the attempt's stdout). So the check inherits the level
+recorded on the attempt: under "namespaces" it cannot write outside the sandbox, read root-only
+files, reach the network or see the daemon's environment; under "netns" and "none" it runs as the
+daemon's user like the attempt does, and file permissions are all that guard the daemon's files.
+Everything the verdict rests on (exit code, timeout, tamper reasons, stdout, stderr) is read before
+the check runs, so the check can change the verdict through its exit code only.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import hashlib
 import json
 import os
 import resource
+import shlex
 import shutil
 import signal
 import struct
@@ -29,7 +41,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bashgym.trainers.terminal_tasks import TerminalTask
 
@@ -96,12 +108,13 @@ def _works(command: list[str]) -> bool:
         return False
 
 
-# Runs as root inside the new namespaces: every mount read-only except the sandbox and the decoy,
-# then the command as uid 65534 with no capabilities and no way to regain them.
+# Runs as root inside the new namespaces: every mount read-only except the sandbox and the decoy
+# (none for an untrusted verifier), then the command as uid 65534 with no capabilities and no way to
+# regain them.
 _PRELUDE = r"""
 set -e
 mount --bind "$BG_SANDBOX" "$BG_SANDBOX"
-mount --bind "$BG_DECOY" "$BG_DECOY"
+[ -z "$BG_DECOY" ] || mount --bind "$BG_DECOY" "$BG_DECOY"
 awk '{print $2}' /proc/self/mounts | sort -u | while read -r m; do
   case "$m" in "$BG_SANDBOX"|"$BG_DECOY") continue ;; esac
   mount -o remount,bind,ro "$m" 2>/dev/null || true
@@ -126,6 +139,7 @@ class Sandbox:
         self.private = Path(tempfile.mkdtemp(prefix="bashgym-verifier-"))  # 0700: unreachable for uid 65534
         self.output = self.private / ".output"
         self.errors = self.private / ".stderr"
+        self.output_copy = self.root / "output" / "stdout"  # what an untrusted verifier reads as $OUTPUT
 
     def __enter__(self) -> Sandbox:
         self.work.mkdir()
@@ -157,9 +171,16 @@ class Sandbox:
 
     def run(self, command: str, timeout_s: float) -> tuple[int | None, bool, float]:
         """Run `command` in the sandbox; return (exit code, timed out, seconds). Output goes to private files."""
+        with self.output.open("wb") as out, self.errors.open("wb") as err:
+            return self._confined(command, timeout_s, out, err, decoy=True)
+
+    def _confined(
+        self, command: str, timeout_s: float, out: IO[bytes] | int, err: IO[bytes] | int, *, decoy: bool
+    ) -> tuple[int | None, bool, float]:
+        """Run `command` with this machine's isolation; the decoy stays writable only for an attempt."""
         env = {
             "BG_SANDBOX": str(self.work),
-            "BG_DECOY": str(self.decoy),
+            "BG_DECOY": str(self.decoy) if decoy else "",
             "BG_COMMAND": command,
             "BG_PATH": SAFE_PATH,
             "PATH": SAFE_PATH,
@@ -171,29 +192,48 @@ class Sandbox:
             argv = [*prefix, "bash", "-c", command]
             env = {"PATH": SAFE_PATH, "HOME": str(self.work), "LANG": "C.UTF-8", "TMPDIR": str(self.work)}
         started = time.monotonic()
-        with self.output.open("wb") as out, self.errors.open("wb") as err:
-            proc = subprocess.Popen(
-                argv,
-                cwd=self.work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=functools.partial(_apply_limits, self.limits),
-            )
-            try:
-                code: int | None = proc.wait(timeout=timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                proc.wait()
-                code, timed_out = None, True
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=functools.partial(_apply_limits, self.limits),
+        )
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
+            code, timed_out = None, True
         _kill_group(proc.pid)  # nothing the command started outlives it
         return code, timed_out, time.monotonic() - started
 
     def verify(self) -> tuple[bool, str]:
-        """Run the verifier (trusted, outside the sandbox); return (passed, error text)."""
+        """Run the verifier as its trust allows; return (passed, error text)."""
+        if self.task.verifier_trust == "untrusted":
+            return self._verify_confined()
+        return self._verify_trusted()
+
+    def _verify_confined(self) -> tuple[bool, str]:
+        """Run an untrusted verifier inside the attempt's isolation, on a read-only copy of the attempt's stdout."""
+        self.output_copy.parent.mkdir()
+        self.output_copy.parent.chmod(0o755)  # whatever the umask: uid 65534 must reach the copy
+        shutil.copyfile(self.output, self.output_copy)
+        self.output_copy.chmod(0o444)  # outside the sandbox and not uid 65534's: read-only for the check
+        exports = f"export SANDBOX={shlex.quote(str(self.work))} OUTPUT={shlex.quote(str(self.output_copy))}\n"
+        code, timed_out, _ = self._confined(
+            exports + self.task.verifier, VERIFIER_TIMEOUT_S, subprocess.DEVNULL, subprocess.DEVNULL, decoy=False
+        )
+        if timed_out:
+            return False, "the verifier timed out"
+        return code == 0, ""
+
+    def _verify_trusted(self) -> tuple[bool, str]:
+        """Run a verifier we wrote outside the sandbox, next to its fixtures."""
         env = {"PATH": SAFE_PATH, "SANDBOX": str(self.work), "OUTPUT": str(self.output), "FIXTURES": str(self.private)}
         try:
             done = subprocess.run(
@@ -238,6 +278,9 @@ def run_attempt(
             reasons.append("the verifier's files changed during the attempt")
         if touched:
             reasons.append(f"the attempt reached the verifier decoy: {', '.join(sorted(touched))}")
+        # Read before the verifier runs, so an untrusted one cannot rewrite what the attempt left.
+        stdout = box.output.read_bytes()[: limits.output_bytes].decode(errors="replace")[:4000]
+        stderr_tail = _tail(box.errors)
         passed, error = (False, "") if reasons or timed_out else box.verify()
         status = "tampered" if reasons else ("error" if error else "ok")
         return AttemptResult(
@@ -252,8 +295,8 @@ def run_attempt(
             timed_out=timed_out,
             duration_s=round(seconds, 4),
             exit_code=code,
-            stdout=box.output.read_bytes()[: limits.output_bytes].decode(errors="replace")[:4000],
-            stderr_tail=_tail(box.errors),
+            stdout=stdout,
+            stderr_tail=stderr_tail,
             isolation=box.isolation.level,
             tamper_reasons=reasons,
             prompt_tokens=prompt_tokens,

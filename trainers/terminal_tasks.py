@@ -3,7 +3,9 @@
 A task is data: input files, an optional setup script, a private verifier and a gold command. The
 judge runs the model's command with `bash -c` as an unprivileged user in a sandbox holding only the
 task's files (after `setup` ran there), saves its stdout to $OUTPUT, then runs `verifier` with cwd =
-a private directory of `fixtures`, $SANDBOX, $OUTPUT and $FIXTURES set; exit 0 means passed. Setup and
+a private directory of `fixtures`, $SANDBOX, $OUTPUT and $FIXTURES set; exit 0 means passed. A task
+whose verifier came from data someone else wrote (`verifier_trust="untrusted"`) has no fixtures, and
+its verifier runs inside the attempt's own sandbox instead (trainers/sandbox.py). Setup and
 verifiers are POSIX sh over coreutils, grep, sed, awk, find, tar and gzip only, so any sandbox image
 can judge them. Standard library and pydantic only: the daemon and evaluators import this without torch.
 """
@@ -17,7 +19,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -88,15 +90,34 @@ class TerminalTask(BaseModel):
     fixtures: dict[RelativePath, str]
     gold: str
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    # "trusted": we wrote the verifier (the shipped suite); it runs outside the sandbox with the fixtures.
+    # "untrusted": it came with the data (a dataset row's inline check); it runs inside the attempt's sandbox.
+    verifier_trust: Literal["trusted", "untrusted"] = "trusted"
 
     @field_validator("files", "fixtures")
     @classmethod
     def _paths_stay_inside(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_relative(value)
 
+    @model_validator(mode="after")
+    def _untrusted_has_no_fixtures(self) -> TerminalTask:
+        if self.verifier_trust == "untrusted" and self.fixtures:
+            raise ValueError(
+                "an untrusted verifier runs inside the sandbox, where private fixtures cannot be; "
+                "put what it compares against in `files` or drop the fixtures"
+            )
+        return self
+
+    def content(self) -> dict[str, Any]:
+        """The task as JSON for digests; a trusted verifier leaves its default out, so older digests still hold."""
+        data = self.model_dump(mode="json")
+        if self.verifier_trust == "trusted":
+            del data["verifier_trust"]
+        return data
+
     def definition_digest(self) -> str:
         """Hash of everything but the id: the same content under two ids is the same task."""
-        return _canonical_digest(self.model_dump(mode="json", exclude={"task_id"}))
+        return _canonical_digest({k: v for k, v in self.content().items() if k != "task_id"})
 
 
 class SuiteDefinition(BaseModel):
@@ -122,7 +143,7 @@ class SuiteDefinition(BaseModel):
 
     def digest(self) -> str:
         """Hash of the whole definition, tasks and split settings included."""
-        return _canonical_digest(self.model_dump(mode="json"))
+        return _canonical_digest({**self.model_dump(mode="json"), "tasks": [t.content() for t in self.tasks]})
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 `terminal_task` scores against a task of the shipped suite by id; `command` runs an inline check
 after the model's command; both run in the terminal-task sandbox (trainers/sandbox.py), so a reward
-is judged exactly as an evaluation is, tamper checks included. `exact_match` compares text.
+is judged exactly as an evaluation is, tamper checks included. An inline check is written by whoever
+registered the dataset, not by us: it is an untrusted verifier and runs inside the attempt's sandbox
+too. `exact_match` compares text.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ def _normalise(text: str) -> str:
 
 
 def run_command(command: str, files: dict[str, str], check: str, *, timeout_s: float = TIMEOUT_S) -> bool:
-    """Run the model's command in a sandbox holding `files`, then `check` in that directory; passed when
-    the check exits 0. The command is also left in `command.sh`, so a check may judge what was run."""
+    """Run the model's command in a sandbox holding `files`, then `check` confined to that sandbox; passed
+    when the check exits 0. The command is also left in `command.sh`, so a check may judge what was run."""
     from bashgym.trainers.sandbox import run_attempt
     from bashgym.trainers.terminal_tasks import TerminalTask
 
@@ -53,6 +55,7 @@ def run_command(command: str, files: dict[str, str], check: str, *, timeout_s: f
         fixtures={},
         gold="true",
         timeout_s=timeout_s,
+        verifier_trust="untrusted",  # the dataset's author wrote it: it runs where the attempt ran
     )
     return run_attempt(task, command).passed
 

@@ -6,14 +6,19 @@ confinement checks are skipped with that reason, and the tamper checks (which ne
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bashgym.trainers import sandbox
 from bashgym.trainers.canaries import CANARIES, run_canaries
-from bashgym.trainers.sandbox import Limits, Sandbox, probe_isolation, run_attempt
+from bashgym.trainers.sandbox import Isolation, Limits, Sandbox, probe_isolation, run_attempt
 from bashgym.trainers.terminal_tasks import TerminalTask, default_suite
+from bashgym.trainers.verifiers import run_command
 
 ISOLATION = probe_isolation()
 SECRET = f"fixture-{uuid.uuid4().hex}"
@@ -112,3 +117,84 @@ def test_a_changed_verifier_file_changes_the_digest_the_attempt_is_judged_by() -
         before = box.private_digest()
         (box.private / "expected.txt").write_text("something else")
         assert box.private_digest() != before
+
+
+# A dataset row's inline check is data, not code we wrote: it runs inside the attempt's isolation.
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory anyone may write to, outside any sandbox, and not under a root-only parent."""
+    path = Path(tempfile.mkdtemp(prefix="bashgym-outside-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_inline_check_still_judges_the_attempt_by_its_files_output_and_command() -> None:
+    check = 'test -f out.txt && grep -qx ready "$OUTPUT" && grep -q tee command.sh && [ "$(cat notes.txt)" = a ]'
+    assert run_command("echo ready | tee out.txt", {"notes.txt": "a\n"}, check)
+    assert not run_command("echo nope | tee out.txt", {"notes.txt": "a\n"}, check)
+
+
+def test_an_inline_check_cannot_write_outside_the_sandbox(outside: Path) -> None:
+    needs(filesystem=True)
+    owned = outside / "root-owned.txt"
+    owned.write_text("original\n")
+    owned.chmod(0o644)
+    check = f"id -u > {outside}/who; echo pwned > {owned}; echo x > /tmp/escape-{outside.name}; true"
+    assert run_command("true", {}, check)  # the check ran to its end, its writes refused
+    assert not (outside / "who").exists()
+    assert owned.read_text() == "original\n"
+    assert not Path(f"/tmp/escape-{outside.name}").exists()
+
+
+def test_an_inline_check_cannot_read_root_only_files(outside: Path) -> None:
+    needs(filesystem=True)
+    secret = outside / "secret.txt"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    outside.chmod(0o755)
+    assert not run_command("true", {}, f"grep -qF {SECRET} {secret}")
+    assert not run_command("true", {}, "id -u | grep -qx 0")  # not root, either
+
+
+def test_an_inline_check_cannot_reach_the_network_or_the_daemons_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    needs(network=True)
+    monkeypatch.setenv("BASHGYM_SECRET_PROBE", "do-not-leak")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        assert not run_command("true", {}, f"exec 3<>/dev/tcp/127.0.0.1/{port}")
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert not run_command("true", {}, "env | grep -q do-not-leak")
+
+
+def test_an_untrusted_check_cannot_change_what_the_attempt_recorded() -> None:
+    untrusted = task(fixtures={}, verifier_trust="untrusted", verifier='echo forged > "$OUTPUT"; echo x >&2; exit 3')
+    result = run_attempt(untrusted, "echo ready")
+    print(f"isolation: {result.isolation}")
+    assert result.stdout == "ready\n" and result.stderr_tail == ""
+    assert not result.passed and result.verifier_status == "ok" and result.isolation == ISOLATION.level
+
+
+def test_an_untrusted_verifier_has_no_private_fixtures() -> None:
+    with pytest.raises(ValueError, match="fixtures"):
+        task(verifier_trust="untrusted")
+
+
+@pytest.mark.parametrize("level", ["namespaces", "netns", "none"])
+def test_an_inline_check_judges_alike_at_each_isolation_level(monkeypatch: pytest.MonkeyPatch, level: str) -> None:
+    # A weaker level than this machine's, forced, so the paths of other hosts stay exercised here.
+    strength = ["none", "netns", "namespaces"]
+    if strength.index(level) > strength.index(ISOLATION.level):
+        pytest.skip(f"this machine grants {ISOLATION.level}, below {level}: {ISOLATION.detail}")
+    monkeypatch.setattr(sandbox, "probe_isolation", lambda: Isolation(level, False, False, "forced by the test"))
+    check = 'grep -qx ready "$OUTPUT" && test -f out.txt && grep -q tee command.sh && [ "$PWD" = "$SANDBOX" ]'
+    assert run_command("echo ready | tee out.txt", {}, check)
+    assert not run_command("echo nope | tee out.txt", {}, check)
