@@ -239,7 +239,16 @@ def _charts(s: dict[str, Any], out: Path) -> list[Path]:
 def _save(fig: Any, path: Path) -> Path:
     from matplotlib import pyplot as plt
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        fig.savefig(path, dpi=100, metadata={"Software": None})
+    except (ValueError, OverflowError):
+        # Matplotlib cannot lay out an axis near the largest double (metric points of +-1e308, which the
+        # API accepts): the chart says so rather than the whole report failing.
+        title = fig.axes[0].get_title() if fig.axes else ""
+        fig.clear()
+        fig.text(0.5, 0.5, f"{title}\n\nvalues too large to chart", ha="center", va="center")
+        fig.savefig(path, dpi=100, metadata={"Software": None})
+    finally:
+        plt.close(fig)
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
@@ -301,7 +302,8 @@ def trend_json(conn: sqlite3.Connection, ws: str, project: str, metric: str, run
     """A metric's points (one run) or each run's latest value (whole project), with a summary, as JSON text.
 
     One run's points are aggregated and rendered to JSON inside SQLite: a Python loop over 100,000
-    points costs ~0.5 s here, the SQL a fraction of that.
+    points costs ~0.5 s here, the SQL a fraction of that. The regression runs on centred, scaled REALs
+    (see _fit_sums), so no point the API accepts (any finite double, any step up to 2**63-1) overflows it.
     """
     require_project(conn, ws, project)
     if run_id is None:
@@ -309,38 +311,85 @@ def trend_json(conn: sqlite3.Connection, ws: str, project: str, metric: str, run
     get_run_row(conn, ws, project, run_id)
     key = (ws, project, run_id, metric)
     where = "workspace_id = ? AND project_id = ? AND run_id = ? AND metric = ?"
-    row = conn.execute(
-        "SELECT COUNT(*), MIN(value), MAX(value), SUM(step), SUM(value), TOTAL(step * step), SUM(step * value), "
-        "json_group_array(step), json_group_array(value) FROM "
-        f"(SELECT step, value FROM metric_values WHERE {where} ORDER BY attempt_id, step)",
-        key,
+    first = conn.execute(
+        f"SELECT step, value FROM metric_values WHERE {where} ORDER BY attempt_id, step LIMIT 1", key
     ).fetchone()
-    first = conn.execute(f"SELECT value FROM metric_values WHERE {where} ORDER BY attempt_id, step LIMIT 1", key)
     latest = conn.execute(
         f"SELECT value FROM metric_values WHERE {where} ORDER BY attempt_id DESC, step DESC LIMIT 1", key
-    )
-    summary = _summary_from_sums(tuple(row[:7]), first.fetchone(), latest.fetchone())
+    ).fetchone()
+    if first is None or latest is None:
+        head = json.dumps({"metric": metric, "run_id": run_id, "summary": summarize([], [])})
+        return f'{head[:-1]},"steps":[],"values":[]}}'
+    count, lo, hi, sxu, sxx, y_half, steps, values = _fit_sums(conn, where, key, first[0])
+    slope = _slope(sxu, sxx, y_half) if count > 1 else None
+    summary = _summary(count, first[1], latest[0], lo, hi, slope)
+    if max(-lo, hi) > SQLITE_JSON_REAL_MAX:  # rare: Python writes every double so that it reads back exactly
+        rows = conn.execute(
+            f"SELECT step, value FROM metric_values WHERE {where} ORDER BY attempt_id, step", key
+        ).fetchall()
+        steps, values = json.dumps([row[0] for row in rows]), json.dumps([row[1] for row in rows], allow_nan=False)
     head = json.dumps({"metric": metric, "run_id": run_id, "summary": summary}, allow_nan=False)
-    return f'{head[:-1]},"steps":{row[7]},"values":{row[8]}}}'
+    return f'{head[:-1]},"steps":{steps},"values":{values}}}'
 
 
-def _summary_from_sums(
-    sums: tuple[Any, ...], first: tuple[float] | None, latest: tuple[float] | None
+# SQLite writes a REAL into JSON with 15 significant digits: a value past this one comes out as a number
+# past the largest double (1.79769313486232e+308), which clients read back as infinity.
+SQLITE_JSON_REAL_MAX = 1.7976931348623e308
+
+
+def _fit_sums(
+    conn: sqlite3.Connection, where: str, key: tuple[str, ...], first_step: int
+) -> tuple[int, float, float, float, float, float, str, str]:
+    """count, min, max, the regression's sums, the values' half-range and the points as JSON arrays.
+
+    Plain sums overflow at the extremes the API accepts: SUM(step) past 2**63 is an SQLite error, two
+    values of 1e308 sum to infinity, and steps near 3e9 square past 2**53 and cancel to a slope of the
+    wrong sign. So each step becomes its distance from the first step (integer arithmetic, exact for any
+    two 63-bit steps) less the mean distance, and each value its distance from the middle of the values'
+    range over their half-range, within [-1, 1]: no product or sum of these overflows, and
+    slope = sum(dx * u) / sum(dx * dx) * half-range.
+    """
+    count, lo, hi, mean_dx = conn.execute(
+        f"SELECT COUNT(*), MIN(value), MAX(value), AVG(CAST(step - ? AS REAL)) FROM metric_values WHERE {where}",
+        (first_step, *key),
+    ).fetchone()
+    centre, y_half = _centre_and_half(lo, hi)
+    sxu, sxx, steps, values = conn.execute(
+        "SELECT TOTAL(dx * u), TOTAL(dx * dx), json_group_array(step), json_group_array(value) FROM "
+        "(SELECT step, value, CAST(step - ? AS REAL) - ? AS dx, (value - ?) / ? AS u "
+        f"FROM metric_values WHERE {where} ORDER BY attempt_id, step)",
+        (first_step, mean_dx, centre, y_half or 1.0, *key),
+    ).fetchone()
+    return count, lo, hi, sxu, sxx, y_half, steps, values
+
+
+def _centre_and_half(lo: float, hi: float) -> tuple[float, float]:
+    """The middle of [lo, hi] and half its width, halved first: (hi - lo) overflows for -1e308 and 1e308."""
+    return lo / 2 + hi / 2, hi / 2 - lo / 2
+
+
+def _slope(sxu: float, sxx: float, y_half: float, x_half: float = 1.0) -> float | None:
+    """The least-squares slope from sums over scaled values, or None where it lies past the largest double."""
+    if not sxx or not y_half:
+        return 0.0  # every x alike, or every y alike: nothing rises or falls
+    ratio = sxu / sxx
+    slope = ratio * y_half / x_half
+    if not math.isfinite(slope):
+        slope = ratio / x_half * y_half
+    return slope if math.isfinite(slope) else None
+
+
+def _summary(
+    count: int, first: float, latest: float, lo: float, hi: float, slope: float | None
 ) -> dict[str, float | int | None]:
-    n, lo, hi, sx, sy, sxx, sxy = sums
-    if not n or first is None or latest is None:
-        return summarize([], [])
-    denominator = n * sxx - sx * sx
-    slope = None
-    if n > 1:
-        slope = (n * sxy - sx * sy) / denominator if denominator else 0.0
+    delta = latest - first  # -1e308 to 1e308 is past the largest double: null, as JSON has no infinity
     return {
-        "count": n,
-        "first": first[0],
-        "latest": latest[0],
+        "count": count,
+        "first": first,
+        "latest": latest,
         "min": lo,
         "max": hi,
-        "delta": latest[0] - first[0],
+        "delta": delta if math.isfinite(delta) else None,
         "slope": slope,
     }
 
@@ -370,24 +419,25 @@ def _trend_across_runs(conn: sqlite3.Connection, ws: str, project: str, metric: 
 
 
 def summarize(xs: list[float], ys: list[float]) -> dict[str, float | int | None]:
-    """count, first, latest, min, max, delta and least-squares slope of ys over xs."""
+    """count, first, latest, min, max, delta and least-squares slope of ys over xs.
+
+    Any finite xs and ys: both are centred and scaled into [-1, 1] first (as in _fit_sums), and a delta or
+    slope past the largest double is None.
+    """
     if not ys:
         return {"count": 0, "first": None, "latest": None, "min": None, "max": None, "delta": None, "slope": None}
-    n = len(ys)
+    n, lo, hi = len(ys), min(ys), max(ys)
     slope = None
     if n > 1:
-        mean_x, mean_y = sum(xs) / n, sum(ys) / n
-        var = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
-    return {
-        "count": n,
-        "first": ys[0],
-        "latest": ys[-1],
-        "min": min(ys),
-        "max": max(ys),
-        "delta": ys[-1] - ys[0],
-        "slope": slope,
-    }
+        x_centre, x_half = _centre_and_half(min(xs), max(xs))
+        scaled_xs = [(x - x_centre) / (x_half or 1.0) for x in xs]
+        mean_x = sum(scaled_xs) / n
+        y_centre, y_half = _centre_and_half(lo, hi)
+        us = [(y - y_centre) / (y_half or 1.0) for y in ys]
+        sxu = sum((x - mean_x) * u for x, u in zip(scaled_xs, us, strict=True))
+        sxx = sum((x - mean_x) ** 2 for x in scaled_xs)
+        slope = _slope(sxu, sxx, y_half, x_half or 1.0)
+    return _summary(n, ys[0], ys[-1], lo, hi, slope)
 
 
 def list_evaluations(

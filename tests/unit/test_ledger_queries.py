@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -214,3 +216,58 @@ async def test_a_run_is_charged_the_hours_it_ran_not_those_it_waited_or_was_paus
         await ledger.transition_run(actor, WS, "nightly", never_ran, cancelled, settle_gpus=4)
         summary = await ledger.budget_summary(WS, "nightly")
     assert summary["settled"]["gpu_hours"] == pytest.approx(12) and summary["settled"]["runs"] == 2
+
+
+LARGEST = sys.float_info.max
+
+
+@pytest.mark.parametrize(
+    ("xs", "ys", "delta", "slope"),
+    [
+        ([0.0, 1.0], [1e308, 1e308], 0.0, 0.0),
+        ([0.0, 1.0], [-1e308, 0.0], 1e308, 1e308),
+        ([0.0, 1.0], [-1e308, 1e308], None, None),  # both past the largest double
+        ([0.0, 1.0, 2.0], [LARGEST, -LARGEST, LARGEST], 0.0, 0.0),
+        ([1.0, 2.0**63 - 1], [1.0, 2.0], 1.0, 1 / 2.0**63),
+        ([3e9 + i for i in range(100)], [float(i) for i in range(100)], 99.0, 1.0),
+        ([-LARGEST, LARGEST], [0.0, 1.0], 1.0, 1 / LARGEST / 2),
+        ([5.0, 5.0], [1.0, 2.0], 1.0, 0.0),  # no spread of x: no slope to speak of
+        ([7.0], [0.5], 0.0, None),
+    ],
+)
+def test_a_summary_at_the_extremes_is_finite_or_null_and_keeps_the_slopes_sign(
+    xs: list[float], ys: list[float], delta: float | None, slope: float | None
+) -> None:
+    summary = summarize(xs, ys)
+    assert (summary["count"], summary["first"], summary["latest"]) == (len(ys), ys[0], ys[-1])
+    assert (summary["min"], summary["max"], summary["delta"]) == (min(ys), max(ys), delta)
+    got = summary["slope"]
+    assert got == (None if slope is None else pytest.approx(slope, rel=1e-9, abs=1e-300))
+    assert got is None or not slope or (got > 0) == (slope > 0), "the sign, even where the value is tiny"
+    json.dumps(summary, allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    ("points", "delta", "slope"),
+    [
+        ([(0, 1e308), (1, 1e308)], 0.0, 0.0),
+        ([(0, -1e308), (1, 1e308)], None, None),
+        ([(0, LARGEST), (1, -LARGEST), (2, LARGEST)], 0.0, 0.0),
+        ([(1, 1.0), (2**63 - 1, 2.0)], 1.0, 1 / (2**63 - 2)),
+        ([(3_000_000_000 + s, float(s)) for s in range(100)], 99.0, 1.0),
+        ([(2**62 + s, -float(s)) for s in range(100)], -99.0, -1.0),
+        ([(9, 0.25)], 0.0, None),
+    ],
+)
+async def test_a_runs_trend_at_the_extremes_reads_back_exactly_with_the_slopes_sign(
+    ledger: Ledger, actor: Actor, points: list[tuple[int, float]], delta: float | None, slope: float | None
+) -> None:
+    run = await _run(ledger, actor)
+    batch = [MetricPoint(metric="train.loss", step=step, value=value) for step, value in points]
+    await ledger.ingest_metrics(actor, WS, "nightly", MetricBatch(run_id=run, attempt_id=f"{run}.a1", points=batch))
+    text = await ledger.trend_json(WS, "nightly", "train.loss", run)
+    trend = json.loads(text, parse_constant=lambda token: pytest.fail(f"{token} in {text[:200]}"))
+    assert (trend["steps"], trend["values"]) == ([s for s, _ in points], [v for _, v in points])
+    summary = trend["summary"]
+    assert (summary["min"], summary["max"], summary["delta"]) == (min(trend["values"]), max(trend["values"]), delta)
+    assert summary["slope"] == (None if slope is None else pytest.approx(slope, rel=1e-9))
