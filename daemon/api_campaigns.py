@@ -21,6 +21,7 @@ from bashgym.daemon.reports import campaign_report
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.errors import Conflict, Forbidden, InvalidInput, NotFound
+from bashgym.ledger.models import REPORT_MEDIA_TYPES, report_file_problem
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -45,6 +46,13 @@ class Hypotheses(BaseModel):
 
 
 ReportFormat = Literal["md", "json", "png"]
+
+
+def _listed_files(manifest: dict[str, Any]) -> set[str]:
+    """The file names a manifest lists, read leniently: rows recorded before manifests were checked."""
+    files = manifest.get("files")
+    entries = files if isinstance(files, list) else []
+    return {str(entry["name"]) for entry in entries if isinstance(entry, dict) and "name" in entry}
 
 
 class ReportRequest(BaseModel):
@@ -286,12 +294,21 @@ def campaign_routes() -> APIRouter:
     @router.get("/projects/{project}/reports/{report_id}/{name}")
     async def report_file(call: ReadCall, project: str, report_id: str, name: str) -> Response:
         report = await call.services.ledger.get_report(call.workspace, project, report_id)
-        if name != "manifest.json" and name not in {f["name"] for f in report["manifest"].get("files", [])}:
+        if name != "manifest.json" and name not in _listed_files(report["manifest"]):
             raise NotFound(f"Report {report_id} has no file {name!r}.", hint="Its manifest lists the files.")
+        problem = report_file_problem(name)  # a manifest recorded before manifests were checked
+        if problem:
+            raise NotFound(f"Report {report_id} lists a file the daemon does not serve: {problem}.")
         path = call.services.settings.home / "reports" / report_id / name
-        data = await asyncio.to_thread(path.read_bytes)
-        media = {"md": "text/markdown", "json": "application/json", "png": "image/png"}[name.rsplit(".", 1)[-1]]
-        return Response(content=data, media_type=media)
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            raise NotFound(
+                f"The daemon holds no file {name!r} of report {report_id}.",
+                hint="The daemon holds the files of the reports it made (bashgym campaign report); a report "
+                "recorded through POST .../reports holds its manifest only.",
+            ) from None
+        return Response(content=data, media_type=REPORT_MEDIA_TYPES[name.rpartition(".")[2]])
 
     @router.post("/projects/{project}/campaigns/{campaign_id}/conclude")
     async def campaign_conclude(call: ConcludeCall, project: str, campaign_id: str, body: VersionedAction) -> Response:

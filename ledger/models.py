@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from bashgym.ledger.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier
@@ -233,11 +234,45 @@ class BudgetEntrySpec(Spec):
     run_id: Identifier | None = None
 
 
+# The files a report's manifest may list, as the daemon serves them (GET .../reports/{report_id}/{name}).
+REPORT_MEDIA_TYPES = {"md": "text/markdown", "json": "application/json", "png": "image/png"}
+_EXTENSIONS = [f".{ext}" for ext in REPORT_MEDIA_TYPES]
+REPORT_FILE_TYPES = f"{', '.join(_EXTENSIONS[:-1])} or {_EXTENSIONS[-1]}"  # .md, .json or .png
+REPORT_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+def report_file_problem(name: str) -> str | None:
+    """Why the daemon cannot serve a report file of this name, or None."""
+    if not REPORT_FILE_NAME_RE.match(name):
+        return f"report file {name!r} is not a bare file name (letters, digits, '.', '_' and '-')"
+    if "." not in name or name.rpartition(".")[2] not in REPORT_MEDIA_TYPES:
+        return f"report file {name!r} is none of {REPORT_FILE_TYPES}, the files a report holds"
+    return None
+
+
 class ReportSpec(Spec):
     report_id: Identifier
     kind: Identifier
     title: Name
     manifest: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("manifest")
+    @classmethod
+    def _files_servable(cls, manifest: dict[str, Any]) -> dict[str, Any]:
+        """A manifest's `files` are what the daemon serves and its notices link: each must be one it can."""
+        files = manifest.get("files")
+        if files is None:
+            return manifest
+        if not isinstance(files, list):
+            raise ValueError('`files` is a list of objects, one per file, e.g. [{"name": "report.md"}]')
+        for index, entry in enumerate(files):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if not isinstance(name, str):
+                raise ValueError(f'files[{index}] has no `name`; each file is an object naming it: {{"name": "a.md"}}')
+            problem = report_file_problem(name)
+            if problem:
+                raise ValueError(f"files[{index}]: {problem}")
+        return manifest
 
 
 class AnnotationSpec(Spec):

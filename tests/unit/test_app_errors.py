@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from bashgym.daemon.app import Services, create_app
+from bashgym.daemon.app import MAX_JSON_DEPTH, Services, _NestingScan, create_app, json_nesting
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.settings import load_settings
 from bashgym.ledger import Ledger
@@ -36,3 +38,51 @@ async def test_an_unexpected_exception_is_500_with_a_reference_and_no_traceback(
     assert "Traceback" not in answer.text and "secret internals" not in answer.text
     assert f"ref {error['reference']}" in caplog.text
     assert "RuntimeError" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("body", "depth"),
+    [
+        (b"", 0),
+        (b'{"a": 1}', 1),
+        (b'{"a": [[1], {"b": []}], "c": {}}', 4),
+        (b"[" * 1000 + b"]" * 1000, 1000),
+        (b"[" * 50_000, 50_000),  # never closed: a parser still recurses that deep before it fails
+        (b"[" + b"[[]]," * 1_000 + b"[[]]]", 3),
+        (b"[" + b",".join([b"[" * 63 + b"]" * 63] * 100) + b"]", 64),
+        (b'{"a": "[[[{{{", "b": "]]]"}', 1),  # brackets in strings do not count
+        (b'{"a": "\\"[[[", "b": "\\\\", "c": [[]]}', 3),  # nor after an escaped quote; an escaped backslash ends
+        (b'{"a": "\\\\\\"[[["}', 1),  # an escaped backslash, then an escaped quote: still inside the string
+        (b'{"a": "\\\\\\\\", "b": [[]], "c": "\\\\\\"]]"}', 3),  # runs of backslashes, however cut
+        (b'["unterminated [[[[', 1),  # what follows an unterminated string's quote is inside it
+        ('{"a": "\u2200", "b": [[]]}'.encode("utf-16-le"), 3),  # U+2200 is the bytes 00 22: a quote
+        ('{"a": "\u2200", "b": [[]]}'.encode("utf-32"), 3),
+        ('{"a": "\u00e9[", "b": "\u4e16"}'.encode(), 1),
+    ],
+)
+def test_json_nesting_counts_the_brackets_outside_strings(body: bytes, depth: int) -> None:
+    assert json_nesting(body, limit=10**9) == depth
+    assert json_nesting(body) == depth if depth <= MAX_JSON_DEPTH else json_nesting(body) > MAX_JSON_DEPTH
+    for size in (1, 4, 5, 7, 64):  # as the body arrives, in pieces that cut through escapes and strings
+        scan = _NestingScan()
+        for start in range(0, len(body), size):
+            scan.add(body[start : start + size])
+        assert scan.depth(limit=10**9) == depth, f"in pieces of {size}"
+
+
+HOSTILE_8MB: dict[str, tuple[Callable[[], bytes], int]] = {
+    "openers": (lambda: b"[" * 8_000_000, MAX_JSON_DEPTH + 1),  # json.loads gives up at once: so must the scan
+    "empty-arrays-at-the-limit": (lambda: b"[" * 63 + b"[]," * 2_666_000 + b"[]" + b"]" * 63, MAX_JSON_DEPTH),
+    "brackets-in-a-string": (lambda: b'{"a": ' * 65 + b'"' + b"[" * 8_000_000 + b'"' + b"}" * 65, MAX_JSON_DEPTH + 1),
+}
+
+
+@pytest.mark.parametrize("shape", HOSTILE_8MB)
+def test_json_nesting_of_a_hostile_8mb_body_takes_milliseconds(shape: str) -> None:
+    make, depth = HOSTILE_8MB[shape]
+    body = make()
+    start = time.perf_counter()
+    found = json_nesting(body)
+    elapsed = time.perf_counter() - start
+    assert found == depth if depth <= MAX_JSON_DEPTH else found > MAX_JSON_DEPTH
+    assert elapsed < 0.25, f"{elapsed:.3f} s (~0.03 s here; a count per bracket in Python takes ~0.4 s)"

@@ -1,6 +1,8 @@
-"""Attacks through what the API accepts (issue 34), each sent by the least-privileged token that can send it:
-metric points at the float and integer extremes leave every trend readable (valid JSON, a slope of the
-right sign or null, never a 500)."""
+"""Attacks through what the API accepts (issue 34, findings 10 and 11), each sent by the least-privileged
+token that can send it: metric points at the float and integer extremes leave every trend readable (valid
+JSON, a slope of the right sign or null, never a 500); a body nested past the limit gets a 422 that says
+so on every route that takes JSON; a report manifest naming a file the daemon cannot serve is refused or
+answered 404, naming the file."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import json
 import math
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tests.helpers import RunningDaemon, running_daemon
 PROJECT = "inputs"
 ENV = {"BASHGYM_RATE_LIMIT_BURST": "10000", "BASHGYM_RATE_LIMIT_PER_MINUTE": "10000"}
 LARGEST = sys.float_info.max
+NESTING_LIMIT = 64  # daemon/app.py MAX_JSON_DEPTH, restated: the limit is part of the API's promise
 
 
 @dataclass
@@ -205,3 +208,145 @@ async def _iteration_ran(path: Path, campaign_id: str, run_id: str) -> None:
         await ledger.update_iteration(
             actor, "default", PROJECT, campaign_id, f"{campaign_id}.i1", "training", run_id=run_id
         )
+
+
+# -- finding 11: bodies nested past the limit ---------------------------------------------------------
+
+
+def arrays(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def objects(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def in_a_field(depth: int) -> bytes:
+    return b'{"text": ' + arrays(depth - 1) + b"}"
+
+
+def unclosed(depth: int) -> bytes:
+    return b"[" * depth
+
+
+SHAPES = {"arrays": arrays, "objects": objects, "in-a-field": in_a_field, "unclosed": unclosed}
+ROUTES = {  # a route of each way a body is parsed: FastAPI's model, the metrics route's own, the training routes'
+    "annotations": ("writer", f"/v1/projects/{PROJECT}/annotations"),
+    "reports": ("writer", f"/v1/projects/{PROJECT}/reports"),
+    "metrics": ("writer", f"/v1/projects/{PROJECT}/metrics"),
+    "training-plan": ("launcher", "/v1/training/plan"),
+}
+
+
+@pytest.mark.parametrize("depth", [1_000, 50_000])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_body_nested_past_the_limit_is_a_422_that_says_so(world: World, route: str, shape: str, depth: int) -> None:
+    who, path = ROUTES[route]
+    client: httpx.Client = getattr(world, who)
+
+    answer = client.post(path, content=SHAPES[shape](depth), headers={"Content-Type": "application/json"})
+
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_json", error
+    assert f"nests arrays and objects too deep; the limit is {NESTING_LIMIT} levels" in error["message"], error
+
+
+def test_nesting_at_the_limit_passes_and_brackets_in_strings_do_not_count(world: World) -> None:
+    at_limit = {"report_id": "deep64", "kind": "k", "title": "T", "manifest": {"a": json.loads(arrays(62))}}
+    stored = world.writer.post(f"/v1/projects/{PROJECT}/reports", json=at_limit)
+    assert stored.status_code == 201, stored.text
+
+    past = {**at_limit, "report_id": "deep65", "manifest": {"a": json.loads(arrays(63))}}
+    refused = world.writer.post(f"/v1/projects/{PROJECT}/reports", json=past)
+    assert refused.status_code == 422 and "too deep" in refused.json()["error"]["message"], refused.text
+
+    text = '\\"[{' * 900 + '"\\\\' + "[" * 100  # escaped quotes and backslashes around brackets, all in a string
+    noted = world.writer.post(f"/v1/projects/{PROJECT}/annotations", json={"text": text})
+    assert noted.status_code == 201, noted.text
+
+
+def in_pieces(body: bytes, size: int) -> Iterator[bytes]:
+    """The body streamed (chunked, no Content-Length) in pieces that cut through escapes and strings."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_body_streamed_in_pieces_is_checked_whole(world: World, route: str) -> None:
+    who, path = ROUTES[route]
+    client: httpx.Client = getattr(world, who)
+    body = b'{"text": "a \\\\\\" [[[ {{{", "a": ' + arrays(999) + b"}"
+    headers = {"Content-Type": "application/json"}
+
+    answer = client.post(path, content=in_pieces(body, 7), headers=headers)
+
+    assert answer.status_code == 422, answer.text
+    assert f"the limit is {NESTING_LIMIT} levels" in answer.json()["error"]["message"], answer.text
+    keyed = client.post(path, content=body, headers={**headers, "Idempotency-Key": f"deep-{route}"})
+    assert keyed.status_code == 422 and "too deep" in keyed.text, "the idempotency layer reads bodies too"
+    oversized = client.post(
+        path, content=in_pieces(b'{"text": "' + b"x" * (9 * 1024**2) + b'"}', 1024**2), headers=headers
+    )
+    assert oversized.status_code == 413, "said as too large, not as text that is not UTF-8: " + oversized.text
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_nesting_is_found_in_the_other_json_encodings(world: World, encoding: str) -> None:
+    # U+2200 is the bytes 00 22 in UTF-16-LE: a quote to a scan of the raw bytes, which would then read the
+    # brackets after it as the inside of a string.
+    body = ('{"text": "\u2200", "a": ' + arrays(1_000).decode() + "}").encode(encoding)
+    answer = world.writer.post(
+        f"/v1/projects/{PROJECT}/annotations", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 422, answer.text
+    assert f"limit is {NESTING_LIMIT} levels" in answer.json()["error"]["message"], answer.text
+
+
+# -- finding 11: report manifests naming files the daemon cannot serve ----------------------------------
+
+
+@dataclass(frozen=True)
+class BadManifest:
+    id: str
+    manifest: Any
+    says: list[str] = field(default_factory=list)
+
+
+BAD_MANIFESTS = [
+    BadManifest("unknown-extension", {"files": [{"name": "report.md"}, {"name": "payload.exe"}]},
+                ["'payload.exe'", ".md, .json or .png"]),
+    BadManifest("no-extension", {"files": [{"name": "README"}]}, ["'README'", ".md, .json or .png"]),
+    BadManifest("a-path-not-a-name", {"files": [{"name": "../../ledger.sqlite3.json"}]},
+                ["'../../ledger.sqlite3.json'", "bare file name"]),
+    BadManifest("dot-dot", {"files": [{"name": ".."}]}, ["'..'"]),
+    BadManifest("files-not-a-list", {"files": "report.md"}, ["`files` is a list"]),
+    BadManifest("entry-without-a-name", {"files": [{"sha256": "0" * 64}]}, ["files[0]", "`name`"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_MANIFESTS, ids=[c.id for c in BAD_MANIFESTS])
+def test_a_report_manifest_naming_a_file_the_daemon_cannot_serve_is_refused(world: World, case: BadManifest) -> None:
+    body = {"report_id": f"bad-{case.id}", "kind": "campaign", "title": "T", "manifest": case.manifest}
+
+    answer = world.writer.post(f"/v1/projects/{PROJECT}/reports", json=body)
+
+    assert answer.status_code == 422, answer.text
+    for fragment in case.says:
+        assert fragment in answer.json()["error"]["message"], answer.text
+    gone = world.reader.get(f"/v1/projects/{PROJECT}/reports/bad-{case.id}/manifest.json")
+    assert gone.status_code == 404 and "No report" in gone.json()["error"]["message"], "nothing was recorded"
+
+
+def test_a_listed_file_the_daemon_does_not_hold_is_a_404_naming_it(world: World) -> None:
+    body = {"report_id": "by-reference", "kind": "campaign", "title": "T", "manifest": {"files": [{"name": "a.md"}]}}
+    assert world.writer.post(f"/v1/projects/{PROJECT}/reports", json=body).status_code == 201
+
+    for name in ("a.md", "manifest.json"):
+        answer = world.reader.get(f"/v1/projects/{PROJECT}/reports/by-reference/{name}")
+        assert answer.status_code == 404, answer.text
+        assert f"{name!r}" in answer.json()["error"]["message"], answer.text
+    unlisted = world.reader.get(f"/v1/projects/{PROJECT}/reports/by-reference/payload.exe")
+    assert unlisted.status_code == 404 and "'payload.exe'" in unlisted.json()["error"]["message"], unlisted.text
+    assert "Internal error" not in world.daemon.log
