@@ -2,9 +2,11 @@
 decisions, campaigns, datasets, models) for the team's knowledge base.
 
 A receipt (schema `bashgym.activity.v1`) is front matter plus sections, rendered from ledger rows and
-stripped on the way out: secret-shaped keys become `[redacted]`; raw logs, rows, transcripts and
-metric series become `[retained in BashGym]`; local absolute paths, also inside prose, become
-`[local artifact: <name>]`; credential-shaped strings are redacted; strings and lists are capped.
+stripped on the way out: credential-shaped values are redacted wherever they appear, and so are the values
+of keys that name a secret (`api_key`, `hf_token`: the ledger's own rule), never of keys that merely mention
+one (`token_level_loss` is a setting, `tokens_per_second` a measure); raw logs, rows, transcripts and metric
+series become `[retained in BashGym]`; local absolute paths and `file://` URIs, also inside prose, become
+`[local artifact: <name>]`; strings and lists are capped.
 Rendering is deterministic (no wall-clock time in a receipt), so re-curating the same state gives
 the same bytes and writes nothing. Pure functions only: the CLI fetches and writes.
 """
@@ -20,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bashgym.ledger.redaction import redact_text
+from bashgym.ledger.validation import is_secret_key
 
 SCHEMA = "bashgym.activity.v1"
 KINDS = ("training-session", "run", "evaluation", "decision", "campaign", "dataset", "model")
@@ -28,7 +31,6 @@ REDACTED = "[redacted]"
 RETAINED = "[retained in BashGym]"
 MAX_STRING = 500
 MAX_LIST = 20
-SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|authorization|private[_-]?key|credential)", re.I)
 RAW_KEYS = frozenset(
     {
         "log", "logs", "lines", "stdout", "stderr", "rows", "messages", "transcript", "transcripts",
@@ -36,7 +38,9 @@ RAW_KEYS = frozenset(
     }
 )  # fmt: skip
 # An absolute local path (or file:// URI), not part of a URL or of a relative path.
-LOCAL_PATH = re.compile(r"(?:file://)?(?<![\w:/.~-])(?:~/|/)(?:[\w.@+-]+/)*[\w.@+-]+/?")
+LOCAL_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?(?:~/|/)(?:[\w.@+-]+/)*[\w.@+-]+/?")
+# A value that is one path as a whole, spaces included.
+WHOLE_PATH = re.compile(r"(?:file://)?(?:~/|/)[^\n]*")
 ID_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 
@@ -46,13 +50,14 @@ def _local_artifact(match: re.Match[str]) -> str:
 
 
 def strip_text(text: str) -> str:
-    cleaned = LOCAL_PATH.sub(_local_artifact, redact_text(text))
+    text = redact_text(text)
+    cleaned = _local_artifact(match) if (match := WHOLE_PATH.fullmatch(text)) else LOCAL_PATH.sub(_local_artifact, text)
     return cleaned if len(cleaned) <= MAX_STRING else cleaned[: MAX_STRING - 1] + "…"
 
 
 def strip(value: Any, key: str = "") -> Any:
     """A value as it may leave BashGym for the knowledge base."""
-    if key and SECRET_KEY.search(key):
+    if key and is_secret_key(key):  # a key that names a secret (`api_key`, `hf_token`), not one that mentions one
         return REDACTED
     if key.lower() in RAW_KEYS:
         return RETAINED

@@ -31,6 +31,7 @@ def test_curating_twice_writes_once_strips_what_must_not_leave_and_resumes_by_cu
             "notes": "weights were copied to /home/alice/models/base.safetensors before the run",
             "log": "step 1 loss 2.3\nstep 2 loss 2.1",
             "hub_upload": {"repo": "team/model", "token_env": "HF_TOKEN"},
+            "token_level_loss": True,
         }
         body = {"method": "sft", "tracking_context": tracking_context(), "config": config}
         registered = client.post("/v1/runs", json=body)
@@ -53,7 +54,9 @@ def test_curating_twice_writes_once_strips_what_must_not_leave_and_resumes_by_cu
     assert "[local artifact: base.safetensors]" in text and "/home/alice" not in text
     assert "[retained in BashGym]" in text and "step 1 loss" not in text
     assert PLANTED_TOKEN not in text and "/srv/data" not in "\n".join(files.values())
-    assert '"token_env": "[redacted]"' in text
+    # Values are redacted by their shape, not keys by their name: the name of a variable, and a setting that
+    # mentions tokens, are no secrets.
+    assert '"token_env": "HF_TOKEN"' in text and "[redacted]" not in text.split("token_level_loss")[1][:20]
     mtimes = {p: p.stat().st_mtime_ns for p in root.rglob("*.md")}
 
     again = cli(env, "curate", "--root", str(root), "--json")
