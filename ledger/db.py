@@ -33,6 +33,8 @@ def open_connection(path: Path, *, synchronous: str, readonly: bool = False) -> 
     conn.execute("PRAGMA foreign_keys=ON")
     if not readonly:
         conn.execute("PRAGMA journal_mode=WAL")
+        # Deleted or overwritten content is zeroed, not left in free pages: a scrubbed secret is gone from the file.
+        conn.execute("PRAGMA secure_delete=ON")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     # 32 MiB of page cache per connection (SQLite's default is 2 MiB): index pages of a ledger with
     # millions of events stay in memory. It grows only as pages are touched.

@@ -118,6 +118,15 @@ class RemoteLog(_Payload):
     reported_at: str = ""
 
 
+class ConsumerCursorMoved(_Payload):
+    """A durable consumer's cursor moved by a principal other than the consumer that owns it."""
+
+    consumer: str
+    cursor: int
+    previous_cursor: int
+    owner: str
+
+
 # Every event type the ledger accepts, with the payload model it must validate against.
 EVENT_TYPES: dict[str, type[_Payload]] = {
     "project.created": EntityRegistered,
@@ -171,6 +180,8 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "sink.removed": EntityRegistered,
     "promotion.gated": EntityRegistered,
     "run.remote_log": RemoteLog,
+    "blob.held": EntityRegistered,
+    "consumer.cursor_moved": ConsumerCursorMoved,
 }
 
 

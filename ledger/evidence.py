@@ -18,7 +18,7 @@ from bashgym.ledger.models import (
 )
 from bashgym.ledger.queries import budget_summary, run_hours
 from bashgym.ledger.redaction import redact_text
-from bashgym.ledger.rows import not_found, require_project, to_record
+from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
 from bashgym.ledger.tx import Tx
 from bashgym.ledger.validation import canonical_json, check_payload, identity_digest
@@ -310,6 +310,7 @@ def settle_reservation(tx: Tx, ws: str, project: str, run_id: str, status: str, 
 def record_report(tx: Tx, ws: str, project: str, spec: ReportSpec) -> tuple[dict[str, Any], bool]:
     require_project(tx.conn, ws, project)
     check_payload(spec.manifest, field="manifest")
+    check_id_unused(tx.conn, "reports", "report_id", spec.report_id, ws, project, label="Report")
     row, replayed = tx.put(
         "reports",
         key={"workspace_id": ws, "project_id": project, "report_id": spec.report_id},

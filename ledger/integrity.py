@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,10 @@ def backup_to(conn: sqlite3.Connection, target: Path) -> dict[str, Any]:
             f"{target} already exists; a backup never overwrites a file.",
             hint="Pick a new file name, e.g. ledger-2026-11-29.sqlite3.",
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = target.with_name(target.name + ".partial")
+    # 0600 from the first byte: a backup holds every workspace's records.
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     with sqlite3.connect(partial) as dst:
         conn.backup(dst)
     with sqlite3.connect(partial) as check:

@@ -171,6 +171,21 @@ def parse_context(raw: dict[str, Any] | None) -> tuple[TrackingContext | None, l
         return None, sorted({".".join(str(part) for part in err["loc"]) for err in exc.errors()})
 
 
+def context_in_workspace(raw: dict[str, Any] | None, ws: str) -> tuple[TrackingContext | None, list[str]]:
+    """The one rule for where a run belongs: its complete tracking context, if it names this workspace; else none
+    (the run goes to `unassigned`), with the fields that were missing. A run's project is never guessed."""
+    ctx, missing = parse_context(raw)
+    if ctx is not None and ctx.workspace_id != ws:
+        return None, ["workspace_id"]
+    return ctx, missing
+
+
+def run_project(raw: dict[str, Any] | None, ws: str) -> str:
+    """The project a run with this tracking context is recorded under in workspace `ws`."""
+    ctx, _ = context_in_workspace(raw, ws)
+    return ctx.project_id if ctx is not None else UNASSIGNED
+
+
 def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) -> None:
     """Create (or replay) the project, experiment and versions a complete tracking context names."""
     ws, project = ctx.workspace_id, ctx.project_id

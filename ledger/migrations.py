@@ -17,6 +17,7 @@ from bashgym.ledger import (
     schema_v7,
     schema_v8,
     schema_v9,
+    schema_v10,
 )
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
@@ -45,6 +46,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "event_sinks", schema_v7.SQL),
     Migration(8, "run_source_unique_per_project", schema_v8.SQL, rebuilds_tables=True),
     Migration(9, "device_groups", schema_v9.SQL),
+    Migration(10, "trust_boundaries", schema_v10.SQL),
 )
 
 _RECORD_TABLE = """
@@ -81,6 +83,8 @@ def check_applied(applied: dict[int, tuple[str, str]], migrations: tuple[Migrati
 def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
     """Apply every pending migration, each in its own transaction with its record; return the numbers."""
     conn.execute(_RECORD_TABLE)
+    # Migration 10 replaces stored idempotency keys by their digests, inside SQL.
+    conn.create_function("bashgym_sha256", 1, _sha256_text, deterministic=True)
     applied = applied_migrations(conn)
     check_applied(applied, migrations)
     done: list[int] = []
@@ -96,6 +100,10 @@ def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRAT
                 conn.execute("PRAGMA foreign_keys=ON")
         done.append(migration.number)
     return done
+
+
+def _sha256_text(value: str) -> str:
+    return hashlib.sha256(str(value).encode()).hexdigest()
 
 
 def _apply(conn: sqlite3.Connection, migration: Migration) -> None:

@@ -611,8 +611,10 @@ def last_cursor(conn: sqlite3.Connection) -> int:
 
 
 def get_consumer_cursor(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
-    row = conn.execute("SELECT name, cursor, updated_at FROM consumer_cursors WHERE name = ?", (name,)).fetchone()
-    return dict(row) if row else {"name": name, "cursor": 0, "updated_at": None}
+    row = conn.execute(
+        "SELECT name, cursor, updated_at, owner FROM consumer_cursors WHERE name = ?", (name,)
+    ).fetchone()
+    return dict(row) if row else {"name": name, "cursor": 0, "updated_at": None, "owner": ""}
 
 
 def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:

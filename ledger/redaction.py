@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import threading
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 REDACTED = "[redacted]"
 
@@ -54,6 +55,18 @@ def contains_secret(text: str) -> bool:
     return redact_text(text) != text
 
 
+def redact_values(value: Any) -> Any:
+    """A copy of value with every credential-shaped string redacted, whatever key it sits under: the keys of
+    a request or a manifest are settings (`token_level_loss`), not secrets."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: redact_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_values(item) for item in value]
+    return value
+
+
 def redact(value: Any) -> Any:
     """Return a copy of value with secret-shaped keys and credential-looking strings redacted."""
     from bashgym.ledger.validation import is_secret_key
@@ -65,3 +78,37 @@ def redact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact(item) for item in value]
     return value
+
+
+def url_credentials(url: str) -> list[str]:
+    """Where a URL carries a credential: a password in its userinfo, a query value, or a credential-shaped
+    part. Webhook URLs often do; a stored or displayed URL must not."""
+    parts = urlsplit(url)
+    found = []
+    if parts.password:
+        found.append("a password in the userinfo (user:password@)")
+    if parts.query:
+        found.append("a query string (?...), where endpoints put their tokens")
+    if contains_secret(url):
+        found.append("a credential-shaped value")
+    return found
+
+
+def redact_url(url: str) -> str:
+    """A URL as it may be shown: userinfo and query values replaced, credential-shaped parts redacted."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    if parts.username:
+        netloc = f"{REDACTED}@{netloc}"
+    query = "&".join(f"{name}={REDACTED}" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return redact_text(urlunsplit((parts.scheme, netloc, parts.path, query, "")))
+
+
+_URL = re.compile(r"https?://[^\s'\"<>]+")
+
+
+def redact_url_text(text: str) -> str:
+    """Text (an error message) with every URL in it shown as redact_url shows it."""
+    return _URL.sub(lambda match: redact_url(match.group(0)), redact_text(text))

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from bashgym.ledger.errors import NotFound
+from bashgym.ledger.errors import Conflict, NotFound
 
 _INTERNAL = {"identity_json"}
 _BOOLEAN = {"is_simulation", "is_protected"}
@@ -40,3 +40,20 @@ def require_project(conn: sqlite3.Connection, workspace_id: str, project_id: str
 
 def not_found(kind: str, entity_id: str, project_id: str, list_hint: str) -> NotFound:
     return NotFound(f"No {kind} {entity_id!r} in project {project_id!r}.", hint=f"See existing ones with {list_hint}.")
+
+
+def check_id_unused(
+    conn: sqlite3.Connection, table: str, column: str, value: str, ws: str, project: str, *, label: str
+) -> None:
+    """Run and report ids name directories and live supervisors by id alone: one id, one record, ledger-wide.
+
+    The answer does not say where the id is taken: another workspace's ids are not the caller's to learn."""
+    taken = conn.execute(
+        f"SELECT 1 FROM {table} WHERE {column} = ? AND NOT (workspace_id = ? AND project_id = ?) LIMIT 1",
+        (value, ws, project),
+    ).fetchone()
+    if taken is not None:
+        raise Conflict(
+            f"{label} id {value!r} is already taken; {label.lower()} ids are unique across the ledger.",
+            hint=f"Leave the id out and one is made for you, or choose another {label.lower()} id.",
+        )

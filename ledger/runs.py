@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from bashgym.ledger.errors import Conflict, NotFound
-from bashgym.ledger.lineage import ensure_unassigned, parse_context, register_context_lineage
+from bashgym.ledger.lineage import context_in_workspace, ensure_unassigned, register_context_lineage
 from bashgym.ledger.models import UNASSIGNED, MetricBatch, RunRegistration, RunTransition, TrackingContext
 from bashgym.ledger.redaction import redact_text
-from bashgym.ledger.rows import not_found, require_project, to_record
+from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_record
 from bashgym.ledger.states import check_transition, event_type_for
 from bashgym.ledger.tx import Tx, new_id
 from bashgym.ledger.validation import canonical_json, check_payload, identity_digest
@@ -19,9 +19,7 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
 
     Returns the run record, whether it was a replay, and the context fields that were missing.
     """
-    ctx, missing = parse_context(spec.tracking_context)
-    if ctx is not None and ctx.workspace_id != ws:
-        ctx, missing = None, ["workspace_id"]
+    ctx, missing = context_in_workspace(spec.tracking_context, ws)
     if ctx is None:
         ensure_unassigned(tx, ws)
         project, experiment = UNASSIGNED, UNASSIGNED
@@ -36,6 +34,7 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
         }
     check_payload(spec.config, field="config")
     run_id = spec.run_id or _existing_run_id(tx, ws, project, spec) or new_id("run")
+    check_id_unused(tx.conn, "runs", "run_id", run_id, ws, project, label="Run")
     identity = {
         "project_id": project,
         "experiment_id": experiment,

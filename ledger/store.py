@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from bashgym.ledger import (
     access,
+    blob_holders,
     campaigns,
     channels,
     device_groups,
@@ -439,26 +440,77 @@ class Ledger:
     async def get_consumer_cursor(self, name: str) -> dict[str, Any]:
         return await self.read(lambda conn: queries.get_consumer_cursor(conn, name))
 
-    async def ack_consumer_cursor(self, name: str, cursor: int) -> dict[str, Any]:
-        """Advance a consumer's durable cursor; it never moves backwards or past the last event."""
-        now = utc_iso(self._clock())
+    async def ack_consumer_cursor(
+        self, name: str, cursor: int, *, actor: Actor | None = None, ws: str = ""
+    ) -> dict[str, Any]:
+        """Advance a consumer's durable cursor; it never moves backwards or past the last event.
 
-        def run(conn: sqlite3.Connection) -> dict[str, Any]:
-            last = queries.last_cursor(conn)
-            if cursor > last:
-                raise InvalidInput(
-                    f"Cursor {cursor} is past the last event ({last}).",
-                    hint="Acknowledge only cursors you have received.",
+        The daemon's own consumers move theirs without an actor. Through the API the first principal to move a
+        cursor owns it; a move by anyone else is recorded as a `consumer.cursor_moved` event of workspace `ws`.
+        """
+        if actor is None:
+            return await asyncio.shield(self._writer.run(lambda conn: self._ack(conn, name, cursor, "")))
+
+        def run(tx: Tx) -> dict[str, Any]:
+            before = queries.get_consumer_cursor(tx.conn, name)
+            record = self._ack(tx.conn, name, cursor, actor.actor_id, in_transaction=True)
+            owner = str(before.get("owner") or "")
+            if owner and owner != actor.actor_id and record["cursor"] != before["cursor"]:
+                tx.append_event(
+                    "consumer.cursor_moved",
+                    workspace_id=ws,
+                    project_id=access.WORKSPACE_SCOPE,
+                    payload={
+                        "consumer": name,
+                        "cursor": record["cursor"],
+                        "previous_cursor": before["cursor"],
+                        "owner": owner,
+                    },
                 )
+            return record
+
+        return await self.write(actor, run)
+
+    def _ack(
+        self, conn: sqlite3.Connection, name: str, cursor: int, owner: str, *, in_transaction: bool = False
+    ) -> dict[str, Any]:
+        last = queries.last_cursor(conn)
+        if cursor > last:
+            raise InvalidInput(
+                f"Cursor {cursor} is past the last event ({last}).",
+                hint="Acknowledge only cursors you have received.",
+            )
+        statement = (
+            "INSERT INTO consumer_cursors (name, cursor, updated_at, owner) VALUES (?, ?, ?, ?) ON CONFLICT (name) "
+            "DO UPDATE SET cursor = MAX(cursor, excluded.cursor), updated_at = excluded.updated_at, "
+            "owner = CASE WHEN owner = '' THEN excluded.owner ELSE owner END"
+        )
+        values = (name, cursor, utc_iso(self._clock()), owner)
+        if in_transaction:
+            conn.execute(statement, values)
+        else:
             with write_transaction(conn, self.path):
-                conn.execute(
-                    "INSERT INTO consumer_cursors (name, cursor, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) "
-                    "DO UPDATE SET cursor = MAX(cursor, excluded.cursor), updated_at = excluded.updated_at",
-                    (name, cursor, now),
-                )
-            return queries.get_consumer_cursor(conn, name)
+                conn.execute(statement, values)
+        return queries.get_consumer_cursor(conn, name)
 
-        return await asyncio.shield(self._writer.run(run))
+    # -- blobs -----------------------------------------------------------------------------------
+
+    async def hold_blob(
+        self, actor: Actor, ws: str, project: str, sha256: str, size_bytes: int, *, quota_bytes: int | None = None
+    ) -> bool:
+        """Make `project` a holder of an uploaded or stored blob (within its quota, when one is given)."""
+        return await self.write(
+            actor, lambda tx: blob_holders.hold_blob(tx, ws, project, sha256, size_bytes, quota_bytes=quota_bytes)
+        )
+
+    async def check_quota(self, ws: str, project: str, size_bytes: int, *, quota_bytes: int) -> None:
+        await self.read(lambda conn: blob_holders.check_quota(conn, ws, project, size_bytes, quota_bytes=quota_bytes))
+
+    async def holds_blob(self, ws: str, project: str, sha256: str) -> bool:
+        return await self.read(lambda conn: blob_holders.holds_blob(conn, ws, project, sha256))
+
+    async def held_bytes(self, ws: str, project: str) -> int:
+        return await self.read(lambda conn: blob_holders.held_bytes(conn, ws, project))
 
     # -- reads -----------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -11,7 +13,14 @@ import pytest
 from bashgym.ledger import Ledger, store
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
 from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
-from bashgym.ledger.models import Actor, DeviceGroupSpec, DeviceSpec, ProjectSpec, RunRegistration
+from bashgym.ledger.models import (
+    Actor,
+    DatasetVersionSpec,
+    DeviceGroupSpec,
+    DeviceSpec,
+    ProjectSpec,
+    RunRegistration,
+)
 from bashgym.ledger.restore import restore_ledger
 
 pytestmark = pytest.mark.anyio
@@ -165,4 +174,39 @@ async def test_a_ledger_of_migration_8_upgrades_and_its_devices_can_form_a_group
         await ledger.add_device_group(actor, "default", DeviceGroupSpec(group_id="pair", members=["gpu1", "gpu2"]))
         assert (await ledger.get_device_group("default", "pair"))["main_process_ip"] == "gpu1.lab"
         assert (await ledger.verify())["ok"] is True
-    assert _rows(path, "SELECT MAX(number) FROM schema_migrations") == [(9,)]
+    assert _rows(path, "SELECT MAX(number) FROM schema_migrations") == [(len(MIGRATIONS),)]
+
+
+async def test_a_ledger_of_migration_9_upgrades_without_stored_secrets_and_with_its_blobs_held(
+    tmp_path: Path, actor: Actor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 10: stored idempotency keys become digests, a stored token issue loses its token, and the
+    projects of existing stored versions hold their blobs."""
+    path = tmp_path / "ledger.sqlite3"
+    token = "bgy_" + "k" * 43
+    answer = json.dumps({"token": token, "token_id": "tok-1", "actor_id": "alice", "profile": "viewer"})
+    with monkeypatch.context() as patch:  # a ledger written by the BashGym of migration 9
+        patch.setattr(store, "migrate", lambda conn: migrate(conn, MIGRATIONS[:9]))
+        async with await Ledger.open(path) as old:
+            await old.store_idempotent(
+                principal="p", key="my-raw-key", method="POST", path="/v1/auth/tokens",
+                request_digest="d", status_code=201, response_json=answer,
+            )  # fmt: skip
+            await old.create_project(actor, "default", ProjectSpec(project_id="p1", name="P1"))
+            data = DatasetVersionSpec(
+                dataset_version_id="d1", dataset_id="d", source_uri=f"bashgym://artifacts/sha256/{'a' * 64}",
+                content_digest="a" * 64,
+            )  # fmt: skip
+            await old.register_dataset_version(actor, "default", "p1", data)
+    async with await Ledger.open(path) as ledger:
+        assert await ledger.find_idempotent("p", "my-raw-key") is None
+        stored = await ledger.find_idempotent("p", "sha256:" + hashlib.sha256(b"my-raw-key").hexdigest())
+        assert stored is not None
+        replay = json.loads(stored["response_json"])
+        assert replay["token"] is None and replay["token_id"] == "tok-1" and "cannot be shown again" in replay["notice"]
+        assert await ledger.holds_blob("default", "p1", "a" * 64)
+        assert not await ledger.holds_blob("default", "unassigned", "a" * 64)
+        assert (await ledger.verify())["ok"] is True
+    wal = Path(f"{path}-wal")
+    raw = path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    assert token.encode() not in raw and b"my-raw-key" not in raw  # secure_delete: not even in free pages

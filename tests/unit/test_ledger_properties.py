@@ -451,7 +451,7 @@ class Planner:
     def report(self, p: str, n: int, extra: Any) -> None:
         self._need("project", p)
         spec = ReportSpec(
-            report_id=f"rep{n}", kind="campaign", title=f"{p} week {n}", manifest={"label": self.world.note}
+            report_id=f"{p}.rep{n}", kind="campaign", title=f"{p} week {n}", manifest={"label": self.world.note}
         )
         write = Write(f"report {p}/{n}", p, lambda lg, ids: lg.record_report(ACTOR, WS, p, spec))
         self._emit(("report", p, n), write, ("report", spec.report_id))
@@ -766,25 +766,47 @@ async def check_lookups(ledger: Ledger, p: str, mine: dict[str, set[str]], every
 @given(
     # The second registration goes to another project, or (no context) to unassigned.
     homes=st.sampled_from([(a, b) for a in NAMES for b in (*NAMES, None) if a != b]),
-    by_source=st.booleans(),
 )
-def test_a_run_id_another_project_holds_registers_like_a_fresh_one(
-    homes: tuple[str, str | None], by_source: bool
-) -> None:
+def test_a_source_run_id_another_project_holds_registers_like_a_fresh_one(homes: tuple[str, str | None]) -> None:
+    """Source ids are the other system's, per project; the ledger gives the second run an id of its own."""
     first, second = homes
 
     def registration(project: str | None) -> RunRegistration:
         context = None if project is None else tracking_context(project_id=project)
-        if by_source:
-            return RunRegistration(method="sft", source_system="mlflow", source_run_id="r1", tracking_context=context)
-        return RunRegistration(run_id="r1", method="sft", tracking_context=context)
+        return RunRegistration(method="sft", source_system="mlflow", source_run_id="r1", tracking_context=context)
 
     async def scenario(path: Path) -> None:
         async with await open_ledger(path) as ledger:
             kept = (await ledger.register_run(ACTOR, WS, registration(first))).record
             added = await ledger.register_run(ACTOR, WS, registration(second))
             assert not added.replayed and added.record["project_id"] == (second or "unassigned")
+            assert added.record["run_id"] != kept["run_id"]
             assert (await ledger.get_run(WS, first, kept["run_id"]))["run_id"] == kept["run_id"]
+
+    run_with_fresh_ledger_file(scenario)
+
+
+@settings(FAST, max_examples=10)
+@given(homes=st.sampled_from([(a, b) for a in NAMES for b in (*NAMES, None) if a != b]))
+def test_a_run_id_another_project_holds_is_refused_without_naming_it(homes: tuple[str, str | None]) -> None:
+    """Run directories and live supervisors are named by run id: one id, one run, across the ledger."""
+    first, second = homes
+
+    def registration(project: str | None) -> RunRegistration:
+        context = None if project is None else tracking_context(project_id=project)
+        return RunRegistration(run_id="r1", method="sft", tracking_context=context)
+
+    async def scenario(path: Path) -> None:
+        async with await open_ledger(path) as ledger:
+            await ledger.register_run(ACTOR, WS, registration(first))
+            cursor = ledger.last_cursor
+            try:
+                await ledger.register_run(ACTOR, WS, registration(second))
+            except Conflict as error:
+                assert "unique across the ledger" in error.message and first not in error.message
+            else:
+                raise AssertionError("a run id another project holds was registered again")
+            assert ledger.last_cursor == cursor
 
     run_with_fresh_ledger_file(scenario)
 
