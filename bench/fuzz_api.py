@@ -34,6 +34,8 @@ def start_daemon(home: Path) -> tuple[subprocess.Popen[str], str]:
         "BASHGYM_HOME": str(home),
         "BASHGYM_RATE_LIMIT_BURST": "100000",
         "BASHGYM_RATE_LIMIT_PER_MINUTE": "100000",
+        "BASHGYM_READ_RATE_BURST": "100000",
+        "BASHGYM_READ_RATE_PER_MINUTE": "100000",
     }
     home.mkdir(parents=True, exist_ok=True)
     with (home / "daemon.log").open("a") as log:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.ledger import Ledger
@@ -36,9 +37,10 @@ async def check_lane(ledger: Ledger, settings: Settings, workspace: str, request
         require_ready(record, f"Device {device_id}", f"bashgym device preflight {device_id}")
         facts = (record["preflight"] or {}).get("facts") or {}
         check_machine_share(request, [device_id], [len(facts.get("gpus") or [])])
+        await check_device_reach(settings, record)
         return Device.from_record(record)
     if request.lane == "ssh-group":
-        await check_group(ledger, workspace, request)
+        await check_group(ledger, settings, workspace, request)
     elif request.lane == "nemo":
         await check_nemo(settings, request)
     elif request.lane == "local":
@@ -65,7 +67,7 @@ def require_ready(record: dict[str, Any], what: str, command: str) -> None:
         )
 
 
-async def check_group(ledger: Ledger, workspace: str, request: TrainingRequest) -> None:
+async def check_group(ledger: Ledger, settings: Settings, workspace: str, request: TrainingRequest) -> None:
     """A device group takes a run when its last preflight passed, every member is still ready, it has one
     member per machine, and each member has a GPU per process (or none of them has GPUs)."""
     group_id = request.device_group or ""
@@ -73,7 +75,10 @@ async def check_group(ledger: Ledger, workspace: str, request: TrainingRequest) 
     group = await _found(ledger.get_device_group(workspace, group_id))
     require_ready(group, f"Device group {group_id}", command)
     members = list(group["members"])
-    stale = [m for m in members if not (await ledger.get_device(workspace, m))["ready"]]
+    records = [await ledger.get_device(workspace, m) for m in members]
+    for record in records:
+        await check_device_reach(settings, record)
+    stale = [record["device_id"] for record in records if not record["ready"]]
     if stale:
         raise RuleRejected(
             f"Device group {group_id}: {', '.join(stale)} failed a preflight since the group's last one.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -45,10 +46,23 @@ from bashgym.daemon.api_notices import notice_routes
 from bashgym.daemon.api_operator import operator_routes
 from bashgym.daemon.api_training import training_routes
 from bashgym.daemon.app import Services, json_response, uptime_s
+from bashgym.daemon.authority import consumer_capability
 from bashgym.daemon.blobs import count_rows
-from bashgym.daemon.routing import Call, ReadCall, WriteCall, requires, written
-from bashgym.ledger.errors import Forbidden, InvalidInput, NotFound
-from bashgym.ledger.models import Actor
+from bashgym.daemon.host_paths import HostPaths
+from bashgym.daemon.request_paths import check_model_registration, require_held
+from bashgym.daemon.routing import (
+    AUTHENTICATED,
+    Call,
+    ReadCall,
+    WriteCall,
+    authorise,
+    requires,
+    requires_somewhere,
+    written,
+)
+from bashgym.ledger.errors import Forbidden, InvalidInput
+from bashgym.ledger.lineage import run_project
+from bashgym.ledger.models import UNASSIGNED, Actor
 from bashgym.ledger.validation import (
     check_identifier,
     check_metric_name,
@@ -59,6 +73,9 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from starlette.responses import Response
 
 MAX_WAIT_S = 30.0
+UploadCall = Annotated[Call, requires_somewhere("ledger.write")]
+RegisterCall = Annotated[Call, requires_somewhere("ledger.write")]
+ListCall = Annotated[Call, requires_somewhere("ledger.read")]
 
 
 def register_routes(app: FastAPI) -> None:
@@ -110,30 +127,45 @@ def _system_routes() -> APIRouter:
         return json_response(await call.services.ledger.verify())
 
     @router.post("/ledger/backup", tags=["ledger"])
-    async def ledger_backup(call: Annotated[Call, requires("ledger.read")], to: Annotated[str, Query()]) -> Response:
-        target = Path(to)
-        if not target.is_absolute():
-            raise InvalidInput(
-                f"Backup target {to!r} must be an absolute path that does not exist yet.",
-                hint="Pick a new file name, e.g. /backups/ledger-2026-11-29.sqlite3.",
-            )
-        return json_response(await call.services.ledger.backup(target))
+    async def ledger_backup(call: Annotated[Call, requires("ledger.backup")], to: Annotated[str, Query()]) -> Response:
+        """Copy the whole ledger (every workspace) into the operator's backup directory, 0600: an admin action."""
+        target = HostPaths(call.services.settings).backup_target(to)
+        return json_response({"to": str(target), **await call.services.ledger.backup(target)})
 
     @router.put("/blobs", response_model=BlobStored, tags=["artifacts"])
-    async def put_blob(call: WriteCall, request: Request) -> Response:
-        sha, size = await call.services.blobs.put_stream(
-            request.stream(), max_bytes=call.services.settings.max_upload_bytes
+    async def put_blob(call: UploadCall, request: Request, project: str = UNASSIGNED) -> Response:
+        """Upload a file for `project` (a dataset, model files, a wheel): the project holds it, within its quota."""
+        check_identifier(project, field="project")
+        authorise(call, project)
+        services, ws = call.services, call.workspace
+        quota = services.settings.project_quota_bytes
+
+        async def admit(sha: str, size: int) -> None:
+            """Nothing past the quota is stored: bytes the project holds already cost nothing more."""
+            if not await services.ledger.holds_blob(ws, project, sha):
+                await services.ledger.check_quota(ws, project, size, quota_bytes=quota)
+
+        await services.ledger.check_quota(ws, project, 0, quota_bytes=quota)  # a full project reads no body
+        sha, size = await services.blobs.put_stream(
+            request.stream(), max_bytes=services.settings.max_upload_bytes, admit=admit
         )
-        return json_response(BlobStored(sha256=sha, size_bytes=size))
+        await services.ledger.hold_blob(call.actor, ws, project, sha, size, quota_bytes=quota)
+        return json_response(BlobStored(sha256=sha, size_bytes=size, project_id=project))
 
     @router.get("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
     async def get_cursor(call: ReadCall, name: str) -> Response:
         return json_response(await call.services.ledger.get_consumer_cursor(check_identifier(name, field="name")))
 
     @router.put("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
-    async def put_cursor(call: ReadCall, name: str, body: CursorAck) -> Response:
+    async def put_cursor(call: Annotated[Call, requires(AUTHENTICATED)], name: str, body: CursorAck) -> Response:
+        """Move a durable consumer's cursor: it needs that consumer's own capability (consumer_capability)."""
         check_identifier(name, field="name")
-        return json_response(await call.services.ledger.ack_consumer_cursor(name, body.cursor))
+        capability, project = consumer_capability(name)
+        call.principal.require(capability, workspace_id=call.workspace, project_id=project)
+        actor = call.principal.actor(capability, call.actor.correlation_id)
+        return json_response(
+            await call.services.ledger.ack_consumer_cursor(name, body.cursor, actor=actor, ws=call.workspace)
+        )
 
     return router
 
@@ -142,12 +174,15 @@ def _lineage_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["lineage"])
 
     @router.post("/projects", response_model=WriteResult, status_code=201)
-    async def create_project(call: WriteCall, body: ProjectSpec) -> Response:
+    async def create_project(call: RegisterCall, body: ProjectSpec) -> Response:
+        authorise(call, body.project_id)  # a principal scoped to P may create P, and only P
         return written(await call.services.ledger.create_project(call.actor, call.workspace, body))
 
     @router.get("/projects")
-    async def list_projects(call: ReadCall) -> Response:
-        return json_response(await call.services.ledger.list_projects(call.workspace))
+    async def list_projects(call: ListCall) -> Response:
+        """The workspace's projects; a principal scoped to some projects sees those alone."""
+        projects = await call.services.ledger.list_projects(call.workspace)
+        return json_response([p for p in projects if call.principal.holds("ledger.read", p["project_id"])])
 
     @router.get("/projects/{project}")
     async def show_project(call: ReadCall, project: str) -> Response:
@@ -163,6 +198,7 @@ def _lineage_routes() -> APIRouter:
 
     @router.post("/projects/{project}/model-versions", response_model=WriteResult, status_code=201)
     async def register_model_version(call: WriteCall, project: str, body: ModelVersionSpec) -> Response:
+        await check_model_registration(call.reach, project, body.source_uri, body.files)
         return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, body))
 
     @router.post("/projects/{project}/dataset-versions", response_model=WriteResult, status_code=201)
@@ -172,11 +208,7 @@ def _lineage_routes() -> APIRouter:
     @router.post("/projects/{project}/dataset-versions/from-blob", response_model=WriteResult, status_code=201)
     async def register_dataset_from_blob(call: WriteCall, project: str, body: DatasetFromBlob) -> Response:
         blobs = call.services.blobs
-        if not blobs.has(body.sha256):
-            raise NotFound(
-                f"No uploaded file with sha256 {body.sha256[:12]}.",
-                hint="Upload it first with PUT /v1/blobs (bashgym dataset register does both).",
-            )
+        await require_held(call.reach, project, body.sha256)
         name = Path(body.filename).name
         rows = await asyncio.to_thread(count_rows, blobs.path_for(body.sha256), name)
         spec = DatasetVersionSpec(
@@ -200,7 +232,8 @@ def _run_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["runs"])
 
     @router.post("/runs", response_model=WriteResult, status_code=201)
-    async def register_run(call: WriteCall, body: RunRegistration) -> Response:
+    async def register_run(call: RegisterCall, body: RunRegistration) -> Response:
+        authorise(call, run_project(body.tracking_context, call.workspace))
         return written(await call.services.ledger.register_run(call.actor, call.workspace, body))
 
     @router.get("/projects/{project}/runs")
@@ -357,15 +390,16 @@ async def _events(
         check_identifier(event_type, field="type")
     ledger = call.services.ledger
     deadline = time.monotonic() + wait_s
-    while True:
-        head = ledger.last_cursor
-        page = await ledger.events_page_json(
-            call.workspace, project, after_cursor=after_cursor, limit=limit, types=types
-        )
-        remaining = deadline - time.monotonic()
-        if page.count or remaining <= 0:
-            return Response(page.text, media_type="application/json")
-        await ledger.wait_for_events(max(head, after_cursor), remaining)
+    with call.services.waits.hold(call.principal.actor_id) if wait_s else contextlib.nullcontext():
+        while True:
+            head = ledger.last_cursor
+            page = await ledger.events_page_json(
+                call.workspace, project, after_cursor=after_cursor, limit=limit, types=types
+            )
+            remaining = deadline - time.monotonic()
+            if page.count or remaining <= 0:
+                return Response(page.text, media_type="application/json")
+            await ledger.wait_for_events(max(head, after_cursor), remaining)
 
 
 def _check_optional(value: str | None, check: Callable[[str], object]) -> None:

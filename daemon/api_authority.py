@@ -54,7 +54,9 @@ def authority_routes() -> APIRouter:
             project_id=body.project_id,
             expires_at=expires,
         )
-        issued = TokenIssued(token=token, **{k: row[k] for k in TokenIssued.model_fields if k != "token"})
+        issued = TokenIssued(
+            token=token, **{k: row[k] for k in TokenIssued.model_fields if k not in {"token", "notice"}}
+        )
         return json_response(issued, 201)
 
     @router.get("/auth/tokens")

@@ -16,6 +16,7 @@ from bashgym.daemon.campaigns import (
     schedule_findings,
     utc_now,
     validate,
+    waits_for,
 )
 from bashgym.daemon.reports import campaign_report
 from bashgym.daemon.routing import Call, ReadCall, requires, written
@@ -73,6 +74,19 @@ class VersionedAction(BaseModel):
     reason: Annotated[str, Field(max_length=2000)] = ""
 
 
+async def _findings(call: Call, project: str, campaign: dict[str, Any]) -> list[dict[str, str]]:
+    """Why the campaign cannot start yet, its launches judged for its owner (campaigns.validate)."""
+    return await validate(
+        call.services.ledger,
+        call.workspace,
+        project,
+        campaign["spec"],
+        now=utc_now(),
+        owner=campaign["created_by"],
+        reach=call.reach,
+    )
+
+
 def campaign_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["campaigns"])
 
@@ -92,7 +106,7 @@ def campaign_routes() -> APIRouter:
     async def campaign_validate(call: ControlCall, project: str, campaign_id: str, body: VersionedAction) -> Response:
         ledger = call.services.ledger
         campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
-        findings = await validate(ledger, call.workspace, project, campaign["spec"], now=utc_now())
+        findings = await _findings(call, project, campaign)
         if not findings and campaign["status"] == "draft":
             campaign = (
                 await ledger.transition_campaign(
@@ -105,7 +119,8 @@ def campaign_routes() -> APIRouter:
                     reason="validation passed",
                 )
             ).record
-        return json_response({"campaign": campaign, "ok": not findings, "findings": findings})
+        lacking = await waits_for(ledger, call.workspace, project, campaign["spec"], campaign["created_by"])
+        return json_response({"campaign": campaign, "ok": not findings, "findings": findings, "waits_for": lacking})
 
     async def act(call: Call, project: str, campaign_id: str, action: str, body: VersionedAction) -> Response:
         ledger = call.services.ledger
@@ -185,9 +200,10 @@ def campaign_routes() -> APIRouter:
             raise InvalidInput(f"timeout is {timeout}; it must be between 0 and 600 seconds.")
         ledger = call.services.ledger
         await ledger.get_campaign(call.workspace, project, campaign_id)
-        answer = await research.wait(
-            ledger, call.workspace, project, campaign_id, after_cursor=after_cursor, timeout_s=timeout
-        )
+        with call.services.waits.hold(call.principal.actor_id):
+            answer = await research.wait(
+                ledger, call.workspace, project, campaign_id, after_cursor=after_cursor, timeout_s=timeout
+            )
         return json_response(answer)
 
     @router.get("/projects/{project}/campaigns/{campaign_id}/doctor")
@@ -196,7 +212,7 @@ def campaign_routes() -> APIRouter:
         campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
         checks = [
             {"check": f["code"], "ok": False, "detail": f["message"], "next_action": f["next_action"]}
-            for f in await validate(ledger, call.workspace, project, campaign["spec"], now=utc_now())
+            for f in await _findings(call, project, campaign)
         ]
         if not checks:
             checks.append(

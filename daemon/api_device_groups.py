@@ -8,6 +8,7 @@ from typing import Annotated
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.group_preflight import member_verdict, preflight_group
+from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.daemon.ssh import Device
 from bashgym.ledger.errors import Conflict
@@ -53,6 +54,8 @@ def device_group_routes() -> APIRouter:
         ledger, ws = call.services.ledger, call.workspace
         group = await ledger.get_device_group(ws, group_id)
         records = await asyncio.gather(*(ledger.get_device(ws, member) for member in group["members"]))
+        for record in records:
+            await check_device_reach(call.services.settings, record)
         devices = [Device.from_record(record) for record in records]
         verdict = await preflight_group(devices, group["main_process_ip"], group["main_process_port"])
         for member in verdict.facts["members"]:

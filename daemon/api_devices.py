@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.daemon.app import json_response
+from bashgym.daemon.host_paths import HostPaths, check_device_reach
+from bashgym.daemon.request_paths import require_held
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.daemon.ssh import Device, bootstrap, preflight
 from bashgym.ledger.errors import Conflict, InvalidInput, RuleRejected
-from bashgym.ledger.models import DeviceSpec
+from bashgym.ledger.models import UNASSIGNED, DeviceSpec
 from bashgym.ledger.validation import Digest
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,20 +34,26 @@ def device_routes() -> APIRouter:
 
     @router.get("/devices")
     async def device_list(call: ReadCall) -> Response:
-        return json_response({"devices": await call.services.ledger.list_devices(call.workspace)})
+        devices = await call.services.ledger.list_devices(call.workspace)
+        return json_response({"devices": [_shown(call, d) for d in devices]})
 
     @router.post("/devices", status_code=201)
     async def device_add(call: ManageCall, body: DeviceSpec) -> Response:
-        if not await asyncio.to_thread(_is_file, body.key_path):
+        paths = HostPaths(call.services.settings)
+        key = paths.key_file(body.key_path, field="key_path")
+        known = paths.key_file(body.known_hosts, field="known_hosts") if body.known_hosts else None
+        body = body.model_copy(update={"key_path": str(key), "known_hosts": str(known) if known else ""})
+        await check_device_reach(call.services.settings, body.model_dump())
+        if not await asyncio.to_thread(key.is_file):
             raise RuleRejected(
-                f"key_path {body.key_path} is not a file on the daemon's host.",
-                hint="Name the private key file the daemon should use for this device.",
+                f"key_path {body.key_path} is not a file in the keys directory.",
+                hint="Put the private key the daemon should use for this device there (BASHGYM_SSH_KEYS_DIR).",
             )
         return written(await call.services.ledger.add_device(call.actor, call.workspace, body))
 
     @router.get("/devices/{device_id}")
     async def device_show(call: ReadCall, device_id: str) -> Response:
-        return json_response(await call.services.ledger.get_device(call.workspace, device_id))
+        return json_response(_shown(call, await call.services.ledger.get_device(call.workspace, device_id)))
 
     @router.delete("/devices/{device_id}")
     async def device_remove(call: ManageCall, device_id: str) -> Response:
@@ -60,21 +68,25 @@ def device_routes() -> APIRouter:
     @router.post("/devices/{device_id}/preflight")
     async def device_preflight(call: ManageCall, device_id: str) -> Response:
         ledger = call.services.ledger
-        device = Device.from_record(await ledger.get_device(call.workspace, device_id))
-        verdict = await preflight(device)
+        record = await ledger.get_device(call.workspace, device_id)
+        await check_device_reach(call.services.settings, record)
+        verdict = await preflight(Device.from_record(record))
         return written(await ledger.record_preflight(call.actor, call.workspace, device_id, verdict))
 
     @router.post("/devices/{device_id}/bootstrap")
     async def device_bootstrap(call: ManageCall, device_id: str, body: BootstrapRequest) -> Response:
         ledger = call.services.ledger
-        device = Device.from_record(await ledger.get_device(call.workspace, device_id))
+        record = await ledger.get_device(call.workspace, device_id)
+        await check_device_reach(call.services.settings, record)
+        device = Device.from_record(record)
         wheel = None
         if body.wheel_sha256:
-            if not body.wheel_name or not call.services.blobs.has(body.wheel_sha256):
+            if not body.wheel_name:
                 raise InvalidInput(
-                    "wheel_sha256 must name an uploaded blob, with wheel_name its file name.",
+                    "wheel_sha256 must come with wheel_name, its file name.",
                     hint="bashgym device bootstrap --wheel FILE uploads it for you.",
                 )
+            await require_held(call.reach, UNASSIGNED, body.wheel_sha256)
             wheel = await asyncio.to_thread(
                 _named_copy, call.services.blobs.path_for(body.wheel_sha256), body.wheel_name
             )
@@ -88,14 +100,21 @@ def device_routes() -> APIRouter:
                 details=result,
             )
         verdict = await preflight(device)
-        record = await ledger.record_preflight(call.actor, call.workspace, device_id, verdict)
-        return json_response({**result, "device": record.record})
+        recorded = await ledger.record_preflight(call.actor, call.workspace, device_id, verdict)
+        return json_response({**result, "device": recorded.record})
 
     return router
 
 
-def _is_file(path: str) -> bool:
-    return Path(path).expanduser().is_file()
+def _shown(call: Call, device: dict[str, Any]) -> dict[str, Any]:
+    """Key and known_hosts paths are for those who manage devices; others see the file names only."""
+    if call.principal.holds("device.manage", None):
+        return device
+    return {
+        **device,
+        "key_path": Path(str(device["key_path"])).name,
+        "known_hosts": Path(str(device["known_hosts"])).name if device.get("known_hosts") else "",
+    }
 
 
 def _named_copy(blob: Path, name: str) -> Path:

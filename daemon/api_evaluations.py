@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from bashgym.daemon.app import json_response
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody
 from bashgym.daemon.promotion import Evidence, build_runcard, gate, validate_runcard
+from bashgym.daemon.request_paths import data_reference
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.errors import RuleRejected
 from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
@@ -67,6 +68,9 @@ def evaluation_routes() -> APIRouter:
 
     @router.post("/projects/{project}/evaluations", status_code=202)
     async def evaluation_start(call: EvalCall, project: str, body: EvalRunBody) -> Response:
+        if body.dataset_path is not None:
+            place = await data_reference(call.reach, body.dataset_path, field="dataset_path", project=project)
+            body = body.model_copy(update={"dataset_path": place})
         started = await call.services.evaluator.start(call.actor, call.workspace, project, body)
         return json_response(started, 202)
 
@@ -77,7 +81,7 @@ def evaluation_routes() -> APIRouter:
 
     @router.get("/projects/{project}/evaluations/{evaluation_id}")
     async def evaluation_status(call: ReadCall, project: str, evaluation_id: str) -> Response:
-        return json_response(call.services.evaluator.status(project, evaluation_id))
+        return json_response(call.services.evaluator.status(call.workspace, project, evaluation_id))
 
     @router.post("/projects/{project}/evaluations/compare", status_code=201)
     async def evaluation_compare(call: EvalCall, project: str, body: CompareBody) -> Response:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.daemon.app import json_response
+from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.model_exchange import export_bundle, verify_bundle
-from bashgym.daemon.model_sources import RUNS, local_model_dir
+from bashgym.daemon.model_sources import RUNS, check_version_content, local_model_dir
 from bashgym.daemon.routing import Call, requires, written
 from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.models import ModelVersionSpec
+from bashgym.ledger.redaction import redact_values
 from bashgym.ledger.validation import Identifier
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +40,7 @@ def exchange_routes() -> APIRouter:
 
     @router.post("/projects/{project}/model-versions/{version}/export", status_code=201)
     async def model_export(call: ExportCall, project: str, version: str, body: ExportBody) -> Response:
+        target = HostPaths(call.services.settings).export_target(body.to, field="to")  # before anything is read
         ledger, ws = call.services.ledger, call.workspace
         record = await ledger.get_model_version(ws, project, version)
         source = str(record["source_uri"])
@@ -46,6 +48,7 @@ def exchange_routes() -> APIRouter:
         if run_id:
             source_dir = call.services.settings.runs_dir / run_id  # its files are recorded relative to the run
         else:
+            await check_version_content(ledger, call.services.settings, ws, project, record)
             found = await asyncio.to_thread(
                 local_model_dir, call.services.settings, call.services.blobs, ws, project, record
             )
@@ -76,22 +79,21 @@ def exchange_routes() -> APIRouter:
                 "runcard_id": cards[0]["card_id"] if cards else None,
             },
         }
-        target = _absolute(body.to)
         manifest = await asyncio.to_thread(
             export_bundle,
             source_dir=source_dir,
             files=record["files"],
             target=target,
-            lineage=lineage,
+            lineage=redact_values(lineage),
             runcard=cards[0]["card"] if cards else None,
         )
         return json_response({"bundle": str(target), "manifest": manifest}, 201)
 
     @router.post("/projects/{project}/model-versions/import", status_code=201)
     async def model_import(call: WriteCall, project: str, body: ImportBody) -> Response:
-        bundle = _absolute(body.from_dir)
+        bundle = HostPaths(call.services.settings).readable(body.from_dir, field="from_dir")
         if not await asyncio.to_thread(bundle.is_dir):
-            raise InvalidInput(f"{bundle} is not a directory on the daemon's host.", hint="Name an exported bundle.")
+            raise InvalidInput(f"{body.from_dir} is not a directory.", hint="Name an exported bundle in a data root.")
         manifest, manifest_sha = await asyncio.to_thread(verify_bundle, bundle)
         ledger = call.services.ledger
         parent = manifest.get("parent_version_id")
@@ -112,10 +114,3 @@ def exchange_routes() -> APIRouter:
         return written(await ledger.register_model_version(call.actor, call.workspace, project, spec))
 
     return router
-
-
-def _absolute(path: str) -> Path:
-    """Paths name places on the daemon's host, absolutely: whose working directory would a relative one use?"""
-    if not path.startswith("/"):
-        raise InvalidInput(f"{path!r} is not an absolute path.", hint="The CLI resolves paths for you.")
-    return Path(path)

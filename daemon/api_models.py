@@ -104,9 +104,16 @@ class WhoAmI(BaseModel):
     project_id: str | None
 
 
+# How a request names an uploaded file (PUT /v1/blobs?project=P): the daemon reads it only for a project holding it.
+BLOB_URI = "bashgym://artifacts/sha256/"
+
+
 class BlobStored(BaseModel):
+    """An uploaded file, now held by `project_id`: only that project's records may use it."""
+
     sha256: str
     size_bytes: int
+    project_id: str = "unassigned"
 
 
 class DatasetFromBlob(BaseModel):
@@ -137,6 +144,7 @@ class ConsumerCursor(BaseModel):
     name: str
     cursor: int
     updated_at: str | None
+    owner: str = ""  # the principal whose consumer this is: the first to move it
 
 
 class TokenIssue(BaseModel):
@@ -152,7 +160,9 @@ class TokenIssue(BaseModel):
 
 
 class TokenIssued(BaseModel):
-    token: str
+    """A new token. The secret is shown once: a replay of the same request answers without it (null) and says so."""
+
+    token: str | None
     token_id: str
     actor_id: str
     profile: str
@@ -160,6 +170,7 @@ class TokenIssued(BaseModel):
     workspace_id: str | None
     project_id: str | None
     expires_at: str | None
+    notice: str = ""
 
 
 class GrantSpec(BaseModel):

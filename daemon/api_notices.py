@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from bashgym.daemon.api_models import ChannelSet, NoticePage
@@ -30,13 +31,14 @@ def notice_routes() -> APIRouter:
         ledger = call.services.ledger
         renderer = NoticeRenderer(ledger, call.services.settings.home / "reports")
         deadline = time.monotonic() + wait_s
-        while True:
-            head = ledger.last_cursor
-            page = await renderer.page(call.workspace, after_cursor=after_cursor, limit=limit)
-            remaining = deadline - time.monotonic()
-            if page.notices or page.next_cursor != after_cursor or remaining <= 0:
-                return json_response(page)
-            await ledger.wait_for_events(max(head, after_cursor), remaining)
+        with call.services.waits.hold(call.principal.actor_id) if wait_s else contextlib.nullcontext():
+            while True:
+                head = ledger.last_cursor
+                page = await renderer.page(call.workspace, after_cursor=after_cursor, limit=limit)
+                remaining = deadline - time.monotonic()
+                if page.notices or page.next_cursor != after_cursor or remaining <= 0:
+                    return json_response(page)
+                await ledger.wait_for_events(max(head, after_cursor), remaining)
 
     @router.put("/projects/{project}/channel", status_code=201)
     async def channel_set(call: WriteCall, project: str, body: ChannelSet) -> Response:

@@ -15,8 +15,10 @@ from bashgym.daemon.api_evaluations import withhold_protected
 from bashgym.daemon.api_models import SinkSpec
 from bashgym.daemon.app import Services, json_response
 from bashgym.daemon.routing import AUTHENTICATED, Call, ReadCall, requires
+from bashgym.daemon.sinks import SinkForwarder
 from bashgym.ledger.errors import InvalidInput, NotFound
 from bashgym.ledger.queries import ENTITY_KINDS
+from bashgym.ledger.redaction import redact_url, redact_url_text, url_credentials
 from fastapi import APIRouter
 from starlette.responses import Response
 
@@ -117,8 +119,15 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         state = (forwarder.status.get(sink["name"]) if forwarder else None) or {}
         healthy = not state.get("last_error")
         detail = f"{state.get('delivered', 0)} events delivered" if healthy else str(state["last_error"])
-        checks.append(check(f"sink {sink['name']}", healthy, detail, required=False, url=sink["url"]))
+        checks.append(check(f"sink {sink['name']}", healthy, detail, required=False, url=redact_url(sink["url"])))
     return checks
+
+
+def _sink_status(forwarder: SinkForwarder | None, name: str) -> dict[str, Any]:
+    state = dict((forwarder.status.get(name) if forwarder else None) or {})
+    if state.get("last_error"):
+        state["last_error"] = redact_url_text(str(state["last_error"]))
+    return state
 
 
 def operator_routes() -> APIRouter:
@@ -145,6 +154,14 @@ def operator_routes() -> APIRouter:
     @router.post("/sinks", status_code=201)
     async def sink_add(call: Annotated[Call, requires("authority.manage")], body: SinkSpec) -> Response:
         """Forward this workspace's events (or one project's, of some types) to an HTTP endpoint."""
+        carried = url_credentials(body.url)
+        if carried:
+            raise InvalidInput(
+                f"The sink URL carries {carried[0]}; the ledger never stores a secret, and every viewer sees sink "
+                "URLs.",
+                hint=f"Give the endpoint a URL without credentials: it authenticates the daemon by the signature "
+                f"made with the secret in ${body.secret_env} (X-BashGym-Signature).",
+            )
         result = await call.services.ledger.add_sink(
             call.actor,
             call.workspace,
@@ -165,7 +182,7 @@ def operator_routes() -> APIRouter:
         forwarder = call.services.sinks
         rows = await call.services.ledger.list_sinks(call.workspace)
         return json_response(
-            {"sinks": [{**s, "status": (forwarder.status.get(s["name"]) if forwarder else None) or {}} for s in rows]}
+            {"sinks": [{**s, "url": redact_url(s["url"]), "status": _sink_status(forwarder, s["name"])} for s in rows]}
         )
 
     @router.delete("/sinks/{name}")

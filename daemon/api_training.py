@@ -9,21 +9,22 @@ from typing import Annotated, Any, Literal
 
 from bashgym.daemon.admission import shaped_for_lane
 from bashgym.daemon.app import json_response
-from bashgym.daemon.authority import Principal
-from bashgym.daemon.routing import Call, requires, requires_run_control
+from bashgym.daemon.launch_authority import authorise_launch
+from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, confine_request
+from bashgym.daemon.routing import Call, requires, requires_run_control, requires_somewhere
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.errors import InvalidInput, RuleRejected
-from bashgym.ledger.lineage import parse_context
-from bashgym.ledger.models import BudgetEntrySpec
+from bashgym.ledger.lineage import context_in_workspace, run_project
+from bashgym.ledger.models import UNASSIGNED, BudgetEntrySpec
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.tx import new_id
-from bashgym.ledger.validation import check_scope
+from bashgym.ledger.validation import check_identifier, check_scope
 from bashgym.trainers.specs import TrainingRequest
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-LaunchCall = Annotated[Call, requires("training.launch")]
+LaunchCall = Annotated[Call, requires_somewhere("training.launch")]
 
 
 def read_payload(body: bytes) -> dict[str, Any]:
@@ -53,46 +54,56 @@ def parse_training_request(payload: dict[str, Any]) -> TrainingRequest:
 
 
 async def _request_of(call: Call, http: Request) -> TrainingRequest:
-    """Parse the body; `?dataset_version=` trains on a registered dataset version's stored content."""
+    """Parse the body, with every host path and blob it names confined to what the caller may reach.
+
+    `?dataset_version=` trains on a registered dataset version's stored content."""
     payload = read_payload(await http.body())
+    if "hf_repo_owner" in payload:
+        raise InvalidInput("`hf_repo_owner` is set by the daemon: the workspace and project the run is recorded under.")
+    project = run_project(_context_of(payload), call.workspace)
     version = http.query_params.get("dataset_version")
     if version:
         if payload.get("dataset_path"):
             raise InvalidInput("Give dataset_path or dataset_version, not both.")
-        context = payload.get("tracking_context") or {}
-        project = http.query_params.get("dataset_project") or context.get("project_id")
-        if not project:
-            raise InvalidInput(
-                "dataset_version needs its project: name it with dataset_project or in the tracking context.",
-                hint="bashgym training start --dataset-version V --dataset-project P ...",
-            )
-        record = await call.services.ledger.get_dataset_version(call.workspace, str(project), version)
-        blobs = call.services.blobs
-        if not blobs.has(record["content_digest"]):
-            raise RuleRejected(
-                f"Dataset version {version} was registered by reference ({record['source_uri']}); the daemon does "
-                "not hold its content.",
-                hint="Pass --dataset-path to the file, or register the file with bashgym dataset register.",
-            )
-        payload["dataset_path"] = str(blobs.path_for(record["content_digest"]))
-    return parse_training_request(payload)
+        payload["dataset_path"] = await _dataset_version_path(call, http, payload, version)
+    request = parse_training_request(payload)  # a malformed request is said first, then what it may not reach
+    fields = {field: getattr(request, field) for field in (*DATA_FIELDS, *MODEL_FIELDS)}
+    confined = await confine_request(call.reach, fields, project, skip=("dataset_path",) if version else ())
+    return request.model_copy(update=confined)
 
 
-def check_publication(principal: Principal, request: TrainingRequest, project: str | None) -> str:
-    """Hub upload is private by default; public needs artifact.publish_public, held explicitly."""
-    if not request.auto_push_hf:
-        return "none"
-    principal.require("artifact.publish_private", project_id=project)
-    if not request.hf_private:
-        principal.require("artifact.publish_public", project_id=project)
-        return "public"
-    return "private"
+def _context_of(payload: dict[str, Any]) -> dict[str, Any] | None:
+    context = payload.get("tracking_context")
+    return context if isinstance(context, dict) else None
+
+
+async def _dataset_version_path(call: Call, http: Request, payload: dict[str, Any], version: str) -> str:
+    context = _context_of(payload) or {}
+    project = http.query_params.get("dataset_project") or context.get("project_id")
+    if not project:
+        raise InvalidInput(
+            "dataset_version needs its project: name it with dataset_project or in the tracking context.",
+            hint="bashgym training start --dataset-version V --dataset-project P ...",
+        )
+    project = check_identifier(str(project), field="dataset_project")
+    call.principal.require("ledger.read", workspace_id=call.workspace, project_id=project)
+    record = await call.services.ledger.get_dataset_version(call.workspace, project, version)
+    blobs = call.services.blobs
+    if not blobs.has(record["content_digest"]):
+        raise RuleRejected(
+            f"Dataset version {version} was registered by reference ({record['source_uri']}); the daemon does "
+            "not hold its content.",
+            hint="Upload the file with the request (bashgym training start --dataset-path FILE does), or register "
+            "it with bashgym dataset register.",
+        )
+    return str(blobs.path_for(record["content_digest"]))
 
 
 async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
-    context, missing = parse_context(request.tracking_context)
-    project = context.project_id if context else None
-    publication = check_publication(call.principal, request, project)
+    """What a launch of `request` would do, judged against the project it would be recorded under."""
+    context, missing = context_in_workspace(request.tracking_context, call.workspace)
+    project = context.project_id if context else UNASSIGNED
+    publication = authorise_launch(call.principal, call.services.settings, call.workspace, project, request)
     request = await shaped_for_lane(call.services.ledger, call.workspace, request)
     return {
         "request": request.model_dump(mode="json"),
@@ -100,7 +111,7 @@ async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
         "device_id": request.ssh_device,
         "device_group": request.device_group,
         "context_status": "verified" if context else "unassigned",
-        "project_id": project or "unassigned",
+        "project_id": project,
         "missing_context_fields": missing,
         "publication": publication,
         "lane_preflight": await _service(call).lane_verdict(call.workspace, request),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from bashgym.daemon.authority import RateLimiter
+from bashgym.daemon.authority import RateLimiter, WaitSlots
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evaluations import EvaluationService
 from bashgym.daemon.scheduler import ReportScheduler
@@ -23,7 +23,7 @@ from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
 from bashgym.ledger.access import REQUEST_CLAIM, UNANSWERED, IdempotencyClaim
 from bashgym.ledger.errors import BashGymError, RateLimited
-from bashgym.ledger.redaction import redact_text
+from bashgym.ledger.redaction import REDACTED, contains_secret, redact_text
 from bashgym.ledger.validation import IDENTIFIER_RE
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -61,6 +61,10 @@ class Services:
     bot_polled_at: float | None = None
     discord_configured: bool = False  # a bot token is set in the daemon's environment
     nemo_key_set: bool = False  # the variable nemo_api_key_env names is set
+    read_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(6000, 600, what="reads"))
+    # Keyed by client address: requests whose token is unknown, revoked, expired or malformed.
+    bad_token_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(60, 20, what="failed sign-ins"))
+    waits: WaitSlots = field(default_factory=lambda: WaitSlots(8))
 
     @property
     def evaluator(self) -> EvaluationService:
@@ -390,7 +394,13 @@ class EdgeMiddleware:
             return
         headers = dict(scope["headers"])
         correlation = headers.get(CORRELATION_HEADER.encode(), b"").decode("latin-1")
-        if not correlation or len(correlation) > 160 or not IDENTIFIER_RE.match(correlation):
+        # A correlation id is recorded on every event of the request: one shaped like a credential is not kept.
+        if (
+            not correlation
+            or len(correlation) > 160
+            or not IDENTIFIER_RE.match(correlation)
+            or contains_secret(correlation)
+        ):
             correlation = f"cor-{secrets.token_hex(8)}"
         scope.setdefault("state", {})["correlation_id"] = correlation
         limit = self.max_upload_bytes if scope["path"].startswith("/v1/blobs") else self.max_body_bytes
@@ -492,15 +502,16 @@ class IdempotencyMiddleware:
             await error_response(exc.code, exc.message, exc.status, hint=exc.hint)(scope, receive, send)
             return
         principal = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
+        stored_key = key_digest(key)
         digest = hashlib.sha256(
             b"\n".join([scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""), body])
         ).hexdigest()
-        slot = (principal, key)
+        slot = (principal, stored_key)
         lock, users = self._in_flight.get(slot, (asyncio.Lock(), 0))
         self._in_flight[slot] = (lock, users + 1)
         try:
             async with lock:
-                await self._once(scope, receive, send, principal, key, digest, body)
+                await self._once(scope, receive, send, principal, key, stored_key, digest, body)
         finally:
             lock, users = self._in_flight[slot]
             if users == 1:
@@ -509,15 +520,23 @@ class IdempotencyMiddleware:
                 self._in_flight[slot] = (lock, users - 1)
 
     async def _once(
-        self, scope: Scope, receive: Receive, send: Send, principal: str, key: str, digest: str, body: bytes
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        principal: str,
+        key: str,
+        stored_key: str,
+        digest: str,
+        body: bytes,
     ) -> None:
-        stored = await self.ledger.find_idempotent(principal, key)
+        stored = await self.ledger.find_idempotent(principal, stored_key)
         if stored is not None:
             await self._replay(stored, digest, key, scope, receive, send)
             return
         captured = _Capture()
         # The request's first committing write records the key in its own transaction (ledger.access).
-        claim = IdempotencyClaim(principal, key, scope["method"], scope["path"], digest)
+        claim = IdempotencyClaim(principal, stored_key, scope["method"], scope["path"], digest)
         token = REQUEST_CLAIM.set(claim)
         try:
             await self.app(scope, _replay_body(body), captured.send)
@@ -529,12 +548,12 @@ class IdempotencyMiddleware:
         if captured.status is not None and (captured.status < 400 or claim.is_recorded):
             await self.ledger.store_idempotent(
                 principal=principal,
-                key=key,
+                key=stored_key,
                 method=scope["method"],
                 path=scope["path"],
                 request_digest=digest,
                 status_code=captured.status,
-                response_json=captured.body.decode() or "null",
+                response_json=replayable_answer(captured.body.decode() or "null"),
             )
         for message in captured.messages:
             await send(message)
@@ -567,6 +586,46 @@ class IdempotencyMiddleware:
                 headers={"Idempotent-Replayed": "true"},
             )
         await response(scope, receive, send)
+
+
+def key_digest(key: str) -> str:
+    """What the ledger keeps of an Idempotency-Key: its digest, so a key that is (or holds) a secret is never stored."""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+SECRET_NOT_REPLAYED = (
+    "This answer held a secret, shown once when the request was carried out. It cannot be shown again."
+)
+
+
+def replayable_answer(text: str) -> str:
+    """The answer as stored for replay: a secret in it (an issued token) is shown once, never stored.
+
+    A value that is a credential as a whole becomes null, and the answer says why; credentials inside
+    other text are redacted."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return redact_text(text)
+    cleaned, removed = _without_secrets(answer)
+    if removed and isinstance(cleaned, dict):
+        cleaned["notice"] = SECRET_NOT_REPLAYED
+    return json.dumps(cleaned, separators=(",", ":"), allow_nan=False)
+
+
+def _without_secrets(value: Any) -> tuple[Any, bool]:
+    if isinstance(value, str):
+        redacted = redact_text(value)
+        if redacted == value:
+            return value, False
+        return (None if redacted == REDACTED else redacted), True
+    if isinstance(value, dict):
+        items = {k: _without_secrets(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, any(gone for _, gone in items.values())
+    if isinstance(value, list):
+        cleaned = [_without_secrets(v) for v in value]
+        return [v for v, _ in cleaned], any(gone for _, gone in cleaned)
+    return value, False
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,7 +20,7 @@ CAPABILITIES: tuple[str, ...] = (
     "ledger.read", "ledger.write", "training.launch", "training.control", "training.stop", "eval.run",
     "eval.protected", "runcard.write", "promotion.decide", "promotion.override", "artifact.publish_private",
     "artifact.publish_public", "budget.amend", "campaign.create", "campaign.control", "campaign.conclude",
-    "device.manage", "authority.manage", "delegate.discord",
+    "device.manage", "authority.manage", "delegate.discord", "ledger.backup",
 )  # fmt: skip
 
 _VIEWER = frozenset({"ledger.read"})
@@ -88,6 +89,10 @@ class Principal:
             return True
         return project_id is not None and capability in self.project_capabilities.get(project_id, frozenset())
 
+    def holds_anywhere(self, capability: str) -> bool:
+        """Whether it holds `capability` workspace-wide or in at least one project."""
+        return capability in self.capabilities or any(capability in c for c in self.project_capabilities.values())
+
     def all_capabilities(self) -> list[str]:
         every = set(self.capabilities).union(*self.project_capabilities.values())
         return sorted(every)
@@ -98,10 +103,15 @@ class Principal:
         details: dict[str, object] = {"capability": capability, "scope": scope}
         if self.workspace_id and workspace_id and self.workspace_id != workspace_id:
             raise Forbidden(
-                f"{self.actor_id} is limited to workspace {self.workspace_id!r}, not {scope}.", details=details
+                f"{self.actor_id} is limited to workspace {self.workspace_id!r}; "
+                f"{capability} for {scope} is beyond it.",
+                details=details,
             )
         if self.project_id and self.project_id != project_id:
-            raise Forbidden(f"{self.actor_id} is limited to project {self.project_id!r}, not {scope}.", details=details)
+            raise Forbidden(
+                f"{self.actor_id} is limited to project {self.project_id!r}; {capability} for {scope} is beyond it.",
+                details=details,
+            )
         if not self.holds(capability, project_id):
             raise Forbidden(
                 f"{self.actor_id} lacks the capability {capability} for {scope}.",
@@ -131,13 +141,18 @@ async def resolve_request(
             f"Discord guild {guild or '(none)'} is not allowed to use this BashGym.",
             hint="Add it to BASHGYM_DISCORD_GUILD_IDS on the daemon.",
         )
-    if not discord_user or not discord_user.isdigit():
+    if discord_user is None or not is_snowflake(discord_user):
         raise Unauthenticated("The Discord user id header is missing or not a snowflake.")
     roles = [r for r in headers.get(DISCORD_ROLES_HEADER, "").split(",") if r.strip()]
-    if not all(r.strip().isdigit() for r in roles):
+    if not all(is_snowflake(r.strip()) for r in roles):
         raise Unauthenticated("The Discord role ids header must be comma-separated snowflakes.")
     grants = await ledger.active_grants(workspace_id, discord_user, [r.strip() for r in roles])
     return _discord_principal(discord_user, token_principal.token_id, workspace_id, grants)
+
+
+def is_snowflake(value: str) -> bool:
+    """A Discord id: ASCII digits only (str.isdigit also takes superscripts and other scripts' digits)."""
+    return value.isascii() and value.isdigit() and len(value) <= 20
 
 
 def _discord_principal(user_id: str, via_token: str, workspace_id: str, grants: list[dict[str, object]]) -> Principal:
@@ -212,26 +227,81 @@ def _row_principal(row: Mapping[str, object]) -> Principal:
 
 
 class RateLimiter:
-    """A token bucket per principal for mutating requests."""
+    """A token bucket per key (a principal, or a client address for bad tokens)."""
 
-    def __init__(self, per_minute: int, burst: int) -> None:
+    MAX_KEYS = 100_000  # bounded: a flood of distinct keys must not grow memory without end
+
+    def __init__(self, per_minute: int, burst: int, *, what: str = "changes", hint: str = "") -> None:
         self.rate_per_s = per_minute / 60.0
         self.burst = float(burst)
+        self.what = what
+        self.hint = hint or "send metric points in larger batches"
         self._buckets: dict[str, tuple[float, float]] = {}
 
     def check(self, principal: str, now_s: float | None = None) -> None:
+        """Take one request from the key's bucket, or raise RateLimited saying when to retry."""
         now = time.monotonic() if now_s is None else now_s
-        tokens, last = self._buckets.get(principal, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate_per_s)
+        tokens = self._refilled(principal, now)
         if tokens < 1.0:
-            retry_after = max(1, int((1.0 - tokens) / self.rate_per_s + 0.999))
             self._buckets[principal] = (tokens, now)
-            raise RateLimited(
-                f"{principal} is over its rate limit for changes.",
-                retry_after_s=retry_after,
-                hint=f"Retry after {retry_after} s, or send metric points in larger batches.",
-            )
+            raise self._limited(principal, tokens)
+        if len(self._buckets) >= self.MAX_KEYS and principal not in self._buckets:
+            self._buckets.clear()
         self._buckets[principal] = (tokens - 1.0, now)
+
+    def _refilled(self, key: str, now: float) -> float:
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        return min(self.burst, tokens + (now - last) * self.rate_per_s)
+
+    def _limited(self, key: str, tokens: float) -> RateLimited:
+        retry_after = max(1, int((1.0 - tokens) / self.rate_per_s + 0.999))
+        return RateLimited(
+            f"{key} is over its rate limit for {self.what}.",
+            retry_after_s=retry_after,
+            hint=f"Retry after {retry_after} s, or {self.hint}.",
+        )
+
+
+class WaitSlots:
+    """Long-polls (wait_s > 0) each principal may hold open at once: each held request keeps a socket and a task."""
+
+    def __init__(self, per_principal: int) -> None:
+        self.per_principal = per_principal
+        self._held: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, principal: str) -> Iterator[None]:
+        held = self._held.get(principal, 0)
+        if held >= self.per_principal:
+            raise RateLimited(
+                f"{principal} already holds {held} waiting requests open; the limit is {self.per_principal}.",
+                retry_after_s=1,
+                hint="Wait on one request at a time (one long-poll per consumer), or poll without wait_s.",
+            )
+        self._held[principal] = held + 1
+        try:
+            yield
+        finally:
+            left = self._held[principal] - 1
+            if left:
+                self._held[principal] = left
+            else:
+                del self._held[principal]
+
+
+INTERNAL_CONSUMERS = ("console", "sink.")  # the daemon's own: its console channel and event sinks
+
+
+def consumer_capability(name: str) -> tuple[str, str | None]:
+    """The capability (and project) that moving durable consumer `name`'s cursor needs: skipping a consumer's
+    events is acting as that consumer. The daemon's own consumers are moved by an admin only."""
+    if name == INTERNAL_CONSUMERS[0] or name.startswith(INTERNAL_CONSUMERS[1]):
+        return "authority.manage", None
+    if name.startswith("discord"):
+        return "delegate.discord", None
+    if name.startswith("curator."):
+        return "ledger.write", name.removeprefix("curator.")
+    return "ledger.write", None
 
 
 def is_identifier(value: str) -> bool:

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,8 +36,17 @@ class BlobStore:
     def has(self, sha256: str) -> bool:
         return self.path_for(sha256).is_file()
 
-    async def put_stream(self, chunks: AsyncIterator[bytes], *, max_bytes: int) -> tuple[str, int]:
-        """Write a stream to the store; return its sha256 and size. A known digest is stored once."""
+    async def put_stream(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        max_bytes: int,
+        admit: Callable[[str, int], Awaitable[None]] | None = None,
+    ) -> tuple[str, int]:
+        """Write a stream to the store; return its sha256 and size. A known digest is stored once.
+
+        `admit(sha256, size)`, when given, may refuse the file once its digest is known (a quota): it raises,
+        and nothing is stored."""
         handle, tmp = await asyncio.to_thread(self._open_temp)
         digest = hashlib.sha256()
         size = 0
@@ -54,6 +63,8 @@ class BlobStore:
             if size == 0:
                 raise InvalidInput("The uploaded file is empty.")
             sha = digest.hexdigest()
+            if admit is not None:
+                await admit(sha, size)
             await asyncio.to_thread(self._commit, handle, tmp, sha)
             return sha, size
         except BaseException:

@@ -23,7 +23,9 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.failpoints import reach
-from bashgym.daemon.model_sources import base_model_of
+from bashgym.daemon.launch_authority import check_hub_target, implied_capabilities
+from bashgym.daemon.model_sources import base_model_of, check_version_content
+from bashgym.daemon.request_paths import Reach, confine_request
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
@@ -235,10 +237,18 @@ class CampaignRunner(BackgroundLoop):
         if budget.get("has_limit") and budget["limit"]["runs"] and budget["remaining"]["runs"] < 1:
             await self._authority(campaign, f"budget_overrun: the campaign's {budget['limit']['runs']} runs are spent")
             return
-        if not await self._owner_may(campaign, it, "training.launch"):
-            return
         try:
             request = await self._request(campaign, it)
+        except BashGymError as exc:
+            await self._move(campaign, it, "decided", decision="discard", reason_code="launch_refused")
+            log.warning("Campaign %s: candidate %s refused: %s", cid, it["iteration_id"], exc.message)
+            return
+        # The launch routes' authorisation, for the campaign's owner: every capability the request implies.
+        for capability in implied_capabilities(request):
+            if not await self._owner_may(campaign, it, capability):
+                return
+        try:
+            check_hub_target(self.settings, request)
             started = await self.training.start(ACTOR, ws, request)
         except BashGymError as exc:
             if exc.code == "budget_exceeded":
@@ -387,10 +397,15 @@ class CampaignRunner(BackgroundLoop):
             "environment_runtime_digest": runtime,
             "campaign_id": campaign["campaign_id"],
         }
+        await check_version_content(self.ledger, self.settings, ws, project, model)
         source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
+        reach = Reach(self.settings, self.ledger, self.blobs, ws)
+        # The recipe and its change come from people: their paths and models are confined like a launch's.
+        chosen = await confine_request(
+            reach, {**spec["base_recipe"], **change}, project, skip=("base_model", "dataset_path")
+        )
         recipe = {
-            **spec["base_recipe"],
-            **change,
+            **chosen,
             "base_model": source,
             "dataset_path": str(self.blobs.path_for(data["content_digest"])),
             "compute_target": spec["compute_target"],

@@ -10,8 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from bashgym.daemon.launch_authority import check_hub_target, owner_lacks
+from bashgym.daemon.request_paths import Reach, confine_request
 from bashgym.ledger import Ledger
-from bashgym.ledger.errors import NotFound, RuleRejected
+from bashgym.ledger.errors import BashGymError, NotFound, RuleRejected
 from bashgym.ledger.models import Actor, BudgetEntrySpec
 from bashgym.trainers.specs import TrainingRequest, parse_compute_target
 from bashgym.trainers.terminal_tasks import default_suite
@@ -53,10 +55,20 @@ def finding(code: str, message: str, next_action: str) -> dict[str, str]:
 
 
 async def validate(
-    ledger: Ledger, ws: str, project: str, spec: dict[str, Any], *, now: datetime
+    ledger: Ledger,
+    ws: str,
+    project: str,
+    spec: dict[str, Any],
+    *,
+    now: datetime,
+    owner: str | None = None,
+    reach: Reach | None = None,
 ) -> list[dict[str, str]]:
-    """Every reason the campaign cannot start yet; empty when it may."""
+    """Every reason the campaign cannot start yet; empty when it may. With its owner (and what requests may
+    reach), also what its launches would be refused: the same authorisation each launch gets again."""
     found: list[dict[str, str]] = []
+    if owner is not None and reach is not None:
+        found += await _launch_rights(ledger, ws, project, spec, owner, reach)
     suites = {s["suite_id"] for s in (await ledger.list_evaluations(ws, project))["suites"]}
     if spec["suite_id"] not in suites | {default_suite().suite_id}:
         found.append(
@@ -123,6 +135,35 @@ async def _lane(ledger: Ledger, ws: str, target: str) -> list[dict[str, str]]:
     if not record["ready"]:
         return [finding("lane_not_ready", f"Device {device} is not ready.", f"bashgym device preflight {device}")]
     return []
+
+
+async def _launch_rights(
+    ledger: Ledger, ws: str, project: str, spec: dict[str, Any], owner: str, reach: Reach
+) -> list[dict[str, str]]:
+    """What no one could allow the base recipe's launches: a path outside the roots, a Hub namespace the
+    operator did not allow. (A capability its owner lacks is not a finding: that launch waits for a holder
+    to lend it, see waits_for.)"""
+    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
+    try:
+        request = TrainingRequest.from_recipe(recipe)
+        await confine_request(reach, spec["base_recipe"], project, skip=tuple(_FILLED_PER_ITERATION))
+        check_hub_target(reach.settings, request)
+    except (ValidationError, ValueError):
+        return []  # _recipe reports it
+    except BashGymError as exc:
+        return [finding("launch_refused", f"base_recipe: {exc.message}", exc.hint or "Fix the base recipe.")]
+    return []
+
+
+async def waits_for(ledger: Ledger, ws: str, project: str, spec: dict[str, Any], owner: str) -> list[str]:
+    """The capabilities the base recipe's launches imply that the campaign's owner lacks: each launch checks
+    them again, and waits in awaiting_authority until a holder lends them."""
+    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
+    try:
+        request = TrainingRequest.from_recipe(recipe)
+    except (ValidationError, ValueError):
+        return []
+    return await owner_lacks(ledger, owner, ws, project, request)
 
 
 def _recipe(spec: dict[str, Any]) -> list[dict[str, str]]:

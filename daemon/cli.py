@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bashgym.daemon.api_models import BLOB_URI
 from bashgym.daemon.cli_output import emit, error
 from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings, secret_values
 from bashgym.daemon.wire_errors import (
@@ -224,6 +225,14 @@ def _first_problem(exc: ValidationError) -> str:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+async def upload_for(ctx: Ctx, path: Path, project: str) -> str:
+    """Upload a local file for `project` and answer how a request names it: the daemon reads no path of ours."""
+    if not path.is_file():
+        raise InvalidInput(f"{path} is not a file.", hint="Name a file on this machine; the CLI uploads it.")
+    stored = await ctx.client.blob_upload(path, project=project, workspace=ctx.workspace)
+    return f"{BLOB_URI}{stored['sha256']}"
 
 
 def read_json_file(path: Path, *, what: str) -> Any:

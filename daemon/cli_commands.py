@@ -219,7 +219,7 @@ async def dataset_register(ctx: Ctx) -> int:
     for value, name in ((a.project, "--project"), (a.dataset, "--dataset"), (a.version, "--version")):
         check_identifier(value, field=name)
     manifest = read_json_file(a.split_manifest, what="split manifest") if a.split_manifest else {}
-    stored = await ctx.client.blob_upload(a.file)
+    stored = await ctx.client.blob_upload(a.file, project=a.project, workspace=ctx.workspace)
     spec = DatasetFromBlob(
         dataset_id=a.dataset,
         dataset_version_id=a.version,
@@ -262,7 +262,14 @@ async def model_register(ctx: Ctx) -> int:
         )
     else:
         spec = await model_spec_from_dir(
-            ctx.client, a.dir, model_id=a.model, version_id=a.version, parent=a.parent, echo=not ctx.as_json
+            ctx.client,
+            a.dir,
+            project=a.project,
+            workspace=ctx.workspace,
+            model_id=a.model,
+            version_id=a.version,
+            parent=a.parent,
+            echo=not ctx.as_json,
         )
     result = await ctx.client.model_version_register(a.project, spec, workspace=ctx.workspace)
     return done(
@@ -271,14 +278,22 @@ async def model_register(ctx: Ctx) -> int:
 
 
 async def model_spec_from_dir(
-    client: DaemonClient, directory: Path, *, model_id: str, version_id: str, parent: str | None, echo: bool
+    client: DaemonClient,
+    directory: Path,
+    *,
+    project: str,
+    workspace: str | None,
+    model_id: str,
+    version_id: str,
+    parent: str | None,
+    echo: bool,
 ) -> ModelVersionSpec:
     """Copy a model directory's files into the daemon's store and describe the version they make."""
     if not directory.is_dir():
         raise InvalidInput(f"{directory} is not a directory.", hint="Pass the model directory with --dir.")
     files = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        stored = await client.blob_upload(path)
+        stored = await client.blob_upload(path, project=project, workspace=workspace)
         files.append(
             FileDigest(path=str(path.relative_to(directory)), sha256=stored["sha256"], size_bytes=stored["size_bytes"])
         )

@@ -11,6 +11,7 @@ from typing import Any
 from bashgym.daemon.cli import Ctx, command, command_group, done, no_args
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
 from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.models import UNASSIGNED
 
 
 def _name(parser: argparse.ArgumentParser) -> None:
@@ -22,13 +23,17 @@ def _add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", required=True, help="host name or address")
     parser.add_argument("--port", type=int, default=22, help="SSH port (default 22)")
     parser.add_argument("--user", required=True, help="login user")
-    parser.add_argument("--key-path", required=True, help="private key file on the daemon's host (no passwords)")
+    parser.add_argument(
+        "--key-path",
+        required=True,
+        help="private key in the daemon's keys directory (BASHGYM_SSH_KEYS_DIR): a name, or a path inside it",
+    )
     parser.add_argument("--work-dir", default="bashgym-work", help="run directory root on the host (default: ~)")
     parser.add_argument("--python", help="python with bashgym installed (default: WORK_DIR/venv/bin/python)")
     parser.add_argument("--gpus", type=int, default=0, help="GPUs a run occupies there, for GPU-hours")
     parser.add_argument("--slots", type=int, default=1, help="runs the device takes at once")
     parser.add_argument("--host-key", default="", help="pin the host key: 'ssh-ed25519 AAAA...'")
-    parser.add_argument("--known-hosts", default="", help="known_hosts file to verify the host key with")
+    parser.add_argument("--known-hosts", default="", help="known_hosts file in the keys directory")
 
 
 @command("device", "add", help="register an SSH compute device (device.manage); then run device preflight")(_add_args)
@@ -39,13 +44,14 @@ async def device_add(ctx: Ctx) -> int:
         "host": a.host,
         "port": a.port,
         "user": a.user,
-        "key_path": str(Path(a.key_path).expanduser().resolve()),
+        # A name is a file in the daemon's keys directory; an absolute path must lie inside it.
+        "key_path": str(Path(a.key_path).expanduser()),
         "work_dir": a.work_dir,
         "python": a.python,
         "gpus": a.gpus,
         "slots": a.slots,
         "host_key": a.host_key,
-        "known_hosts": str(Path(a.known_hosts).expanduser().resolve()) if a.known_hosts else "",
+        "known_hosts": str(Path(a.known_hosts).expanduser()) if a.known_hosts else "",
     }
     result = await ctx.client.request("POST", "/v1/devices", body=spec, params={"workspace": ctx.workspace})
     return done(ctx, result, title=f"Device {a.name}")
@@ -120,7 +126,8 @@ async def device_bootstrap(ctx: Ctx) -> int:
     if a.wheel is not None:
         if not a.wheel.is_file():
             raise InvalidInput(f"--wheel {a.wheel} is not a file.", hint="Build one with: pip wheel --no-deps .")
-        stored = await ctx.client.blob_upload(a.wheel)
+        # A wheel is the workspace's, not a project's: it is held by `unassigned`, where device managers upload.
+        stored = await ctx.client.blob_upload(a.wheel, project=UNASSIGNED, workspace=ctx.workspace)
         body |= {"wheel_sha256": stored["sha256"], "wheel_name": a.wheel.name}
     result = await ctx.client.request(
         "POST", f"/v1/devices/{a.name}/bootstrap", body=body, params={"workspace": ctx.workspace}, timeout_s=3600

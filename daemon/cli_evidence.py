@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bashgym.daemon.cli import Ctx, command, done
+from bashgym.daemon.cli import Ctx, command, done, upload_for
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
 from bashgym.trainers.placement import describe
 
@@ -59,7 +59,7 @@ async def eval_run(ctx: Ctx) -> int:
         "limit_tasks": a.limit_tasks,
         "temperature": a.temperature,
         "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
-        "dataset_path": str(Path(a.dataset_path).expanduser().resolve()) if a.dataset_path else None,
+        "dataset_path": await upload_for(ctx, Path(a.dataset_path).expanduser(), a.project) if a.dataset_path else None,
         "compute_target": a.compute_target,
         "device": a.device,
     }
@@ -244,7 +244,12 @@ async def promote_decide(ctx: Ctx) -> int:
 def _export_args(parser: argparse.ArgumentParser) -> None:
     _project(parser)
     parser.add_argument("--version", required=True, help="model version id")
-    parser.add_argument("--to", required=True, help="empty or new directory for the bundle (on the daemon's host)")
+    parser.add_argument(
+        "--to",
+        required=True,
+        help="new directory for the bundle on the daemon's host: a name in $BASHGYM_HOME/exports, or an absolute "
+        "path inside an export root (BASHGYM_EXPORT_ROOTS)",
+    )
     parser.add_argument("--license", default="unspecified", help="license recorded in the manifest")
 
 
@@ -253,7 +258,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 )
 async def model_export(ctx: Ctx) -> int:
     a = ctx.args
-    body = {"to": str(Path(a.to).expanduser().resolve()), "license": a.license}
+    body = {"to": a.to, "license": a.license}  # the daemon confines it to its export roots
     result = await ctx.client.request(
         "POST",
         f"/v1/projects/{a.project}/model-versions/{a.version}/export",
@@ -264,7 +269,9 @@ async def model_export(ctx: Ctx) -> int:
 
 
 def _import_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", help="bundle directory written by bashgym model export")
+    parser.add_argument(
+        "bundle", help="bundle directory written by bashgym model export, inside a data root or the exports"
+    )
     _project(parser)
     parser.add_argument("--version", help="register under this id (default: the manifest's)")
 

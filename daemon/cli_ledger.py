@@ -151,14 +151,18 @@ async def ledger_verify(ctx: Ctx) -> int:
 
 
 def _backup_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--to", required=True, type=Path, help="new file to write the backup to")
+    parser.add_argument(
+        "--to", required=True, help="new backup file: a name in the daemon's backup directory ($BASHGYM_BACKUP_DIR)"
+    )
 
 
-@command("ledger", "backup", help="copy the live ledger with SQLite's online backup API")(_backup_args)
+@command("ledger", "backup", help="copy the live ledger into the backup directory (ledger.backup, admins)")(
+    _backup_args
+)
 async def ledger_backup(ctx: Ctx) -> int:
-    target = ctx.args.to.expanduser().resolve()
-    result = await ctx.client.request("POST", "/v1/ledger/backup", params={"to": str(target)})
-    return done(ctx, {"to": str(target), **result}, title="Backup written")
+    # Sent as given: a name is a file in the daemon's backup directory, and an absolute path must lie inside it.
+    result = await ctx.client.request("POST", "/v1/ledger/backup", params={"to": ctx.args.to})
+    return done(ctx, result, title="Backup written")
 
 
 def _restore_args(parser: argparse.ArgumentParser) -> None:

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bashgym.daemon.cli import Ctx, command, done, read_json_file
+from bashgym.daemon.cli import Ctx, command, done, read_json_file, upload_for
 from bashgym.daemon.wire_errors import EXIT_OK, EXIT_RULE
-from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.errors import InvalidInput, RuleRejected
+from bashgym.ledger.lineage import run_project
 from bashgym.trainers.contracts import format_report, validate_dataset
-from bashgym.trainers.specs import STRATEGIES, merge_config_file
+from bashgym.trainers.specs import STRATEGIES, InvalidRequest, TrainingRequest, merge_config_file
 
 
 def _validate_args(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +49,7 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", required=True, choices=STRATEGIES, help="the training strategy")
     parser.add_argument("--model", required=True, dest="base_model", help="base model: hub id or local path")
     data = parser.add_mutually_exclusive_group(required=True)
-    data.add_argument("--dataset-path", help="training data (JSONL) on the daemon's host")
+    data.add_argument("--dataset-path", help="training data (JSONL) on this machine; uploaded for the run's project")
     data.add_argument("--dataset-version", help="a registered dataset version whose content the daemon holds")
     parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
     parser.add_argument(
@@ -91,8 +92,6 @@ def build_request(a: argparse.Namespace) -> dict[str, object]:
         base_model=str(model.resolve()) if local else a.base_model,
         compute_target=a.compute_target,
     )
-    if a.dataset_path:
-        body["dataset_path"] = str(Path(a.dataset_path).expanduser().resolve())
     if a.tracking_context:
         body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
     flags = {
@@ -112,12 +111,47 @@ def build_request(a: argparse.Namespace) -> dict[str, object]:
     _request_args
 )
 async def training_plan(ctx: Ctx) -> int:
+    body = await _request_body(ctx)
+    result = await ctx.client.request("POST", "/v1/training/plan", body=body, params=_params(ctx))
+    return done(ctx, result, title="Training plan (nothing launched)")
+
+
+async def _request_body(ctx: Ctx) -> dict[str, object]:
+    """The request, with --dataset-path uploaded for the project the run will be recorded under (the daemon reads
+    no path of this machine's; an upload the daemon already holds is stored once)."""
     try:
         body = build_request(ctx.args)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
-    result = await ctx.client.request("POST", "/v1/training/plan", body=body, params=_params(ctx))
-    return done(ctx, result, title="Training plan (nothing launched)")
+    if ctx.args.dataset_path:
+        dataset = Path(ctx.args.dataset_path).expanduser()
+        # Nothing is uploaded for a request the daemon would refuse: its fields, then the data's contract.
+        try:
+            TrainingRequest.from_recipe({**body, "dataset_path": str(dataset)})
+        except InvalidRequest as exc:
+            raise InvalidInput(str(exc)) from exc
+        _check_locally(str(body["strategy"]), dataset, body.get("teacher_model"))
+        context = body.get("tracking_context")
+        workspace = ctx.workspace or ctx.settings.default_workspace
+        project = run_project(context if isinstance(context, dict) else None, workspace)
+        body["dataset_path"] = await upload_for(ctx, dataset, project)
+    return body
+
+
+def _check_locally(strategy: str, dataset: Path, teacher_model: object) -> None:
+    """The dataset contract, checked here before the upload: errors name your file and line, not a digest."""
+    try:
+        report = validate_dataset(
+            strategy, dataset, teacher_model=teacher_model if isinstance(teacher_model, str) else None
+        )
+    except FileNotFoundError as exc:
+        raise RuleRejected(str(exc), hint="--dataset-path names a file on this machine.") from exc
+    if not report.ok:
+        raise RuleRejected(
+            f"The dataset breaks the {strategy} contract; nothing was uploaded or launched.\n{format_report(report)}",
+            hint="Fix it; bashgym training validate checks it.",
+            details={"summary": report.summary},
+        )
 
 
 def _params(ctx: Ctx) -> dict[str, Any]:
@@ -136,10 +170,7 @@ TERMINAL = {"completed", "failed", "cancelled", "paused", "unknown"}
 
 @command("training", "start", help="launch a training run (training.launch); answers with its ids at once")(_start_args)
 async def training_start(ctx: Ctx) -> int:
-    try:
-        body = build_request(ctx.args)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
+    body = await _request_body(ctx)
     started = await ctx.client.request(
         "POST",
         "/v1/training/start",

@@ -139,8 +139,10 @@ class DaemonClient:
             )
         )
 
-    async def blob_upload(self, path: Path) -> dict[str, Any]:
-        return dict(await self.request("PUT", "/v1/blobs", content=_file_chunks(path)))
+    async def blob_upload(self, path: Path, *, project: str, workspace: str | None = None) -> dict[str, Any]:
+        """Upload a file for `project`, which then holds it: only that project's records may use it."""
+        params = {"project": project, "workspace": workspace}
+        return dict(await self.request("PUT", "/v1/blobs", content=_file_chunks(path), params=params))
 
     async def dataset_register(
         self, project: str, spec: DatasetFromBlob, *, workspace: str | None = None

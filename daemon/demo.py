@@ -293,11 +293,18 @@ class Demo:
             await self.client.request("PUT", f"{self.base}/channel", body={"channel_id": self.channel})
             self.reporter.say(f"  notices of project {PROJECT} go to Discord channel {self.channel}")
         spec = await model_spec_from_dir(
-            self.client, model_dir, model_id="tiny-task", version_id=MODEL_VERSION, parent=None, echo=False
+            self.client,
+            model_dir,
+            project=PROJECT,
+            workspace=None,
+            model_id="tiny-task",
+            version_id=MODEL_VERSION,
+            parent=None,
+            echo=False,
         )
         model = await self.client.model_version_register(PROJECT, spec)
         rows = await asyncio.to_thread(write_traces, traces, self.split)
-        stored = await self.client.blob_upload(traces)
+        stored = await self.client.blob_upload(traces, project=PROJECT)
         data = DatasetFromBlob(
             dataset_id="gold-traces", dataset_version_id=DATASET_VERSION, sha256=stored["sha256"], filename=traces.name
         )

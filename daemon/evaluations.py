@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes import read_from
-from bashgym.daemon.model_sources import local_model_dir, run_model_dir
+from bashgym.daemon.model_sources import check_version_content, local_model_dir, run_model_dir
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device, RemoteRun
 from bashgym.ledger import Ledger
@@ -139,8 +140,8 @@ class EvaluationService:
                 raise RuleRejected("Held-out data has no gold solutions; evaluate a run or a model version.")
             if not body.dataset_path.startswith("/") or not await asyncio.to_thread(Path(body.dataset_path).is_file):
                 raise RuleRejected(
-                    f"dataset_path {body.dataset_path!r} is not a file on the daemon's host.",
-                    hint="Pass an absolute path; the CLI resolves --dataset-path for you.",
+                    f"dataset_path {body.dataset_path!r} is not a file.",
+                    hint="Name a file in a data root, or upload it (bashgym eval run --dataset-path FILE does).",
                 )
         elif body.suite_id != suite.suite_id:
             raise RuleRejected(
@@ -196,9 +197,9 @@ class EvaluationService:
     def jobs_of(self, ws: str, project: str) -> list[dict[str, Any]]:
         return [dict(j) for j in self.jobs.values() if j["workspace_id"] == ws and j["project_id"] == project]
 
-    def status(self, project: str, eval_id: str) -> dict[str, Any]:
+    def status(self, ws: str, project: str, eval_id: str) -> dict[str, Any]:
         job = self.jobs.get(eval_id)
-        if job is None or job["project_id"] != project:
+        if job is None or (job["workspace_id"], job["project_id"]) != (ws, project):
             raise NotFound(
                 f"No evaluation {eval_id!r} in project {project!r} since the daemon started.",
                 hint="Finished evaluations are results: bashgym ledger evaluations --project P.",
@@ -223,6 +224,7 @@ class EvaluationService:
                 hint="Evaluate a registered model version instead (--model-version).",
             )
         version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
+        await check_version_content(self.ledger, self.settings, ws, project, version)
         directory = await asyncio.to_thread(local_model_dir, self.settings, self.blobs, ws, project, version)
         if directory is None or not await asyncio.to_thread(directory.is_dir):
             raise RuleRejected(
@@ -244,6 +246,7 @@ class EvaluationService:
             raise RuleRejected(
                 f"Device {record['device_id']} is not ready.", hint=f"bashgym device preflight {record['device_id']}"
             )
+        await check_device_reach(self.settings, record)
         return Device.from_record(record)
 
     async def _run(
@@ -386,7 +389,8 @@ class EvaluationService:
         summary: dict[str, Any],
     ) -> str:
         request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
-        data_sha, _ = await self.blobs.put_file(Path(str(request.dataset_path)))
+        data_sha, size = await self.blobs.put_file(Path(str(request.dataset_path)))
+        await self.ledger.hold_blob(actor, ws, project, data_sha, size)  # the suite's data is the project's
         suite_id = f"heldout-{summary['kind']}-{data_sha[:16]}"
         suite = EvalSuiteSpec.model_validate(
             {

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from bashgym.daemon.app import MUTATING, Services, json_response
 from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.daemon.request_paths import Reach
+from bashgym.ledger.errors import Unauthenticated
 from bashgym.ledger.models import Actor, WriteResult
 from bashgym.ledger.validation import check_identifier
 from fastapi import Depends, Query, Request
@@ -22,6 +24,11 @@ class Call:
     workspace: str
     actor: Actor
 
+    @property
+    def reach(self) -> Reach:
+        """What this request may reach on the daemon's host (request_paths)."""
+        return Reach(self.services.settings, self.services.ledger, self.services.blobs, self.workspace)
+
 
 AUTHENTICATED = "authenticated"  # the declared "capability" of routes any valid principal may call
 
@@ -30,15 +37,20 @@ async def _authenticate(request: Request, workspace: str | None) -> tuple[Servic
     """Who calls, in which workspace; changes are rate-limited per principal here."""
     services: Services = request.app.state.services
     ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
-    principal = await resolve_request(
-        services.ledger,
-        request.headers,
-        now=services.ledger.now(),
-        workspace_id=ws,
-        allowed_guilds=frozenset(services.settings.discord_guild_ids),
-    )
-    if request.method in MUTATING:
-        services.limiter.check(principal.actor_id)
+    try:
+        principal = await resolve_request(
+            services.ledger,
+            request.headers,
+            now=services.ledger.now(),
+            workspace_id=ws,
+            allowed_guilds=frozenset(services.settings.discord_guild_ids),
+        )
+    except Unauthenticated:
+        # Guessing tokens is throttled per client address; a good token from the same address is never held up.
+        services.bad_token_limiter.check(request.client.host if request.client else "unknown")
+        raise
+    limiter = services.limiter if request.method in MUTATING else services.read_limiter
+    limiter.check(principal.actor_id)
     return services, ws, principal
 
 
@@ -58,6 +70,26 @@ def requires(capability: str) -> Any:
 
     authorise.capability = capability  # type: ignore[attr-defined]
     return Depends(authorise)
+
+
+def requires_somewhere(capability: str) -> Any:
+    """For routes whose project is named in the body (a run's tracking context, an upload's `?project=`): the
+    caller must hold `capability` in some project here; the handler then judges it against the project the
+    request names, with `authorise(call, project)`."""
+
+    async def authorise_later(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services, ws, principal = await _authenticate(request, workspace)
+        if (principal.workspace_id and principal.workspace_id != ws) or not principal.holds_anywhere(capability):
+            principal.require(capability, workspace_id=ws)  # raises, naming the capability and the scope
+        return _call(request, services, ws, principal, capability)
+
+    authorise_later.capability = capability  # type: ignore[attr-defined]
+    return Depends(authorise_later)
+
+
+def authorise(call: Call, project: str) -> None:
+    """Judge the route's capability against the project the request names (see requires_somewhere)."""
+    call.principal.require(call.actor.capability, workspace_id=call.workspace, project_id=project)
 
 
 def requires_run_control(capability: str) -> Any:

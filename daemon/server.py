@@ -18,10 +18,11 @@ from pathlib import Path
 
 import uvicorn
 from bashgym.daemon.app import Services, create_app
-from bashgym.daemon.authority import RateLimiter, hash_token, new_token
+from bashgym.daemon.authority import RateLimiter, WaitSlots, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaign_runner import CampaignRunner
 from bashgym.daemon.evaluations import EvaluationService
+from bashgym.daemon.host_paths import secure_home
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.notices import ConsoleNotifier, NoticeRenderer
 from bashgym.daemon.scheduler import ReportScheduler
@@ -145,6 +146,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
     """Run until SIGTERM/SIGINT; return the exit code."""
     started = time.monotonic()
     threads = local_thread_limit(settings, environ, os.cpu_count() or 1)  # local trainers and evaluators share it
+    secure_home(settings.home)  # 0700, and 0600 for all it and its children create: it holds the ledger and tokens
     lock = HomeLock(settings.lock_path)
     lock.acquire()
     sock: socket.socket | None = None
@@ -171,6 +173,16 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 version=bashgym_version(),
                 started_monotonic=started,
                 limiter=RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst),
+                read_limiter=RateLimiter(
+                    settings.read_rate_per_minute, settings.read_rate_burst, what="reads", hint="poll less often"
+                ),
+                bad_token_limiter=RateLimiter(
+                    settings.bad_token_per_minute,
+                    max(1, settings.bad_token_per_minute // 3),
+                    what="requests with a bad token",
+                    hint="check the token (bashgym auth whoami)",
+                ),
+                waits=WaitSlots(settings.max_waits_per_principal),
                 training=training,
                 evaluations=evaluations,
                 scheduler=scheduler,

@@ -80,12 +80,65 @@ class Settings(BaseSettings):
         description="Environment variables whose values are secrets, redacted wherever they would appear.",
     )
 
+    # Trust boundaries (README, "Security model"): the host paths callers may name, and what they may reach.
+    data_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories (comma-separated) whose files callers may name by path: datasets, base models, "
+        "model directories, bundles to import. $BASHGYM_HOME/data and $BASHGYM_HOME/exports always are.",
+    )
+    export_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories (comma-separated) model bundles may be exported into; "
+        "$BASHGYM_HOME/exports always is.",
+    )
+    backup_dir: Path | None = Field(None, description="Where ledger backups go (default $BASHGYM_HOME/backups).")
+    ssh_keys_dir: Path | None = Field(
+        None,
+        description="The only directory device keys and known_hosts files are read from (default $BASHGYM_HOME/keys).",
+    )
+    allow_private_device_hosts: bool = Field(
+        False, description="Let devices point at this machine or its link (loopback, link-local addresses)."
+    )
+    allow_unisolated_checks: bool = Field(
+        False,
+        description="Let datasets with command checks (verifier.kind command) train where the sandbox has no "
+        "namespaces: their authors' shell code then runs as the trainer host's user.",
+    )
+    hf_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Hugging Face namespaces (users or orgs, comma-separated) runs may push into; none: no push.",
+    )
+    project_quota_bytes: int = Field(
+        100 * 1024**3, ge=0, description="Bytes of uploads (blobs) one project may hold in the content store."
+    )
+    read_rate_per_minute: int = Field(6000, ge=1, description="Reads a principal may make per minute.")
+    read_rate_burst: int = Field(600, ge=1, description="Reads a principal may make at once.")
+    bad_token_per_minute: int = Field(
+        60, ge=1, description="Requests with an unknown, revoked or malformed token one client address may make."
+    )
+    max_waits_per_principal: int = Field(
+        8, ge=1, le=1000, description="Long-polls (wait_s > 0) one principal may hold open at once."
+    )
+
     failpoint: str = Field(
         "",
         description="Tests only: comma-separated crash points where the daemon, CLI or a trainer SIGKILLs itself.",
     )
 
-    @field_validator("discord_guild_ids", "secret_env_vars", mode="before")
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: Any, init_settings: Any, *_: Any, **__: Any) -> tuple[Any, ...]:
+        # load_settings reads the environment and bashgym.toml itself, once: a second reading by pydantic-settings
+        # would parse `BASHGYM_DATA_ROOTS=` (empty) as JSON and refuse the start.
+        return (init_settings,)
+
+    @field_validator("backup_dir", "ssh_keys_dir", "uds", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator(
+        "discord_guild_ids", "secret_env_vars", "data_roots", "export_roots", "hf_namespaces", mode="before"
+    )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
@@ -142,7 +195,7 @@ def load_settings(environ: dict[str, str], **overrides: Any) -> Settings:
         return Settings.model_validate({**merged, "home": home})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
+        field = ".".join(str(part) for part in first["loc"]) or "(unknown)"
         raise InvalidInput(
             f"Setting {field} is invalid: {first['msg']}.",
             hint=f"Fix BASHGYM_{field.upper()} or {field} in {home / 'bashgym.toml'}.",

@@ -131,6 +131,11 @@ try:
 except Exception as exc:
     facts["torch"] = None
     facts["torch_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    from bashgym.trainers.sandbox import probe_isolation
+    facts["sandbox"] = probe_isolation().level
+except Exception as exc:
+    facts["sandbox"] = None
 facts["disk_free_gib"] = round(shutil.disk_usage(".").free / 2**30, 2)
 page = os.sysconf("SC_PAGE_SIZE")
 facts["ram_total_gib"] = round(page * os.sysconf("SC_PHYS_PAGES") / 2**30, 2)

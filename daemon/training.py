@@ -17,14 +17,16 @@ from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
+from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
 from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.lineage import parse_context
+from bashgym.ledger.lineage import context_in_workspace
 from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunStatus, RunTransition
+from bashgym.ledger.redaction import redact_text, redact_values
 from bashgym.ledger.states import TERMINAL
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
@@ -123,6 +125,17 @@ class TrainingService:
         finally:
             self._active.pop(run_id, None)
             self._tasks.pop(run_id, None)
+            await self._scrub_if_ended(supervisor.handle)
+
+    async def _scrub_if_ended(self, handle: RunHandle) -> None:
+        """An ended run's logs lose their secrets (scrub_logs). A run that goes on (paused, or on a device the
+        daemon will follow again) keeps its log as written: its mirror appends to it by byte offset."""
+        try:
+            run = await self.ledger.get_run(handle.workspace, handle.project, handle.run_id)
+            if run["status"] in TERMINAL:
+                await asyncio.to_thread(scrub_logs, handle.run_dir)
+        except (BashGymError, OSError):
+            log.warning("Run %s: its logs were not scrubbed of secrets", handle.run_id, exc_info=True)
 
     async def _supervision_failed(self, supervisor: Supervisor, exc: Exception) -> None:
         """Stop a local trainer nobody follows any more, and say so on the run; the log has the traceback."""
@@ -198,8 +211,9 @@ class TrainingService:
         request = await shaped_for_lane(self.ledger, workspace, request)
         device = await check_lane(self.ledger, self.settings, workspace, request)
         await self._check_dataset(request)
+        await self._check_command_checks(workspace, request, device)
         dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
-        context, _ = parse_context(request.tracking_context)
+        context, _ = context_in_workspace(request.tracking_context, workspace)
         if context is not None and context.dataset_content_digest != dataset_sha256:
             raise RuleRejected(
                 f"dataset_path has sha256 {dataset_sha256[:12]}, but the tracking context names dataset version "
@@ -208,7 +222,8 @@ class TrainingService:
                 hint="Register this file as a new dataset version (bashgym dataset register) and name it in the "
                 "tracking context, or point dataset_path at the registered file.",
             )
-        project = context.project_id if context and context.workspace_id == workspace else UNASSIGNED
+        project = context.project_id if context else UNASSIGNED
+        request = request.model_copy(update={"hf_repo_owner": f"{workspace}/{project}"})
         if not may_exceed_budget:
             await self._check_budget(workspace, project)
         run_id, job = None, None
@@ -379,6 +394,32 @@ class TrainingService:
                 details={"remaining": remaining},
             )
 
+    async def _check_command_checks(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
+        """A dataset's command checks train only where the sandbox isolates them (launch_authority)."""
+        if request.strategy not in {"grpo", "rlvr"} or self.settings.allow_unisolated_checks:
+            return
+        if not await asyncio.to_thread(has_command_checks, Path(request.dataset_path)):
+            return
+        check_unisolated_checks(self.settings, await self._sandbox_levels(workspace, request, device))
+
+    async def _sandbox_levels(
+        self, workspace: str, request: TrainingRequest, device: Device | None
+    ) -> dict[str, str | None]:
+        """Each host the run trains on, with the sandbox level it grants: this one's probed, a device's from its
+        last preflight."""
+        if request.lane == "local":
+            from bashgym.trainers.sandbox import probe_isolation  # only a launch with command checks needs it
+
+            return {"this host": (await asyncio.to_thread(probe_isolation)).level}
+        names = [device.device_id] if device is not None else []
+        if request.lane == "ssh-group":
+            names = list((await self.ledger.get_device_group(workspace, request.device_group or ""))["members"])
+        levels: dict[str, str | None] = {}
+        for name in names:
+            facts = ((await self.ledger.get_device(workspace, name))["preflight"] or {}).get("facts") or {}
+            levels[f"device {name}"] = facts.get("sandbox")
+        return levels
+
     async def _check_dataset(self, request: TrainingRequest) -> None:
         for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
             if not Path(path).is_absolute():
@@ -475,7 +516,7 @@ class TrainingService:
 
     async def pause(self, principal: Principal, workspace: str, project: str, run_id: str) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.control")
-        supervisor = self._active.get(run_id)
+        supervisor = self._active_of(workspace, project, run_id)
         if run["status"] != "running" or supervisor is None:
             raise Conflict(f"Run {run_id} is {run['status']}; only a running run can pause.")
         await supervisor.pause()
@@ -508,7 +549,7 @@ class TrainingService:
         self, principal: Principal, actor: Actor, workspace: str, project: str, run_id: str
     ) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.stop")
-        supervisor = self._active.get(run_id)
+        supervisor = self._active_of(workspace, project, run_id)
         if supervisor is not None:
             await supervisor.stop()
         elif run["status"] in {"queued", "paused", "preparing"} or await self._is_orphaned(run):
@@ -526,6 +567,13 @@ class TrainingService:
         else:
             raise Conflict(f"Run {run_id} is {run['status']}; there is nothing to stop.")
         return dict(await self.ledger.get_run(workspace, project, run_id))
+
+    def _active_of(self, workspace: str, project: str, run_id: str) -> Supervisor | None:
+        """The live supervisor of exactly this run: run ids are unique across the ledger, and this checks it."""
+        supervisor = self._active.get(run_id)
+        if supervisor is None or (supervisor.handle.workspace, supervisor.handle.project) != (workspace, project):
+            return None
+        return supervisor
 
     async def _is_orphaned(self, run: dict[str, Any]) -> bool:
         """An `unknown` local run whose trainer is gone: what its `unknown` reason offers, resume or stop, is safe."""
@@ -552,8 +600,39 @@ def _read_state(run_dir: Path) -> dict[str, Any]:
 
 
 def _write_request(run_dir: Path, request: TrainingRequest) -> None:
+    """The trainer's request. What the trainer never reads (the tracking context, the correlation id) is redacted
+    by shape: a credential pasted into a note there never lands on disk. The fields it trains on stay as sent."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "request.json").write_text(json.dumps(request.model_dump(mode="json"), indent=2))
+    written = request.model_dump(mode="json")
+    for field in ("tracking_context", "correlation_id"):
+        written[field] = redact_values(written[field])
+    (run_dir / "request.json").write_text(json.dumps(written, indent=2))
+
+
+LOGS = ("training.log", "rank-*.log", "launch.log")
+
+
+def scrub_logs(run_dir: Path) -> None:
+    """Once a trainer is done, its logs are rewritten with every credential-shaped string and known secret value
+    redacted: a trainer prints what it is given (a path, a traceback), and a log at rest keeps no secret.
+    While it runs, the log is the daemon user's alone (0600), and `training log` answers redacted lines."""
+    for pattern in LOGS:
+        for path in run_dir.glob(pattern):
+            _scrub(path)
+
+
+def _scrub(path: Path) -> None:
+    scrubbed = path.with_name(path.name + ".scrubbed")
+    changed = False
+    with path.open(errors="replace") as source, scrubbed.open("w") as target:
+        for line in source:
+            clean = redact_text(line)
+            changed = changed or clean != line
+            target.write(clean)
+    if changed:
+        scrubbed.replace(path)
+    else:
+        scrubbed.unlink()
 
 
 def _set_aside_metrics(run_dir: Path, attempt_id: str) -> None:

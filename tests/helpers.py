@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,23 @@ from typing import Any
 import httpx
 
 BASHGYM = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()"]
+
+# The suite's operator lets callers name files in the temporary directory (tiny models, datasets, bundles, SSH
+# keys of the stand-ins) and devices on loopback, where the stand-ins listen. The trust-boundary tests narrow
+# each of these back to what a real operator would set, and attack from there.
+SUITE_ROOT = tempfile.gettempdir()
+SUITE_OPERATOR_ENV = {
+    "BASHGYM_DATA_ROOTS": SUITE_ROOT,
+    "BASHGYM_EXPORT_ROOTS": SUITE_ROOT,
+    "BASHGYM_SSH_KEYS_DIR": SUITE_ROOT,
+    "BASHGYM_ALLOW_PRIVATE_DEVICE_HOSTS": "true",
+}
+SUITE_OPERATOR_SETTINGS: dict[str, Any] = {
+    "data_roots": [SUITE_ROOT],
+    "export_roots": [SUITE_ROOT],
+    "ssh_keys_dir": SUITE_ROOT,
+    "allow_private_device_hosts": True,
+}
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -88,7 +106,7 @@ def start_daemon(
     max_file_bytes sets RLIMIT_FSIZE on the daemon: no file it writes grows past it (a full disk,
     without a filesystem of its own).
     """
-    environment = {**os.environ, "BASHGYM_HOME": str(home), **(env or {})}
+    environment = {**os.environ, **SUITE_OPERATOR_ENV, "BASHGYM_HOME": str(home), **(env or {})}
     home.mkdir(parents=True, exist_ok=True)
     # stderr (the daemon's log) goes to a file: an unread pipe would fill and block the daemon.
     with (home / "daemon.log").open("a") as log:
@@ -175,7 +193,7 @@ async def inprocess_daemon(
     from bashgym.daemon.settings import load_settings
     from bashgym.daemon.training import TrainingService
 
-    config = load_settings({}, home=str(home), **settings)
+    config = load_settings({}, home=str(home), **{**SUITE_OPERATOR_SETTINGS, **settings})
     home.mkdir(parents=True, exist_ok=True)  # the daemon's lock step makes it; the in-process one has none
     # The daemon's own first-start step: the admin token file, registered in the ledger.
     await ensure_admin_token(ledger, config.admin_token_path)

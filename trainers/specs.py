@@ -188,6 +188,9 @@ class TrainingRequest(BaseModel):
     ) = None
     hf_private: bool = True
     hf_upload_artifact: Literal["auto", "adapter", "merged"] = "auto"
+    # Set by the daemon at launch, never by a request: `<workspace>/<project>` the run is recorded under. The
+    # trainer pushes only into a repository it created for that project (trainers/hub.py).
+    hf_repo_owner: Annotated[str, Field(max_length=400)] | None = None
     # Where and for whom
     compute_target: str = "local"
     device_id: str | None = None

@@ -32,7 +32,7 @@ from tests.discord_standin import (
     running_client,
 )
 from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, running_daemon, start_daemon
+from tests.helpers import SUITE_ROOT, RunningDaemon, running_daemon, start_daemon
 
 GUILD = "111111111111111111"
 SQL = "x' OR '1'='1; DROP TABLE events;--"
@@ -128,7 +128,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiWorld]:
             "/v1/projects/cat/annotations", json={"text": "first"}, headers={"Idempotency-Key": "k1"}
         )
         first_write.raise_for_status()
-        blob = admin.put("/v1/blobs", content=b'{"text": "ls"}\n').json()
+        blob = admin.put("/v1/blobs", params={"project": "cat"}, content=b'{"text": "ls"}\n').json()
+        admin.post("/v1/ledger/backup", params={"to": "taken.sqlite3"}).raise_for_status()
     # Expiry is checked against the stored row; a restart drops the daemon's cache of the rows it wrote.
     with contextlib.closing(sqlite3.connect(home / "ledger.sqlite3")) as conn, conn:
         conn.execute(
@@ -168,7 +169,8 @@ def point_with(value: str, *, step: int = 1) -> bytes:
 
 
 P = "/v1/projects/cat"
-PLAN = {"strategy": "sft", "base_model": "m", "dataset_path": "/data/train.jsonl"}
+# Inside the suite's data root (tests/helpers.py), and never read by a plan: the checks after it are the cases'.
+PLAN = {"strategy": "sft", "base_model": "m", "dataset_path": f"{SUITE_ROOT}/bashgym-catalog/train.jsonl"}
 
 
 def as_discord(user: str = "333", guild: str = GUILD) -> dict[str, str]:
@@ -216,21 +218,27 @@ API_CASES = [
     Api("oversized-body-is-413", "POST", f"{P}/annotations", 413, f"the limit is {MAX_BODY}",
         json={"text": "x" * 100_000}),
     # path traversal in dataset paths, artifact names, receipt roots, device work dirs
-    Api("relative-dataset-path", "POST", "/v1/training/start", 422, "is relative",
+    Api("relative-dataset-path", "POST", "/v1/training/start", 403, "climbs out with `..`",
         json={**PLAN, "dataset_path": "../../etc/passwd"}),
+    Api("dataset-path-outside-the-roots", "POST", "/v1/training/start", 403, "outside the directories",
+        json={**PLAN, "dataset_path": "/etc/passwd"}),
     Api("dataset-version-that-climbs", "POST", "/v1/training/start", 404, "No dataset version '../x'",
         json={"strategy": "sft", "base_model": "m"}, params={"dataset_version": "../x", "dataset_project": "cat"}),
     Api("blob-file-name-with-directories", "POST", f"{P}/dataset-versions/from-blob", 422, "not a bare file name",
         json={"dataset_id": "d", "dataset_version_id": "d1", "sha256": "{blob}", "filename": "../../evil.jsonl"}),
     Api("report-file-name-that-climbs", "GET", f"{P}/reports/r1/..%2F..%2Fledger.sqlite3", 404, "No route"),
-    Api("model-import-relative-dir", "POST", f"{P}/model-versions/import", 422, "is not an absolute path",
+    Api("model-import-relative-dir", "POST", f"{P}/model-versions/import", 403, "climbs out with `..`",
         json={"from_dir": "../../etc"}),
-    Api("model-export-relative-target", "POST", f"{P}/model-versions/nope/export", 404, "No model version 'nope'",
+    Api("model-export-relative-target", "POST", f"{P}/model-versions/nope/export", 403, "climbs out with `..`",
         json={"to": "../out"}),
-    Api("backup-to-relative-path", "POST", "/v1/ledger/backup", 422, "must be an absolute path",
+    Api("model-export-of-a-missing-version", "POST", f"{P}/model-versions/nope/export", 404,
+        "No model version 'nope'", json={"to": "out"}),
+    Api("backup-to-relative-path", "POST", "/v1/ledger/backup", 403, "climbs out with `..`",
         params={"to": "../ledger-copy.sqlite3"}),
-    Api("backup-over-the-ledger", "POST", "/v1/ledger/backup", 422, "never overwrites",
+    Api("backup-over-the-ledger", "POST", "/v1/ledger/backup", 403, "outside the directories",
         params={"to": "{home}/ledger.sqlite3"}),
+    Api("backup-over-an-earlier-backup", "POST", "/v1/ledger/backup", 422, "never overwrites",
+        params={"to": "taken.sqlite3"}),
     Api("device-work-dir-climbs", "POST", "/v1/devices", 422, "climbs out with `..`",
         json={"device_id": "gpu1", "host": "gpu1.lan", "user": "u", "key_path": "/k", "work_dir": "../../etc"}),
     # device groups: ids, member counts, duplicates, unknown members, ports, addresses
@@ -422,6 +430,7 @@ class Cli:
 def run_cli(world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     folder = world.tmp / case.id
     folder.mkdir(exist_ok=True)
+    (folder / "train.jsonl").write_text(TRAIN_JSONL + "\n")
     for name, text in case.files.items():
         target = folder / name
         target.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -452,7 +461,9 @@ CAMPAIGN: dict[str, Any] = {
     "budget": {"runs": 2},
     "stop_rules": {"max_iterations": 2},
 }
-PLAN_ARGS = ("training", "plan", "--strategy", "sft", "--model", "org/model", "--dataset-path", "/data/train.jsonl")
+PLAN_ARGS = ("training", "plan", "--strategy", "sft", "--model", "org/model", "--dataset-path", "{dir}/train.jsonl")
+# Every case's folder holds a valid SFT file: the CLI checks and uploads --dataset-path before the daemon sees the rest.
+TRAIN_JSONL = json.dumps({"messages": [{"role": "user", "content": "ls"}, {"role": "assistant", "content": "ls"}]})
 
 
 def spec_file(**changes: Any) -> str:
@@ -492,8 +503,8 @@ CLI_CASES = [
         "cannot name a receipt file",
         files={"r.json": json.dumps({"kind": "run", "workspace_id": "..", "project_id": "cat",
                                       "entity_id": "r1", "title": "T"})}),
-    Cli("backup-over-an-existing-file", ("ledger", "backup", "--to", "{dir}/exists.sqlite3"), 7,
-        "never overwrites", files={"exists.sqlite3": "x"}),
+    Cli("backup-outside-the-backup-directory", ("ledger", "backup", "--to", "{dir}/exists.sqlite3"), 4,
+        "outside the directories this daemon may use", files={"exists.sqlite3": "x"}),
     Cli("model-import-from-a-file", ("model", "import", "{dir}/f", "--project", "cat"), 7, "is not a directory",
         files={"f": "x"}),
 ]  # fmt: skip
@@ -621,7 +632,7 @@ async def slash_world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
             (await admin.post("/v1/projects", json={"project_id": "nightly", "name": "Nightly"})).raise_for_status()
             grant = {"subject_kind": "user", "subject_id": str(ALICE_ID), "profile": "lead"}
             (await admin.post("/v1/authority/grants", json=grant)).raise_for_status()
-            blob = (await admin.put("/v1/blobs", content=b'{"text": "ls"}\n')).json()
+            blob = (await admin.put("/v1/blobs", params={"project": "nightly"}, content=b'{"text": "ls"}\n')).json()
             dataset = {"dataset_id": "traces", "dataset_version_id": "traces-v1", "sha256": blob["sha256"],
                        "filename": "traces.jsonl"}  # fmt: skip
             (await admin.post("/v1/projects/nightly/dataset-versions/from-blob", json=dataset)).raise_for_status()

@@ -212,10 +212,12 @@ def test_a_backup_restored_onto_a_new_home_starts_with_a_new_admin_token_and_kee
     """The restored ledger knows tok-admin, but the new home's admin.token is another token: the daemon
     registers it under its own id (it used to stop on an internal IntegrityError) and says how to revoke
     the earlier one, which stays valid until then."""
-    backup = tmp_path / "backup.sqlite3"
+    backup = tmp_path / "old" / "backups" / "backup.sqlite3"  # a name in the old home's backup directory
     with running_daemon(tmp_path / "old") as old:
         assert cli(old.env(), "project", "create", "--id", "kept", "--name", "Kept").code == 0
-        assert cli(old.env(), "ledger", "backup", "--to", str(backup)).code == 0
+        written = cli(old.env(), "ledger", "backup", "--to", "backup.sqlite3", "--json")
+        assert written.code == 0, written.stderr
+        assert written.json()["to"] == str(backup.resolve())
         old_token = old.token
     new_home = tmp_path / "new"
     restored = cli({**os.environ, "BASHGYM_HOME": str(new_home)}, "ledger", "restore", "--from", str(backup))

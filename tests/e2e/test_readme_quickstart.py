@@ -34,7 +34,8 @@ def quickstart_block() -> str:
 def test_the_readme_quickstart_runs_as_written_and_leaves_its_evidence_in_the_ledger(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    with running_daemon(tmp_path / "home") as daemon:
+    # As README says: the daemon may read the block's directory (its ./tiny-model), and nothing else of the suite's.
+    with running_daemon(tmp_path / "home", env={"BASHGYM_DATA_ROOTS": str(work)}) as daemon:
         env = {**daemon.env(), "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         began = time.monotonic()
         proc = subprocess.run(

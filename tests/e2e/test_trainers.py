@@ -271,15 +271,21 @@ def run_with_hub(run_dir: Path, hub_url: str) -> tuple[int, list[dict[str, Any]]
 
 
 def test_hub_upload_creates_a_private_repo_and_records_the_commit(models: dict[str, Path], tmp_path: Path) -> None:
+    from bashgym.trainers.hub import owner_marker
+
     from tests.hub_standin import HubStandIn
 
-    run_dir = make_run(tmp_path, models, "sft", max_steps=2, auto_push_hf=True, hf_repo_name="team/tiny-sft")
+    run_dir = make_run(
+        tmp_path, models, "sft", max_steps=2, auto_push_hf=True, hf_repo_name="team/tiny-sft",
+        hf_repo_owner="default/nightly",
+    )  # fmt: skip
     with HubStandIn() as hub:
         code, events = run_with_hub(run_dir, hub.url)
     assert code == 0, (run_dir / "training.log").read_text()[-3000:]
     repo = hub.state.repos["team/tiny-sft"]
     assert repo.private is True
     assert "adapter_model.safetensors" in repo.files
+    assert owner_marker("default/nightly") in repo.files, "the repository says which project it was created for"
     state = json.loads((run_dir / "run_state.json").read_text())
     assert state["hub"] == {
         "repo_id": "team/tiny-sft",
@@ -296,8 +302,9 @@ def test_uploading_merged_weights_that_do_not_exist_fails_loudly(models: dict[st
     from tests.hub_standin import HubStandIn
 
     run_dir = make_run(
-        tmp_path, models, "sft", max_steps=1, auto_push_hf=True, hf_repo_name="team/x", hf_upload_artifact="merged"
-    )
+        tmp_path, models, "sft", max_steps=1, auto_push_hf=True, hf_repo_name="team/x", hf_upload_artifact="merged",
+        hf_repo_owner="default/nightly",
+    )  # fmt: skip
     with HubStandIn() as hub:
         code, events = run_with_hub(run_dir, hub.url)
     assert code == EXIT_FAILED

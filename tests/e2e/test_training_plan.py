@@ -6,8 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.factories import tracking_context
-from tests.helpers import BASHGYM, RunningDaemon, cli
+from tests.factories import sft_data, tracking_context
+from tests.helpers import BASHGYM, RunningDaemon, cli, running_daemon
+
+PAIRS = '{"prompt": "List files", "chosen": "ls", "rejected": "rm -rf ."}\n'
 
 
 def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, tmp_path: Path) -> None:
@@ -15,6 +17,7 @@ def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, t
     config.write_text(json.dumps({"dpo_beta": 0.2, "learning_rate": 1e-5}))
     context = tmp_path / "tracking.json"
     context.write_text(json.dumps(tracking_context()))
+    (tmp_path / "pairs.jsonl").write_text(PAIRS)
     result = cli(
         daemon.env(),
         "training",
@@ -24,7 +27,7 @@ def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, t
         "--model",
         "org/model",
         "--dataset-path",
-        "pairs.jsonl",
+        str(tmp_path / "pairs.jsonl"),
         "--config",
         str(config),
         "--tracking-context",
@@ -39,6 +42,8 @@ def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, t
     plan = result.json()
     assert plan["request"]["dpo_beta"] == 0.2 and plan["request"]["num_epochs"] == 1.0
     assert (plan["lane"], plan["context_status"], plan["project_id"]) == ("local", "verified", "nightly")
+    # The CLI uploaded the file for the run's project; the request names the upload, no path of this machine.
+    assert plan["request"]["dataset_path"].startswith(str(daemon.home / "artifacts" / "sha256"))
 
 
 def test_a_misspelt_config_field_is_refused_with_the_suggestion(daemon: RunningDaemon, tmp_path: Path) -> None:
@@ -79,41 +84,28 @@ def test_a_refused_target_says_what_to_use(daemon: RunningDaemon) -> None:
     assert "cloud:nemo-customizer" in result.stderr
 
 
-def test_public_upload_needs_explicit_authority(daemon: RunningDaemon) -> None:
-    researcher = cli(daemon.env(), "auth", "issue", "--actor", "res", "--profile", "researcher", "--json").json()
-    env = {**daemon.env(), "BASHGYM_TOKEN": researcher["token"]}
-    args = [
-        "training",
-        "plan",
-        "--strategy",
-        "sft",
-        "--model",
-        "m",
-        "--dataset-path",
-        "d.jsonl",
-        "--auto-push-hf",
-        "--hf-repo-name",
-        "team/model",
-    ]
-    assert cli(env, *args, "--json").json()["publication"] == "private"
-    public = cli(env, *args, "--no-hf-private")
-    assert public.code == 4
-    assert "artifact.publish_public" in public.stderr
-    releaser = cli(
-        daemon.env(),
-        "auth",
-        "issue",
-        "--actor",
-        "rel",
-        "--profile",
-        "researcher",
-        "--capability",
-        "artifact.publish_public",
-        "--json",
-    ).json()
-    allowed = cli({**daemon.env(), "BASHGYM_TOKEN": releaser["token"]}, *args, "--no-hf-private", "--json")
-    assert allowed.code == 0, allowed.stderr
-    assert allowed.json()["publication"] == "public"
+def test_public_upload_needs_explicit_authority(tmp_path: Path) -> None:
+    with running_daemon(tmp_path / "home", env={"BASHGYM_HF_NAMESPACES": "team"}) as daemon:
+        researcher = cli(daemon.env(), "auth", "issue", "--actor", "res", "--profile", "researcher", "--json").json()
+        env = {**daemon.env(), "BASHGYM_TOKEN": researcher["token"]}
+        data = str(sft_data(tmp_path))
+        args = [
+            "training", "plan", "--strategy", "sft", "--model", "m", "--dataset-path", data,
+            "--auto-push-hf", "--hf-repo-name", "team/model",
+        ]  # fmt: skip
+        assert cli(env, *args, "--json").json()["publication"] == "private"
+        public = cli(env, *args, "--no-hf-private")
+        assert public.code == 4
+        assert "artifact.publish_public" in public.stderr
+        releaser = cli(
+            daemon.env(), "auth", "issue", "--actor", "rel", "--profile", "researcher",
+            "--capability", "artifact.publish_public", "--json",
+        ).json()  # fmt: skip
+        allowed = cli({**daemon.env(), "BASHGYM_TOKEN": releaser["token"]}, *args, "--no-hf-private", "--json")
+        assert allowed.code == 0, allowed.stderr
+        assert allowed.json()["publication"] == "public"
+        elsewhere = cli({**daemon.env(), "BASHGYM_TOKEN": releaser["token"]}, *args[:-1], "other/model")
+        assert elsewhere.code == 4 and "BASHGYM_HF_NAMESPACES" in elsewhere.stderr
 
 
 def test_a_registered_dataset_version_is_trained_on_from_the_store(daemon: RunningDaemon, tmp_path: Path) -> None:
@@ -143,9 +135,10 @@ def test_a_registered_dataset_version_is_trained_on_from_the_store(daemon: Runni
 def test_a_local_model_path_is_the_callers_not_the_daemons(daemon: RunningDaemon, tmp_path: Path) -> None:
     # The daemon runs elsewhere: `./tiny-model` means the directory next to the person who typed it.
     (tmp_path / "tiny-model").mkdir()
+    sft_data(tmp_path).rename(tmp_path / "rows.jsonl")
     args = ["training", "plan", "--strategy", "sft", "--model", "./tiny-model", "--dataset-path", "rows.jsonl"]
     proc = subprocess.run([*BASHGYM, *args, "--json"], cwd=tmp_path, env=daemon.env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["request"]["base_model"] == str(tmp_path / "tiny-model")
-    hub = cli(daemon.env(), *args[:4], "--model", "org/model", "--dataset-path", "rows.jsonl")
+    hub = cli(daemon.env(), *args[:4], "--model", "org/model", "--dataset-path", str(tmp_path / "rows.jsonl"))
     assert hub.code == 0 and "org/model" in hub.stdout, "a hub id is left as it is"

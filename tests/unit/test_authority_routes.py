@@ -27,7 +27,15 @@ UNAUTHENTICATED_ROUTES = {"/v1/health", "/v1/openapi.json", "/v1/docs", "/v1/doc
 _counter = itertools.count()
 
 
+# Routes open to any principal whose handler then asks for the capability of the resource named: moving the
+# generic consumer `notifier`'s cursor needs ledger.write (daemon/authority.consumer_capability).
+DECIDED_IN_HANDLER = {("PUT", "/v1/consumers/{name}/cursor"): "ledger.write"}
+
+
 def declared_capability(route: APIRoute) -> str | None:
+    for method in route.methods:
+        if (method, route.path) in DECIDED_IN_HANDLER:
+            return DECIDED_IN_HANDLER[(method, route.path)]
     for dependency in route.dependant.dependencies:
         capability = getattr(dependency.call, "capability", None)
         if capability:
@@ -66,9 +74,21 @@ class Harness:
 
 @pytest.fixture
 async def harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]:
-    settings = load_settings({}, home=str(tmp_path), rate_limit_per_minute=100_000, rate_limit_burst=100_000)
+    # The operator lets callers name files in tmp_path, keeps the home apart inside it, and backs up into tmp_path.
+    settings = load_settings(
+        {},
+        home=str(tmp_path / "home"),
+        rate_limit_per_minute=100_000,
+        rate_limit_burst=100_000,
+        data_roots=[tmp_path],
+        export_roots=[tmp_path],
+        backup_dir=tmp_path,
+        ssh_keys_dir=tmp_path,
+        allow_private_device_hosts=True,
+    )
     training = TrainingService(settings, ledger)
-    app = create_app(Services(settings, ledger, BlobStore(tmp_path / "artifacts"), "test", 0.0, training=training))
+    blobs = BlobStore(settings.artifacts_dir)
+    app = create_app(Services(settings, ledger, blobs, "test", 0.0, training=training))
     admin = new_token()
     await ledger.insert_token(
         Actor(actor_id="system"),
@@ -119,8 +139,9 @@ async def _results(h: Harness) -> tuple[str, str, str]:
     return project, ids[0], ids[1]
 
 
-async def _blob(h: Harness) -> str:
-    return str((await h.admin_call("PUT", "/v1/blobs", content=b'{"text": "row"}\n'))["sha256"])
+async def _blob(h: Harness, project: str = "unassigned") -> str:
+    stored = await h.admin_call("PUT", "/v1/blobs", params={"project": project}, content=b'{"text": "row"}\n')
+    return str(stored["sha256"])
 
 
 async def case_projects(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -144,8 +165,9 @@ async def case_dataset_versions(h: Harness) -> tuple[str, dict[str, Any]]:
 
 
 async def case_dataset_from_blob(h: Harness) -> tuple[str, dict[str, Any]]:
-    sha = await _blob(h)
-    return f"/v1/projects/{await _project(h)}/dataset-versions/from-blob", {
+    project = await _project(h)
+    sha = await _blob(h, project)
+    return f"/v1/projects/{project}/dataset-versions/from-blob", {
         "json": {"dataset_id": "d", "dataset_version_id": "v", "sha256": sha, "filename": "d.jsonl"}
     }
 
@@ -400,14 +422,16 @@ async def case_campaign_schedule(h: Harness) -> tuple[str, dict[str, Any]]:
 
 async def case_model_export(h: Harness) -> tuple[str, dict[str, Any]]:
     project = await _project(h)
-    version = {"model_version_id": "mv1", "model_id": "m", "source_uri": "file:///nonexistent/model"}
+    version = {"model_version_id": "mv1", "model_id": "m", "source_uri": f"file://{h.tmp}/no-model-here"}
     version["files"] = [{"path": "a.bin", "sha256": digest("a"), "size_bytes": 1}]
     await h.admin_call("POST", f"/v1/projects/{project}/model-versions", json=version)
     return f"/v1/projects/{project}/model-versions/mv1/export", {"json": {"to": str(h.tmp / f"out{next(_counter)}")}}
 
 
 async def case_model_import(h: Harness) -> tuple[str, dict[str, Any]]:
-    return f"/v1/projects/{await _project(h)}/model-versions/import", {"json": {"from_dir": "/nonexistent/bundle"}}
+    return f"/v1/projects/{await _project(h)}/model-versions/import", {
+        "json": {"from_dir": str(h.tmp / "no-bundle-here")}
+    }
 
 
 async def case_evaluation_start(h: Harness) -> tuple[str, dict[str, Any]]:

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bashgym.trainers.sandbox import probe_isolation
@@ -19,7 +20,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
 from tests.factories import training_request
-from tests.helpers import running_daemon, wait_for_run
+from tests.helpers import inprocess_daemon, running_daemon, wait_for_run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,3 +70,34 @@ def test_a_researchers_command_check_cannot_read_the_admin_token(tmp_path: Path,
     leaked = loot.read_text() if loot.exists() else ""
     assert admin_token not in leaked
     assert not leaked.startswith("0\n"), leaked
+
+
+@pytest.mark.anyio
+async def test_command_checks_train_only_where_the_sandbox_isolates_them(
+    ledger: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below `namespaces` a dataset's checks would run as the trainer host's user: refused, unless the operator
+    trusts every dataset author with that user."""
+    from bashgym.trainers import sandbox
+
+    monkeypatch.setattr(sandbox, "probe_isolation", lambda: sandbox.Isolation("netns", True, False, "forced"))
+    rows = [{"prompt": "Count the lines", "verifier": {"kind": "command", "task_id": "t", "check": "true"}}] * 2
+    data = tmp_path / "rlvr.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    request = training_request(build_tiny(tmp_path / "tiny"), data, strategy="rlvr", max_steps=1)
+    async with inprocess_daemon(ledger, tmp_path / "home") as admin:
+        refused = await admin.post("/v1/training/start", json=request)
+        assert refused.status_code == 403, refused.text
+        assert "this host gives netns" in refused.json()["error"]["message"]
+        assert "BASHGYM_ALLOW_UNISOLATED_CHECKS" in refused.json()["error"]["hint"]
+        safe = [{"prompt": "Say ok", "verifier": {"kind": "exact_match", "task_id": "t", "expected": "ok"}}] * 2
+        data.write_text("".join(json.dumps(row) + "\n" for row in safe))
+        planned = await admin.post(
+            "/v1/training/plan", json=training_request(build_tiny(tmp_path / "t2"), data, strategy="rlvr")
+        )
+        assert planned.status_code == 200, planned.text
+    async with inprocess_daemon(ledger, tmp_path / "trusting", allow_unisolated_checks=True) as trusting:
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        request = training_request(build_tiny(tmp_path / "t3"), data, strategy="rlvr", max_steps=1)
+        allowed = await trusting.post("/v1/training/start", json=request)
+        assert allowed.status_code == 201, allowed.text

@@ -1,0 +1,204 @@
+"""The daemon's host as callers may reach it: every path a request names is confined to a root the operator set.
+
+A token holder is a tenant, not a user of the daemon's host. Paths in requests (datasets, base models,
+model directories, bundles, export targets, backups, SSH keys) are confined: made absolute against the
+root (a relative name is a name inside it), `..` normalised away, symlinks resolved and refused when
+they leave the root, and never inside the home's own state (the ledger, tokens, runs, blobs). A path
+outside every root is refused before the filesystem is touched, so the answer says nothing about what
+exists there. Remote callers send data through the blob upload instead (`PUT /v1/blobs`).
+
+- read (datasets, models, bundles): `$BASHGYM_HOME/data`, `$BASHGYM_HOME/exports`, BASHGYM_DATA_ROOTS;
+- write (model export bundles): `$BASHGYM_HOME/exports`, BASHGYM_EXPORT_ROOTS;
+- ledger backups (admin only): BASHGYM_BACKUP_DIR, default `$BASHGYM_HOME/backups`;
+- SSH keys and known_hosts files: BASHGYM_SSH_KEYS_DIR, default `$BASHGYM_HOME/keys`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import socket
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bashgym.daemon.settings import Settings
+from bashgym.ledger.errors import Forbidden, InvalidInput
+
+# Folders of the home that callers may name: the inbox of data and the bundles the daemon exported.
+PUBLIC_HOME_DIRS = ("data", "exports")
+# The home's own state: created 0700, every file in it 0600.
+HOME_DIR_MODE = 0o700
+
+
+class PathRefused(Forbidden):
+    code = "path_refused"
+
+
+@dataclass(frozen=True)
+class Root:
+    """One directory callers may name paths in; `lexical` as configured, `real` with its symlinks resolved."""
+
+    lexical: Path
+    real: Path
+
+    @classmethod
+    def of(cls, path: Path) -> Root:
+        lexical = Path(os.path.normpath(path.expanduser().absolute()))
+        return cls(lexical, lexical.resolve())
+
+    def holds(self, path: Path) -> bool:
+        return path == self.lexical or self.lexical in path.parents or path == self.real or self.real in path.parents
+
+
+class HostPaths:
+    """Where on its host the daemon reads and writes for callers; each method confines one kind of path."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.home = Root.of(settings.home)
+        public = [settings.home / name for name in PUBLIC_HOME_DIRS]
+        self.read_roots = [Root.of(p) for p in [*public, *settings.data_roots]]
+        self.export_roots = [Root.of(p) for p in [settings.home / "exports", *settings.export_roots]]
+        self.backup_root = Root.of(settings.backup_dir or settings.home / "backups")
+        self.keys_root = Root.of(settings.ssh_keys_dir or settings.home / "keys")
+        self._public = [Root.of(p) for p in public]
+
+    def readable(self, text: str, *, field: str) -> Path:
+        """A file or directory a caller names for the daemon to read (it may not exist: the caller finds out)."""
+        return self._confine(text, self.read_roots, field=field, setting="BASHGYM_DATA_ROOTS")
+
+    def export_target(self, text: str, *, field: str) -> Path:
+        return self._confine(text, self.export_roots, field=field, setting="BASHGYM_EXPORT_ROOTS")
+
+    def backup_target(self, text: str) -> Path:
+        target = self._confine(text, [self.backup_root], field="to", setting="BASHGYM_BACKUP_DIR", inside_home=True)
+        if target == self.backup_root.real:
+            raise InvalidInput("Name a backup file, not the backup directory itself.", hint="e.g. ledger-2026-12-04")
+        return target
+
+    def key_file(self, text: str, *, field: str) -> Path:
+        return self._confine(text, [self.keys_root], field=field, setting="BASHGYM_SSH_KEYS_DIR", inside_home=True)
+
+    def describe(self) -> dict[str, object]:
+        """The roots, for `bashgym doctor` and the README's security model."""
+        return {
+            "read": [str(r.lexical) for r in self.read_roots],
+            "export": [str(r.lexical) for r in self.export_roots],
+            "backup": str(self.backup_root.lexical),
+            "ssh_keys": str(self.keys_root.lexical),
+        }
+
+    def _confine(self, text: str, roots: list[Root], *, field: str, setting: str, inside_home: bool = False) -> Path:
+        if not text or "\0" in text:
+            raise InvalidInput(f"`{field}` is empty or holds a NUL byte.", hint="Name a path inside a data root.")
+        named = Path(text)  # `~` is not expanded: whose home would it be, the caller's or the daemon's?
+        if not named.is_absolute() and ".." in named.parts:
+            raise PathRefused(
+                f"`{field}` names {text!r}, a relative name that climbs out with `..`; a relative name is a name "
+                f"inside {roots[0].lexical}.",
+                hint="Name the file inside that directory, or give an absolute path inside one of the roots.",
+                details={"field": field},
+            )
+        candidate = named if named.is_absolute() else roots[0].lexical / named
+        lexical = Path(os.path.normpath(candidate))
+        root = next((r for r in roots if r.holds(lexical)), None)
+        if root is None:
+            raise PathRefused(
+                f"`{field}` names {text!r}, which is outside the directories this daemon may use for it "
+                f"({', '.join(str(r.lexical) for r in roots)}).",
+                hint=f"Upload the file instead (the CLI does: PUT /v1/blobs), put it inside one of those "
+                f"directories, or ask the operator to add a directory to {setting}.",
+                details={"field": field},
+            )
+        real = lexical.resolve()
+        if not (real == root.real or root.real in real.parents):
+            raise PathRefused(
+                f"`{field}` names {text!r}, which leaves {root.lexical} through a symbolic link.",
+                hint="Name the file itself, inside the directory.",
+                details={"field": field},
+            )
+        if not inside_home and self._is_home_state(real):
+            raise PathRefused(
+                f"`{field}` names {text!r}, which is the daemon's own state.",
+                hint=f"Name a file in {', '.join(str(r.lexical) for r in self._public)} or another data root.",
+                details={"field": field},
+            )
+        return real
+
+    def _is_home_state(self, real: Path) -> bool:
+        if not self.home.holds(real):
+            return False
+        return not any(r.holds(real) for r in self._public)
+
+
+def secure_home(home: Path) -> None:
+    """The home holds the ledger and the tokens: 0700, and what the daemon and its children create in it is
+    0600 whatever the umask. Existing entries at its top two levels are tightened once at start."""
+    os.umask(0o077)
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=HOME_DIR_MODE)
+        entries = [home, *_top_entries(home)]
+    except OSError:
+        return  # a home the daemon cannot write: its lock step says what to do about that
+    for path in entries:
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            continue
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            with contextlib.suppress(OSError):  # a read-only home: the lock step refuses it, saying why
+                path.chmod(stat.S_IMODE(info.st_mode) & 0o700)  # the owner's bits stay; group and others lose theirs
+
+
+def _top_entries(home: Path) -> list[Path]:
+    entries: list[Path] = []
+    for child in home.iterdir():
+        entries.append(child)
+        if child.is_dir() and not child.is_symlink():
+            entries.extend(child.iterdir())
+    return entries
+
+
+def private_address(host: str) -> str | None:
+    """Why `host` is an address of this machine or its link (loopback, link-local, unspecified), or None.
+
+    A device host is where the daemon connects with a registered key; pointed at the daemon's own machine it
+    would reach services bound to loopback only."""
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return None  # it does not resolve now: the preflight will say so
+    for text in sorted(addresses):
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+        if address.is_loopback or address.is_unspecified:
+            return f"{host} is this machine ({text})"
+        if address.is_link_local:
+            return f"{host} is a link-local address ({text})"
+    return None
+
+
+async def check_device_reach(settings: Settings, device: Mapping[str, Any]) -> None:
+    """What a device record makes the daemon do on its host: load a key from the keys directory (and a
+    known_hosts file from it), and connect to a host that is not this machine unless the operator allows it.
+
+    Checked when a device is added, preflighted and used, so a record made before these rules cannot reach
+    past them either."""
+    paths = HostPaths(settings)
+    paths.key_file(str(device["key_path"]), field="key_path")
+    if device.get("known_hosts"):
+        paths.key_file(str(device["known_hosts"]), field="known_hosts")
+    if settings.allow_private_device_hosts:
+        return
+    reason = await asyncio.to_thread(private_address, str(device["host"]))
+    if reason is not None:
+        raise PathRefused(
+            f"Device {device.get('device_id', '')}: {reason}; a device's host is another machine.",
+            hint="An operator who means it sets BASHGYM_ALLOW_PRIVATE_DEVICE_HOSTS=true on the daemon.",
+            details={"field": "host"},
+        )

@@ -1,0 +1,111 @@
+"""What a launch implies, authorised the same way on every path that starts a run.
+
+A training request implies capabilities (training.launch; artifact.publish_private to push to the Hub;
+artifact.publish_public for a public repository) and a Hub target (a namespace the operator allows).
+The training routes judge them for their caller; the campaign runner for the campaign's owner, when the
+campaign is validated and again at each launch, so a campaign never starts what its owner could not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bashgym.daemon.authority import Principal, actor_holds
+from bashgym.daemon.settings import Settings
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import Forbidden
+from bashgym.trainers.specs import TrainingRequest
+
+
+def implied_capabilities(request: TrainingRequest) -> tuple[str, ...]:
+    """Every capability a launch of `request` needs, the launch itself first."""
+    if not request.auto_push_hf:
+        return ("training.launch",)
+    if request.hf_private:
+        return ("training.launch", "artifact.publish_private")
+    return ("training.launch", "artifact.publish_private", "artifact.publish_public")
+
+
+def publication(request: TrainingRequest) -> str:
+    if not request.auto_push_hf:
+        return "none"
+    return "private" if request.hf_private else "public"
+
+
+def check_hub_target(settings: Settings, request: TrainingRequest) -> None:
+    """A push goes only into a namespace the operator allows (BASHGYM_HF_NAMESPACES), named explicitly."""
+    if not request.auto_push_hf or not request.hf_repo_name:
+        return  # no push, or the trainer refuses a push without a repository name
+    namespace, _, name = request.hf_repo_name.rpartition("/")
+    if not namespace:
+        raise Forbidden(
+            f"hf_repo_name {request.hf_repo_name!r} names no namespace; BashGym pushes only into a namespace the "
+            "operator allows.",
+            hint=f"Name it namespace/{name}, with a namespace from BASHGYM_HF_NAMESPACES.",
+            details={"field": "hf_repo_name"},
+        )
+    if namespace not in settings.hf_namespaces:
+        allowed = ", ".join(settings.hf_namespaces) or "none are configured"
+        raise Forbidden(
+            f"hf_repo_name {request.hf_repo_name!r} is in namespace {namespace!r}, which this daemon may not push "
+            f"into (allowed: {allowed}).",
+            hint="Ask the operator to add the namespace to BASHGYM_HF_NAMESPACES, or push into an allowed one.",
+            details={"field": "hf_repo_name"},
+        )
+
+
+def authorise_launch(principal: Principal, settings: Settings, ws: str, project: str, request: TrainingRequest) -> str:
+    """Raise Forbidden unless `principal` may launch `request` in `project`; answer its publication."""
+    for capability in implied_capabilities(request):
+        principal.require(capability, workspace_id=ws, project_id=project)
+    check_hub_target(settings, request)
+    return publication(request)
+
+
+async def owner_lacks(ledger: Ledger, owner: str, ws: str, project: str, request: TrainingRequest) -> list[str]:
+    """The capabilities a launch of `request` needs that the recorded actor `owner` lacks in `project` now."""
+    return [
+        capability
+        for capability in implied_capabilities(request)
+        if not await actor_holds(ledger, owner, capability, workspace_id=ws, project_id=project)
+    ]
+
+
+ISOLATED = "namespaces"  # the sandbox level where an attempt, and a dataset's check, run as uid 65534, read-only
+
+
+def has_command_checks(path: Path) -> bool:
+    """Whether a GRPO/RLVR dataset carries shell code of its author's: a row whose verifier kind is `command`."""
+    with path.open(errors="replace") as rows:
+        for line in rows:
+            if '"command"' not in line:
+                continue  # cheap: most rows of most datasets never name the kind
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # the contract check has refused such a file already
+            verifier = row.get("verifier") if isinstance(row, dict) else None
+            if isinstance(verifier, dict) and verifier.get("kind") == "command":
+                return True
+    return False
+
+
+def check_unisolated_checks(settings: Settings, levels: dict[str, str | None]) -> None:
+    """A dataset's command checks run in the attempt's sandbox, so only where that isolates them: below
+    `namespaces` they run as the trainer host's user and read what it reads (the admin token, on this host).
+    `levels` names each host the run trains on with its sandbox level (None: not known)."""
+    if settings.allow_unisolated_checks:
+        return
+    weak = {host: level for host, level in levels.items() if level != ISOLATED}
+    if not weak:
+        return
+    said = ", ".join(f"{host} gives {level or 'an unknown level (preflight it again)'}" for host, level in weak.items())
+    raise Forbidden(
+        f"This dataset's rows carry command checks (verifier.kind command), its author's shell code; they run in "
+        f"the attempt's sandbox, which isolates them only at the `namespaces` level, and {said}.",
+        hint="Run the trainer where the sandbox isolates (root with unshare and setpriv, README 'Security model'), "
+        "use exact_match or terminal_task verifiers, or, trusting every dataset author with that host's user, "
+        "set BASHGYM_ALLOW_UNISOLATED_CHECKS=true on the daemon.",
+        details={"isolation": levels},
+    )

@@ -1,0 +1,97 @@
+"""The host paths and blobs a request names, confined before anything reads them.
+
+A request reaches the daemon's host only through these: a file or directory inside a data root
+(host_paths.HostPaths), or a blob its project holds (`bashgym://artifacts/sha256/<digest>`, the form the
+CLI sends after uploading). A model is a hub id or one of those. Every path into a launch (training and
+plan routes, evaluations, model registration, campaign recipes) passes its fields through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bashgym.daemon.api_models import BLOB_URI
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.host_paths import HostPaths
+from bashgym.daemon.model_sources import STORED
+from bashgym.daemon.settings import Settings
+from bashgym.ledger import Ledger
+from bashgym.ledger.errors import InvalidInput, NotFound
+
+DATA_FIELDS = ("dataset_path", "eval_dataset_path")
+MODEL_FIELDS = ("base_model", "teacher_model")
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What one request may reach on the daemon's host: its workspace's blobs that a project holds, and the roots."""
+
+    settings: Settings
+    ledger: Ledger
+    blobs: BlobStore
+    workspace: str
+
+    @property
+    def paths(self) -> HostPaths:
+        return HostPaths(self.settings)
+
+
+async def require_held(reach: Reach, project: str, sha256: str) -> None:
+    """A blob a request names must be held by the request's project: knowing a digest is not a right to its bytes.
+    A blob not held there and one not stored at all get the same answer."""
+    if not await reach.ledger.holds_blob(reach.workspace, project, sha256) or not reach.blobs.has(sha256):
+        raise NotFound(
+            f"Project {project!r} holds no uploaded file with sha256 {sha256[:12]}.",
+            hint=f"Upload it for this project first: PUT /v1/blobs?project={project} (the CLI does this for you).",
+        )
+
+
+async def confine_request(
+    reach: Reach, payload: dict[str, Any], project: str, *, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The payload with its data and model fields made safe: host paths confined, blobs checked and placed.
+    Fields of the wrong type are left for the request model to refuse."""
+    confined = dict(payload)
+    for field in DATA_FIELDS:
+        value = confined.get(field)
+        if field not in skip and isinstance(value, str) and value:
+            confined[field] = await data_reference(reach, value, field=field, project=project)
+    for field in MODEL_FIELDS:
+        value = confined.get(field)
+        if field not in skip and isinstance(value, str) and value:
+            confined[field] = model_reference(reach, value, field=field)
+    return confined
+
+
+async def data_reference(reach: Reach, value: str, *, field: str, project: str) -> str:
+    """Where on this host the data `value` names may be read: a blob `project` holds, or a file in a data root."""
+    if value.startswith(BLOB_URI):
+        sha256 = value.removeprefix(BLOB_URI)
+        await require_held(reach, project, sha256)
+        return str(reach.blobs.path_for(sha256))
+    return str(reach.paths.readable(value, field=field))
+
+
+def model_reference(reach: Reach, value: str, *, field: str) -> str:
+    """A model is a name the trainer or the lane resolves (a hub id `org/name`, a NeMo Customizer config) or a
+    directory in a data root. A relative path is neither: whose working directory would it name?"""
+    if value.startswith("/"):
+        return str(reach.paths.readable(value, field=field))
+    if value.startswith((".", "~")) or ".." in value.split("/") or "\\" in value:
+        raise InvalidInput(
+            f"`{field}` is {value!r}: name a hub model id (org/name) or an absolute path inside a data root.",
+            hint="A model directory on your machine: register it (bashgym model register --dir) or copy it into "
+            "$BASHGYM_HOME/data on the daemon's host.",
+        )
+    return value
+
+
+async def check_model_registration(reach: Reach, project: str, source_uri: str, files: list[Any]) -> None:
+    """A version registered from a directory names one in a data root; one of stored files names blobs
+    the project holds (bashgym model register --dir uploads them for it)."""
+    if source_uri.startswith("file://"):
+        reach.paths.readable(source_uri.removeprefix("file://"), field="source_uri")
+    elif source_uri.startswith(STORED):
+        for entry in files:
+            await require_held(reach, project, entry.sha256)

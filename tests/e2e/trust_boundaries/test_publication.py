@@ -1,0 +1,133 @@
+"""Publication and launch rights: the Hub target is checked, not the flag, and a campaign launches nothing its
+owner could not launch directly.
+
+Attacks of issue 34: findings 6 (a private push commits into an existing public repo) and 7 (campaigns skip
+the checks launches make), through a real daemon, a real trainer and a Hub stand-in on loopback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.trust_boundaries.tenants import issue_token, tenant
+from tests.factories import sft_data, tracking_context, training_request
+from tests.helpers import RunningDaemon, running_daemon, wait_for_run
+from tests.hub_standin import HubStandIn, Repo
+
+FAKE_HF_TOKEN = "hf_" + "Pb7" * 12
+TERMINAL = {"completed", "failed", "cancelled"}
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[HubStandIn]:
+    with HubStandIn() as standin:
+        standin.state.repos["org/prod"] = Repo("org/prod", private=False, files={"README.md": b"production model"})
+        yield standin
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, hub: HubStandIn) -> Iterator[RunningDaemon]:
+    env = {
+        "HF_ENDPOINT": hub.url,
+        "HF_TOKEN": FAKE_HF_TOKEN,
+        "HF_HUB_DISABLE_XET": "1",
+        "BASHGYM_HF_NAMESPACES": "org",
+        "BASHGYM_LOCAL_SLOTS": "1",
+    }
+    with running_daemon(tmp_path_factory.mktemp("publication") / "home", env=env) as running:
+        yield running
+
+
+def _launch(daemon: RunningDaemon, token: str, request: dict[str, Any], project: str) -> dict[str, Any]:
+    with tenant(daemon, token) as caller:
+        started = caller.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+    with daemon.client() as admin:
+        return dict(wait_for_run(admin, project, started.json()["run_id"], TERMINAL, timeout_s=240))
+
+
+def test_a_private_push_never_commits_into_an_existing_public_repo(
+    daemon: RunningDaemon, hub: HubStandIn, tiny: Path, tmp_path: Path
+) -> None:
+    researcher = issue_token(daemon, "rory", "researcher")
+    request = training_request(
+        tiny, sft_data(tmp_path), max_steps=2, auto_push_hf=True, hf_private=True, hf_repo_name="org/prod"
+    )
+    run = _launch(daemon, researcher, request, "nightly")
+    assert run["status"] == "failed", run["status"]
+    assert "is public" in run["attempts"][-1]["error_summary"]
+    prod = hub.state.repos["org/prod"]
+    assert prod.files == {"README.md": b"production model"} and prod.commits == [] and not prod.private
+
+
+def test_a_push_goes_only_into_an_allowed_namespace(daemon: RunningDaemon, tiny: Path, tmp_path: Path) -> None:
+    lead = issue_token(daemon, "lou", "lead", capabilities=("artifact.publish_public",))
+    with tenant(daemon, lead) as lou:
+        for name in ("elsewhere/model", "model"):
+            request = training_request(tiny, sft_data(tmp_path), auto_push_hf=True, hf_repo_name=name)
+            refused = lou.post("/v1/training/plan", json=request)
+            assert refused.status_code == 403, refused.text
+            assert "BASHGYM_HF_NAMESPACES" in refused.json()["error"]["hint"]
+        smuggled = {**training_request(tiny, sft_data(tmp_path)), "hf_repo_owner": "default/other"}
+        assert lou.post("/v1/training/plan", json=smuggled).status_code == 422
+
+
+def test_a_repo_created_for_one_project_takes_no_push_of_another(
+    daemon: RunningDaemon, hub: HubStandIn, tiny: Path, tmp_path: Path
+) -> None:
+    researcher = issue_token(daemon, "remy", "researcher")
+    first = training_request(tiny, sft_data(tmp_path), max_steps=2, auto_push_hf=True, hf_repo_name="org/nightly-sft")
+    run = _launch(daemon, researcher, first, "nightly")
+    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+    created = hub.state.repos["org/nightly-sft"]
+    assert created.private and "adapter_model.safetensors" in created.files
+    commits = list(created.commits)
+    other = training_request(
+        tiny,
+        sft_data(tmp_path),
+        max_steps=2,
+        auto_push_hf=True,
+        hf_repo_name="org/nightly-sft",
+        tracking_context=tracking_context(project_id="weekly", project_display_name="Weekly"),
+    )
+    refused = _launch(daemon, researcher, other, "weekly")
+    assert refused["status"] == "failed"
+    assert "was not created for project default/weekly" in refused["attempts"][-1]["error_summary"]
+    assert hub.state.repos["org/nightly-sft"].commits == commits
+
+
+def test_a_campaign_is_validated_against_what_its_launches_would_reach(daemon: RunningDaemon, tiny: Path) -> None:
+    scoped = issue_token(daemon, "cam", "researcher", project="loops")
+    spec = {
+        "campaign_id": "reach",
+        "title": "Reach",
+        "objective": "Raise pass@1.",
+        "suite_id": "bash-tasks-v1",
+        "starting_model_version_id": "tiny-v1",
+        "dataset_version_ids": ["traces-v1"],
+        "base_recipe": {"strategy": "sft", "max_steps": 2},
+        "budget": {"runs": 1},
+        "stop_rules": {"max_iterations": 1},
+    }
+    recipes = {
+        "public": ({"auto_push_hf": True, "hf_private": False, "hf_repo_name": "org/loops"}, None),
+        "namespace": ({"auto_push_hf": True, "hf_repo_name": "elsewhere/loops"}, "BASHGYM_HF_NAMESPACES"),
+        "path": ({"eval_dataset_path": "/etc/shadow"}, "eval_dataset_path"),
+    }
+    with tenant(daemon, scoped) as cam:
+        assert cam.post("/v1/projects", json={"project_id": "loops", "name": "Loops"}).status_code == 201
+        for name, (change, said) in recipes.items():
+            campaign = {**spec, "campaign_id": name, "base_recipe": {**spec["base_recipe"], **change}}
+            assert cam.post("/v1/projects/loops/campaigns", json=campaign).status_code == 201
+            checked = cam.post(f"/v1/projects/loops/campaigns/{name}/validate", json={"expected_version": 1}).json()
+            if said is None:
+                # The owner lacks artifact.publish_public: each launch waits for a holder to lend it.
+                assert checked["waits_for"] == ["artifact.publish_public"], checked
+            else:
+                refusals = [f for f in checked["findings"] if f["code"] == "launch_refused"]
+                assert refusals and said in refusals[0]["message"] + refusals[0]["next_action"], checked["findings"]
+                assert not checked["ok"]

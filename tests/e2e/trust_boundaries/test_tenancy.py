@@ -1,0 +1,165 @@
+"""Tenancy: a token reaches its own workspace and project, and every route it needs there.
+
+Attacks of issue 34: findings 4 (another workspace stops your run), 9 (a viewer moves durable cursors),
+13 (a Discord user id in other digits) and 14 (project-scoped principals cannot use the routes they need).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.trust_boundaries.tenants import issue_token, tenant
+from tests.factories import sft_data, tracking_context, training_request
+from tests.helpers import RunningDaemon, running_daemon, wait_for_run
+
+GUILD = "111111111111111111"
+TERMINAL = {"completed", "failed", "cancelled"}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    env = {"BASHGYM_DISCORD_GUILD_IDS": GUILD, "BASHGYM_LOCAL_SLOTS": "2"}
+    with running_daemon(tmp_path_factory.mktemp("tenancy") / "home", env=env) as running:
+        yield running
+
+
+def _wait_running(daemon: RunningDaemon, project: str, run_id: str) -> None:
+    with daemon.client() as admin:
+        run = wait_for_run(admin, project, run_id, {"running", *TERMINAL}, timeout_s=120)
+    assert run["status"] == "running", run
+
+
+def test_another_workspace_cannot_take_a_live_run_id_stop_it_or_read_its_log(
+    daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    request = training_request(tiny, sft_data(tmp_path), max_steps=5000, save_steps=5000)
+    with daemon.client() as admin:
+        started = admin.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run_id"]
+        _wait_running(daemon, "nightly", run_id)
+        attacker = issue_token(daemon, "mallory", "researcher", workspace="ws3")
+        with tenant(daemon, attacker) as mallory:
+            context = tracking_context(workspace_id="ws3")
+            taken = mallory.post(
+                "/v1/runs",
+                params={"workspace": "ws3"},
+                json={"run_id": run_id, "method": "sft", "tracking_context": context},
+            )
+            assert taken.status_code == 409, taken.text
+            assert "unique" in taken.json()["error"]["message"]
+            stopped = mallory.post(f"/v1/projects/nightly/runs/{run_id}/stop", params={"workspace": "ws3"})
+            assert stopped.status_code in {403, 404}, stopped.text
+            log = mallory.get(f"/v1/projects/nightly/runs/{run_id}/log", params={"workspace": "ws3"})
+            assert log.status_code in {403, 404}, log.text
+            # Without a workspace the token's own one applies: the default workspace is not its to read.
+            assert mallory.get(f"/v1/projects/nightly/runs/{run_id}").status_code == 403
+        time.sleep(1)
+        assert admin.get(f"/v1/projects/nightly/runs/{run_id}").json()["status"] == "running"
+        assert admin.post(f"/v1/projects/nightly/runs/{run_id}/stop").status_code == 200
+        assert wait_for_run(admin, "nightly", run_id, TERMINAL)["status"] == "cancelled"
+
+
+def test_run_ids_are_unique_across_projects_of_one_workspace(daemon: RunningDaemon) -> None:
+    with daemon.client() as admin:
+        first = admin.post(
+            "/v1/runs", json={"run_id": "run-shared-1", "method": "sft", "tracking_context": tracking_context()}
+        )
+        assert first.status_code == 201, first.text
+        other = tracking_context(project_id="other-project")
+        again = admin.post("/v1/runs", json={"run_id": "run-shared-1", "method": "sft", "tracking_context": other})
+        assert again.status_code == 409, again.text
+        assert "nightly" not in again.json()["error"]["message"], "another project's name is not disclosed"
+
+
+@pytest.mark.parametrize("consumer", ["discord-notifier", "sink.audit", "curator", "console"])
+def test_a_viewer_cannot_move_a_durable_consumer_cursor(daemon: RunningDaemon, consumer: str) -> None:
+    viewer = issue_token(daemon, f"viewer-{consumer.replace('.', '-')}", "viewer")
+    with daemon.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "cursors", "name": "Cursors"})
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+        before = admin.get(f"/v1/consumers/{consumer}/cursor").json()["cursor"]
+    with tenant(daemon, viewer) as eve:
+        moved = eve.put(f"/v1/consumers/{consumer}/cursor", json={"cursor": head})
+    assert moved.status_code == 403, moved.text
+    with daemon.client() as admin:
+        assert admin.get(f"/v1/consumers/{consumer}/cursor").json()["cursor"] == before
+
+
+def test_a_cursor_moved_by_someone_else_than_its_consumer_is_an_event(daemon: RunningDaemon) -> None:
+    curator = issue_token(daemon, "curator-bot", "researcher")
+    lead = issue_token(daemon, "lead-lee", "lead")
+    with daemon.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "moves", "name": "Moves"})
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+    with tenant(daemon, curator) as own:
+        assert own.put("/v1/consumers/curator.moves/cursor", json={"cursor": head - 1}).status_code == 200
+        assert own.put("/v1/consumers/curator.moves/cursor", json={"cursor": head}).status_code == 200
+    with tenant(daemon, lead) as other:
+        assert other.put("/v1/consumers/curator.moves/cursor", json={"cursor": head + 1}).status_code in {200, 422}
+        with daemon.client() as admin:
+            admin.post("/v1/projects", json={"project_id": "moves-2", "name": "Moves 2"})
+            head = admin.get("/v1/ledger/health").json()["last_cursor"]
+        assert other.put("/v1/consumers/curator.moves/cursor", json={"cursor": head}).status_code == 200
+    with daemon.client() as admin:
+        events = admin.get("/v1/events", params={"type": "consumer.cursor_moved", "limit": 100}).json()["events"]
+    moves = [e for e in events if e["payload"]["consumer"] == "curator.moves"]
+    assert [e["actor"] for e in moves] == ["lead-lee"], moves
+    assert moves[0]["payload"]["previous_cursor"] <= moves[0]["payload"]["cursor"]
+
+
+def test_a_discord_user_id_is_ascii_digits_only(daemon: RunningDaemon) -> None:
+    bot = issue_token(daemon, "discord-bot", "", capabilities=("delegate.discord",))
+    with daemon.client() as admin:
+        grant = {"subject_kind": "user", "subject_id": "12", "profile": "viewer"}
+        assert admin.post("/v1/authority/grants", json=grant).status_code == 201
+    headers = {"X-Discord-Guild-Id": GUILD, "X-Discord-Role-Ids": ""}
+    with tenant(daemon, bot) as client:
+        assert client.get("/v1/projects", headers={**headers, "X-Discord-User-Id": "12"}).status_code == 200
+        # HTTP headers are latin-1: its superscript digits are what str.isdigit() also accepts.
+        for forged in ("12²", "1²", "12¹"):
+            answer = client.get("/v1/projects", headers={**headers, "X-Discord-User-Id": forged.encode("latin-1")})
+            assert answer.status_code == 401, (forged, answer.text)
+        roles = client.get(
+            "/v1/projects", headers={**headers, "X-Discord-User-Id": "12", "X-Discord-Role-Ids": "3²".encode("latin-1")}
+        )
+        assert roles.status_code == 401
+
+
+def test_a_project_scoped_researcher_trains_uploads_and_registers_in_its_project_only(
+    daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    token = issue_token(daemon, "pat", "researcher", project="scoped")
+    data = sft_data(tmp_path)
+    context = tracking_context(project_id="scoped")
+    with tenant(daemon, token) as pat:
+        uploaded = pat.put("/v1/blobs", params={"project": "scoped"}, content=data.read_bytes())
+        assert uploaded.status_code == 200, uploaded.text
+        elsewhere = pat.put("/v1/blobs", params={"project": "nightly"}, content=data.read_bytes())
+        assert elsewhere.status_code == 403, elsewhere.text
+        registered = pat.post("/v1/runs", json={"method": "sft", "tracking_context": context})
+        assert registered.status_code == 201, registered.text
+        assert registered.json()["record"]["project_id"] == "scoped"
+        foreign = pat.post("/v1/runs", json={"method": "sft", "tracking_context": tracking_context()})
+        assert foreign.status_code == 403, foreign.text
+        unassigned = pat.post("/v1/runs", json={"method": "sft"})
+        assert unassigned.status_code == 403, "a run without context goes to unassigned, which is not pat's"
+        request = training_request(tiny, data, tracking_context=context, max_steps=2)
+        planned = pat.post("/v1/training/plan", json=request)
+        assert planned.status_code == 200, planned.text
+        assert planned.json()["project_id"] == "scoped"
+        started = pat.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        assert started.json()["project_id"] == "scoped"
+        other = pat.post("/v1/training/plan", json=training_request(tiny, data))
+        assert other.status_code == 403, other.text
+        assert "nightly" in other.json()["error"]["message"]
+        listed = pat.get("/v1/projects")
+        assert listed.status_code == 200 and [p["project_id"] for p in listed.json()] == ["scoped"]
+    with daemon.client() as admin:
+        run = wait_for_run(admin, "scoped", started.json()["run_id"], TERMINAL, timeout_s=180)
+    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
