@@ -1,8 +1,9 @@
 """Schemathesis hooks of bench/fuzz_api.py: written paths land under the fuzzer's home; its token survives.
 
-`POST /v1/ledger/backup?to=` and a model export's `to` write files where they are told. The fuzzer runs as
-whoever starts it, so each generated target is rebased under $FUZZ_HOME/targets (its shape is kept: relative
-stays relative, absolute becomes absolute under that folder), and the daemon's own checks still meet it.
+`POST /v1/ledger/backup?to=` and a model export's `to` name files on the daemon's host. The daemon confines
+them to its operator's roots (README "Security model"); as a second guard, each generated target is rebased
+under $FUZZ_HOME/targets (its shape is kept: relative stays relative, absolute becomes absolute under that
+folder), and the daemon's own checks still meet it.
 """
 
 from __future__ import annotations
