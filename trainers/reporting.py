@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bashgym.trainers import failpoints
@@ -11,11 +12,25 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 
 class ReportingCallback(TrainerCallback):
-    """metrics.jsonl per log call; `progress` after every logged step; `checkpoint` after every save."""
+    """metrics.jsonl per log call; `progress` after every logged step; `checkpoint` after every save.
 
-    def __init__(self, run: RunDirectory) -> None:
+    A metric is reported once per step: transformers logs its end-of-training summary at the last step again,
+    and the ledger refuses a second, different value for a recorded point (a GRPO run ended `failed` on it).
+    Throughput is measured between the ends of the logged steps, on the clock taken where the steps end, not
+    when the log is written: the SFT trainer writes a step's log during the next step, and its save steps at
+    once, so a log-time clock made some intervals a step long and others nearly empty."""
+
+    def __init__(self, run: RunDirectory, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.run = run
-        self._last_tokens: tuple[float, float] | None = None
+        self.clock = clock
+        self._step_ends: dict[int, float] = {}  # global step -> when it ended (the last few)
+        self._throughput_mark: tuple[int, float, float] | None = None  # (step, tokens, its end) last measured
+        self._reported: dict[str, int] = {}  # metric -> the last step it was reported at
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self._step_ends[state.global_step] = self.clock()
+        for old in [step for step in self._step_ends if step < state.global_step - 64]:
+            del self._step_ends[old]  # a late log is one step behind; keep a margin, not the whole run
 
     def on_log(
         self,
@@ -27,21 +42,36 @@ class ReportingCallback(TrainerCallback):
     ) -> None:
         if not logs:
             return
+        step = state.global_step
         metrics = canonical_metrics(logs)
         tokens = logs.get("num_tokens", getattr(state, "num_input_tokens_seen", 0) or None)
         if isinstance(tokens, int | float) and tokens:
-            now = time.monotonic()
-            if self._last_tokens is not None and now > self._last_tokens[1]:
-                metrics["system.tokens_per_second"] = (tokens - self._last_tokens[0]) / (now - self._last_tokens[1])
-            self._last_tokens = (float(tokens), now)
+            self._measure_throughput(step, float(tokens), metrics)
         memory = _gpu_memory_gb()
         if memory is not None:
             metrics["system.gpu_memory_gb"] = memory
-        self.run.append_metrics(state.global_step, metrics, state.epoch)
+        metrics = self._first_at_step(step, metrics)
+        self.run.append_metrics(step, metrics, state.epoch)
         if "train.loss" in metrics or "train.reward_mean" in metrics:
-            self.run.emit(
-                "progress", step=state.global_step, max_steps=state.max_steps, epoch=state.epoch, metrics=metrics
-            )
+            self.run.emit("progress", step=step, max_steps=state.max_steps, epoch=state.epoch, metrics=metrics)
+
+    def _measure_throughput(self, step: int, tokens: float, metrics: dict[str, float]) -> None:
+        """Tokens per second between the end of the last measured step and the end of this one."""
+        ended = self._step_ends.get(step)
+        if ended is None:
+            return  # a log outside a training step (an evaluation before the first one)
+        mark = self._throughput_mark
+        if mark is not None and step <= mark[0]:
+            return  # the same step logged again: measured already
+        if mark is not None and ended > mark[2] and tokens >= mark[1]:
+            metrics["system.tokens_per_second"] = (tokens - mark[1]) / (ended - mark[2])
+        self._throughput_mark = (step, tokens, ended)
+
+    def _first_at_step(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        """The metrics not yet reported at this step (or later): one value per metric and step."""
+        fresh = {name: value for name, value in metrics.items() if self._reported.get(name, -1) < step}
+        self._reported.update(dict.fromkeys(fresh, step))
+        return fresh
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         checkpoint = self.run.root / f"checkpoint-{state.global_step}"

@@ -1,0 +1,85 @@
+"""Each of the six methods trains through a real daemon on the tiny models and is recorded as it happened:
+`completed` in the ledger, with its kept artifacts and their digests, and its metric series."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bashgym.trainers.tiny import build_tiny
+
+from tests.factories import session_records, tracking_context
+from tests.helpers import RunningDaemon, running_daemon, wait_for_run
+
+STRATEGIES = ["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+TERMINAL = {"completed", "failed", "cancelled"}
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {"student": build_tiny(root / "student"), "teacher": build_tiny(root / "teacher", teacher=True)}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with running_daemon(tmp_path_factory.mktemp("methods") / "home", env={"BASHGYM_LOCAL_SLOTS": "1"}) as running:
+        yield running
+
+
+def rows_for(strategy: str) -> list[dict[str, Any]]:
+    # exact_match verifiers run no shell code, so the RL methods train wherever the sandbox stands.
+    verifier = {"kind": "exact_match", "expected": "wc -l notes.txt"}
+    return {
+        "sft": [
+            {"messages": [{"role": "user", "content": f"Count notes{i}.txt"}, {"role": "assistant", "content": "wc"}]}
+            for i in range(8)
+        ],
+        "dpo": [{"prompt": f"Count f{i}.txt", "chosen": f"wc -l f{i}.txt", "rejected": f"cat f{i}"} for i in range(8)],
+        "grpo": [{"prompt": f"Count notes.txt ({i})", "verifier": {**verifier, "task_id": f"t{i}"}} for i in range(4)],
+        "rlvr": [{"prompt": f"Count notes.txt ({i})", "verifier": {**verifier, "task_id": f"t{i}"}} for i in range(4)],
+        "distillation": [{"prompt": f"Count f{i}.txt", "teacher_response": f"wc -l f{i}.txt"} for i in range(8)],
+        "session_distillation": session_records(8),
+    }[strategy]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
+    daemon: RunningDaemon, models: dict[str, Path], tmp_path: Path, strategy: str
+) -> None:
+    data = tmp_path / f"{strategy}.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows_for(strategy)))
+    digest = __import__("hashlib").sha256(data.read_bytes()).hexdigest()
+    context = tracking_context(
+        experiment_id=f"methods-{strategy}".replace("_", "-"),
+        dataset_version_id=f"{strategy}-{digest[:12]}".replace("_", "-"),
+        dataset_content_digest=digest,
+    )
+    request = {
+        "strategy": strategy,
+        "base_model": str(models["student"]),
+        "dataset_path": str(data),
+        "max_steps": 2,
+        "batch_size": 2,
+        "gradient_accumulation_steps": 1,
+        "learning_rate": 5e-3,
+        "save_steps": 1,
+        "max_seq_length": 96,
+        "grpo_num_generations": 2,
+        "grpo_max_completion_length": 8,
+        "tracking_context": context,
+    }
+    with daemon.client() as admin:
+        started = admin.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        run = wait_for_run(admin, "nightly", started.json()["run_id"], TERMINAL, timeout_s=240)
+    log = (daemon.home / "runs" / run["run_id"] / "training.log").read_text()[-3000:]
+    assert run["status"] == "completed", (run["attempts"][-1]["error_summary"], log)
+    artifacts = run["artifacts"]
+    assert artifacts and all(len(a["sha256"]) == 64 and a["size_bytes"] > 0 for a in artifacts), artifacts
+    assert {"adapter"} <= {a["kind"] for a in artifacts}
+    assert run["metric_summary"]["train.loss"]["count"] >= 1, run["metric_summary"]
