@@ -310,3 +310,27 @@ def test_uploading_merged_weights_that_do_not_exist_fails_loudly(models: dict[st
     assert code == EXIT_FAILED
     assert "no merged weights" in events[-1]["error"]
     assert hub.state.repos == {}
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+def test_session_distillation_trains_on_targets_of_different_lengths_in_one_batch(
+    models: dict[str, Path], tmp_path: Path, batch_size: int
+) -> None:
+    """Rows pair long contexts with short targets and short contexts with long ones (a batch over 1 crashed)."""
+    records = session_records(8)
+    for i, record in enumerate(records):
+        target = "wc -l " + " ".join(f"part{j}.txt" for j in range(1 + 6 * (i % 2)))
+        original = ("Count the lines. " * (1 + 8 * ((i + 1) % 2))) + "\n$ "
+        hinted = record["hint_text"] + original + target + "\n"
+        start = hinted.index(target)
+        record.update(
+            original_context=original,
+            hinted_context=hinted,
+            target_text=target,
+            target_span={"start": start, "end": start + len(target)},
+        )
+    run_dir = make_run(tmp_path, models, "session_distillation", max_steps=2, batch_size=batch_size)
+    write_jsonl(Path(json.loads((run_dir / "request.json").read_text())["dataset_path"]), records)
+    code, events = run_trainer(run_dir)
+    assert code == 0, (run_dir / "training.log").read_text()[-3000:]
+    assert events[-1]["event"] == "completed"

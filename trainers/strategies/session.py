@@ -63,8 +63,13 @@ def collate(batch: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]
 
 
 def _target_logits(logits: torch.Tensor, starts: torch.Tensor, width: int) -> torch.Tensor:
-    """Logits predicting each target token: the positions just before it."""
-    index = (starts[:, None] - 1 + torch.arange(width, device=logits.device)[None, :]).clamp(min=0)
+    """Logits predicting each target token: the positions just before it.
+
+    `width` is the batch's longest target; a row whose own target is shorter reads past its end, and a row with a
+    long context and a short target past the padded batch. Those positions are clamped in range: the target mask
+    gives them no weight."""
+    index = starts[:, None] - 1 + torch.arange(width, device=logits.device)[None, :]
+    index = index.clamp(min=0, max=logits.size(1) - 1)
     return logits.gather(1, index[..., None].expand(-1, -1, logits.size(-1)))
 
 
