@@ -10,6 +10,7 @@ too. `exact_match` compares text.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from typing import Any
 
@@ -91,9 +92,10 @@ def score(verifier: dict[str, Any], completion: Any) -> float:
 
 
 def reward_function(
-    prompts: list[Any], completions: list[Any], verifier: list[dict[str, Any]] | None = None, **_: Any
+    prompts: list[Any], completions: list[Any], verifier: list[dict[str, Any] | str] | None = None, **_: Any
 ) -> list[float | None]:
-    """TRL reward function: one float per completion, from the row's own verifier."""
+    """TRL reward function: one float per completion, from the row's own verifier (an object, or its JSON text)."""
     if verifier is None:
         raise ValueError("rows need a `verifier` object for rewards")
-    return [score(v, c) for v, c in zip(verifier, completions, strict=True)]
+    own = [json.loads(v) if isinstance(v, str) else v for v in verifier]
+    return [score(v, c) for v, c in zip(own, completions, strict=True)]

@@ -334,3 +334,21 @@ def test_session_distillation_trains_on_targets_of_different_lengths_in_one_batc
     code, events = run_trainer(run_dir)
     assert code == 0, (run_dir / "training.log").read_text()[-3000:]
     assert events[-1]["event"] == "completed"
+
+
+def test_rlvr_rows_whose_command_verifiers_name_different_files_train(models: dict[str, Path], tmp_path: Path) -> None:
+    """Each row keeps its own verifier: merged into one Arrow struct, every row got the others' files as None."""
+    rows = [
+        {
+            "prompt": f"Count the lines in notes{i}.txt",
+            "verifier": {"kind": "command", "task_id": f"t{i}", "files": {f"notes{i}.txt": "a\nb\n"},
+                         "check": f"test -f notes{i}.txt"},
+        }
+        for i in range(4)
+    ]  # fmt: skip
+    run_dir = make_run(tmp_path, models, "rlvr", max_steps=1, batch_size=4)
+    write_jsonl(Path(json.loads((run_dir / "request.json").read_text())["dataset_path"]), rows)
+    code, events = run_trainer(run_dir)
+    assert code == 0, (run_dir / "training.log").read_text()[-3000:]
+    rewards = [e["metrics"]["train.reward_mean"] for e in events if e["event"] == "progress"]
+    assert rewards == [1.0], "every row's check found its own file"

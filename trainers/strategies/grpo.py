@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bashgym.trainers.modeling import load_rows, lora_config
@@ -13,12 +14,15 @@ from trl import GRPOConfig, GRPOTrainer
 
 
 def _row(row: dict[str, Any]) -> dict[str, Any]:
-    """A row's reward source: its inline verifier, or the shipped terminal task its task_id names."""
+    """A row's reward source: its inline verifier, or the shipped terminal task its task_id names.
+
+    The verifier travels as JSON text: an Arrow column of dicts is one struct over every row's keys, so rows whose
+    `files` name different files each got every other row's names as None (and an invalid `files` map)."""
     verifier = row.get("verifier")
     if not isinstance(verifier, dict) or ("kind" not in verifier and "check" not in verifier):
         task_id = (verifier or {}).get("task_id") or row.get("task_id")
         verifier = {"kind": "terminal_task", "task_id": task_id}
-    return {"prompt": row["prompt"], "verifier": verifier}
+    return {"prompt": row["prompt"], "verifier": json.dumps(verifier)}
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
