@@ -201,36 +201,66 @@ def check_verified_prompt(row: dict[str, Any], *, deterministic: bool) -> list[I
 
 
 def check_verifier(verifier: Any, *, has_task_id: bool, deterministic: bool) -> list[Issue]:
-    """The `verifier` object: a task to run, a kind we know, and determinism where rlvr needs it."""
+    """The `verifier` object as the trainer reads it: an inline check (`exact_match` with `expected`, `command`
+    with a `check` and optional `files`), or an environment task by id (`terminal_task`, or no kind); a kind
+    nothing can score is refused here rather than when the first reward is asked for."""
     if not isinstance(verifier, dict):
-        return [("verifier", "wrong_type", f"`verifier` is a {json_type(verifier)}; make it an object with task_id.")]
-    issues: list[Issue] = []
+        return [("verifier", "wrong_type", f"`verifier` is a {json_type(verifier)}; make it an object.")]
+    issues = check_verifier_kind(verifier, deterministic=deterministic)
+    if issues:
+        return issues
+    kind = verifier.get("kind", "terminal_task")
     if "task_id" in verifier:
         issues += check_text(verifier, "task_id", prefix="verifier.")
-    elif not has_task_id:
+    if kind == "exact_match":
+        return issues + _inline_text(verifier, "expected", "the text a completion must match")
+    if kind == "command":
+        return (
+            issues + _inline_text(verifier, "check", "the shell check run after the model's command") + _files(verifier)
+        )
+    if "task_id" not in verifier and not has_task_id:
         issues.append(("verifier.task_id", "missing_verifier", "Add `verifier.task_id` naming the environment task."))
-    issues += check_verifier_kind(verifier, deterministic=deterministic)
     return issues
 
 
+def _inline_text(verifier: dict[str, Any], name: str, what: str) -> list[Issue]:
+    if name not in verifier:
+        return [(f"verifier.{name}", "missing_verifier", f"Add `verifier.{name}`: {what}.")]
+    return check_text(verifier, name, prefix="verifier.")
+
+
+def _files(verifier: dict[str, Any]) -> list[Issue]:
+    files = verifier.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return [("verifier.files", "wrong_type", "`verifier.files` maps file names to their text contents.")]
+    return []
+
+
 def check_verifier_kind(verifier: dict[str, Any], *, deterministic: bool) -> list[Issue]:
-    """A known `kind`, and for rlvr nothing a model judges or that declares itself nondeterministic."""
+    """A known `kind` the trainer can score, and for rlvr nothing that declares itself nondeterministic."""
     kind, flag = verifier.get("kind"), verifier.get("deterministic", True)
     if "kind" in verifier and kind not in DETERMINISTIC_KINDS + NONDETERMINISTIC_KINDS:
-        known = ", ".join(DETERMINISTIC_KINDS + NONDETERMINISTIC_KINDS)
+        known = ", ".join(DETERMINISTIC_KINDS)
         return [("verifier.kind", "bad_verifier", f"Verifier kind {kind!r} is unknown; use one of {known}.")]
     if not isinstance(flag, bool):
         return [("verifier.deterministic", "wrong_type", "`verifier.deterministic` must be true or false.")]
-    if not deterministic:
-        return []
+    if deterministic and kind in NONDETERMINISTIC_KINDS:
+        fix = "rlvr needs one that is: use kind command or exact_match, or train with grpo"
+        return [("verifier.kind", "nondeterministic_verifier", f"Verifier kind {kind!r} is not deterministic; {fix}.")]
+    if deterministic and not flag:
+        fix = "rlvr needs one that is: use kind command or exact_match, or train with grpo"
+        return [("verifier.deterministic", "nondeterministic_verifier", f"The verifier declares itself "
+                 f"nondeterministic; {fix}.")]  # fmt: skip
     if kind in NONDETERMINISTIC_KINDS:
-        field, why = "verifier.kind", f"Verifier kind {kind!r} is not deterministic"
-    elif not flag:
-        field, why = "verifier.deterministic", "The verifier declares itself nondeterministic"
-    else:
-        return []
-    fix = "rlvr needs one that is: use kind command or exact_match, or train with grpo"
-    return [(field, "nondeterministic_verifier", f"{why}; {fix}.")]
+        return [
+            (
+                "verifier.kind",
+                "bad_verifier",
+                f"Verifier kind {kind!r} has no runner in this BashGym: nothing would score it. Use "
+                f"{', '.join(DETERMINISTIC_KINDS)}.",
+            )
+        ]
+    return []
 
 
 def check_distillation(row: dict[str, Any], *, has_teacher_model: bool) -> list[Issue]:

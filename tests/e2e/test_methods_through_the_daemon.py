@@ -32,7 +32,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
 
 
 def rows_for(strategy: str) -> list[dict[str, Any]]:
-    # exact_match verifiers run no shell code, so the RL methods train wherever the sandbox stands.
+    # exact_match verifiers run no shell code, so the RL methods train wherever the sandbox stands; inline, as
+    # README documents them, without a task id.
     verifier = {"kind": "exact_match", "expected": "wc -l notes.txt"}
     return {
         "sft": [
@@ -40,8 +41,8 @@ def rows_for(strategy: str) -> list[dict[str, Any]]:
             for i in range(8)
         ],
         "dpo": [{"prompt": f"Count f{i}.txt", "chosen": f"wc -l f{i}.txt", "rejected": f"cat f{i}"} for i in range(8)],
-        "grpo": [{"prompt": f"Count notes.txt ({i})", "verifier": {**verifier, "task_id": f"t{i}"}} for i in range(4)],
-        "rlvr": [{"prompt": f"Count notes.txt ({i})", "verifier": {**verifier, "task_id": f"t{i}"}} for i in range(4)],
+        "grpo": [{"prompt": f"Count notes.txt ({i})", "verifier": verifier} for i in range(4)],
+        "rlvr": [{"prompt": f"Count notes.txt ({i})", "verifier": verifier} for i in range(4)],
         "distillation": [{"prompt": f"Count f{i}.txt", "teacher_response": f"wc -l f{i}.txt"} for i in range(8)],
         "session_distillation": session_records(8),
     }[strategy]

@@ -54,11 +54,14 @@ VALID: dict[str, list[dict[str, Any]]] = {
     ],
     "grpo": [
         {"prompt": "fix the build", "task_id": "build-1"},
-        {"prompt": CHAT[:1], "verifier": {"task_id": "t2", "kind": "llm_judge"}},
+        # The documented inline verifiers need no task id: the trainer never reads one for them.
+        {"prompt": CHAT[:1], "verifier": {"kind": "exact_match", "expected": "ls"}},
+        {"prompt": "count", "verifier": {"kind": "command", "files": {"a.txt": "x\n"}, "check": "test -s a.txt"}},
+        {"prompt": "fix", "verifier": {"kind": "terminal_task", "task_id": "build-2"}},
     ],
     "rlvr": [
         {"prompt": "fix the build", "task_id": "build-1"},
-        {"prompt": "sum", "verifier": {"task_id": "t2", "kind": "exact_match", "deterministic": True}},
+        {"prompt": "sum", "verifier": {"task_id": "t2", "kind": "exact_match", "expected": "5", "deterministic": True}},
     ],
     "distillation": [{"prompt": "explain ls", "teacher_response": "ls lists a directory."}],
     "session_distillation": [session_row(), session_row(step_index=0, reader_confidence=1)],
@@ -161,15 +164,24 @@ def test_grpo_needs_a_verifier_reference(tmp_path: Path) -> None:
         {"prompt": "p", "verifier": "run tests"},
         {"prompt": "p", "verifier": {"task_id": "t", "kind": "vibes"}},
         {"prompt": "p", "task_id": ""},
+        {"prompt": "p", "verifier": {"kind": "exact_match"}},
+        {"prompt": "p", "verifier": {"kind": "command", "check": "true", "files": {"a": 1}}},
+        {"prompt": "p", "verifier": {"kind": "terminal_task"}},
+        {"prompt": "p", "verifier": {"task_id": "t", "kind": "llm_judge"}},
     ]
     report = validate_dataset("grpo", write_jsonl(tmp_path, rows))
     assert codes(report) == [
         (1, "verifier", "missing_verifier"),
-        (2, "verifier.task_id", "missing_verifier"),
+        (2, "verifier.check", "missing_verifier"),
         (3, "verifier", "wrong_type"),
         (4, "verifier.kind", "bad_verifier"),
         (5, "task_id", "empty_text"),
+        (6, "verifier.expected", "missing_verifier"),
+        (7, "verifier.files", "wrong_type"),
+        (8, "verifier.task_id", "missing_verifier"),
+        (9, "verifier.kind", "bad_verifier"),
     ]
+    assert "no runner" in report.errors[-1].message, "a kind nothing scores is refused before the run"
 
 
 def test_rlvr_refuses_nondeterministic_verifiers(tmp_path: Path) -> None:
@@ -187,8 +199,6 @@ def test_rlvr_refuses_nondeterministic_verifiers(tmp_path: Path) -> None:
         (4, "verifier.deterministic", "wrong_type"),
     ]
     assert "grpo" in report.errors[0].message
-    # The same rows are acceptable GRPO data: a judged reward is allowed there.
-    assert validate_dataset("grpo", write_jsonl(tmp_path, rows[:3], "grpo.jsonl")).ok
 
 
 def test_distillation_needs_a_teacher(tmp_path: Path) -> None:

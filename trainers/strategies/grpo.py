@@ -19,7 +19,7 @@ def _row(row: dict[str, Any]) -> dict[str, Any]:
     The verifier travels as JSON text: an Arrow column of dicts is one struct over every row's keys, so rows whose
     `files` name different files each got every other row's names as None (and an invalid `files` map)."""
     verifier = row.get("verifier")
-    if not isinstance(verifier, dict) or ("kind" not in verifier and "check" not in verifier):
+    if not isinstance(verifier, dict) or verifier.get("kind", "terminal_task") == "terminal_task":
         task_id = (verifier or {}).get("task_id") or row.get("task_id")
         verifier = {"kind": "terminal_task", "task_id": task_id}
     return {"prompt": row["prompt"], "verifier": json.dumps(verifier)}
