@@ -54,8 +54,8 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
     parser.add_argument(
         "--compute-target",
-        default="local",
-        help="local, ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer",
+        help="local (the default), ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer; left out, "
+        '--config may name the target ({"use_remote_ssh": true, "device_id": ...})',
     )
     parser.add_argument("--config", type=Path, help="JSON file of method fields (never strategy, model, data, target)")
     parser.add_argument("--tracking-context", type=Path, help="JSON file with the run's complete tracking context")
@@ -85,13 +85,12 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
 def build_request(a: argparse.Namespace) -> dict[str, object]:
     """The request body from flags and files; the daemon validates it."""
     body: dict[str, object] = merge_config_file(read_json_file(a.config, what="config")) if a.config else {}
+    if a.compute_target:  # sent only when given: the operator form names its target in --config
+        body["compute_target"] = a.compute_target
+    on_this_host = body.get("compute_target", "local") == "local" and not body.get("use_remote_ssh")
     model = Path(a.base_model).expanduser()
-    local = a.compute_target == "local" and model.exists()  # on other lanes the path is the device's (or a hub id)
-    body.update(
-        strategy=a.strategy,
-        base_model=str(model.resolve()) if local else a.base_model,
-        compute_target=a.compute_target,
-    )
+    local = on_this_host and model.exists()  # on other lanes the path is the device's (or a hub id)
+    body.update(strategy=a.strategy, base_model=str(model.resolve()) if local else a.base_model)
     if a.tracking_context:
         body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
     flags = {

@@ -95,7 +95,12 @@ def parse_compute_target(target: str) -> tuple[str, str | None]:
                 "(bashgym device group list)."
             )
         return "ssh-group", group
-    head = target.split(":", 1)[0].lower()
+    head, _, rest = target.lower().partition(":")
+    if head == "cloud" and rest:
+        # `cloud:<name>` names the lane it means: say that lane's refusal, not bare cloud's.
+        if rest.startswith("nemo"):
+            raise InvalidRequest(f"compute_target `{target}` is not a lane; did you mean `cloud:nemo-customizer`?")
+        head = rest.split(":", 1)[0]
     for prefix, reason in REFUSED_TARGETS.items():
         if head == prefix or head.startswith(prefix):
             raise InvalidRequest(f"compute_target `{target}` is refused. {reason}")

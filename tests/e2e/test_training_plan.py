@@ -142,3 +142,17 @@ def test_a_local_model_path_is_the_callers_not_the_daemons(daemon: RunningDaemon
     assert json.loads(proc.stdout)["request"]["base_model"] == str(tmp_path / "tiny-model")
     hub = cli(daemon.env(), *args[:4], "--model", "org/model", "--dataset-path", str(tmp_path / "rows.jsonl"))
     assert hub.code == 0 and "org/model" in hub.stdout, "a hub id is left as it is"
+
+
+def test_the_operator_form_names_its_ssh_target_in_the_config(daemon: RunningDaemon, tmp_path: Path) -> None:
+    """`{"use_remote_ssh": true, "device_id": "gpu1"}` in --config: the CLI sent compute_target local beside it,
+    and the request was refused for disagreeing with itself."""
+    config = tmp_path / "remote.json"
+    config.write_text(json.dumps({"use_remote_ssh": True, "device_id": "gpu1"}))
+    data = str(sft_data(tmp_path))
+    args = ["training", "plan", "--strategy", "sft", "--model", "org/model", "--dataset-path", data]
+    planned = cli(daemon.env(), *args, "--config", str(config), "--json")
+    assert planned.code == 0, planned.stderr
+    plan = planned.json()
+    assert (plan["lane"], plan["device_id"]) == ("ssh", "gpu1")
+    assert plan["lane_preflight"]["ready"] is False and "gpu1" in plan["lane_preflight"]["reasons"][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -146,3 +147,20 @@ def test_a_config_file_may_not_set_what_the_command_line_owns() -> None:
     with pytest.raises(ValueError, match="did you mean `learning_rate`"):
         merge_config_file({"learning_rte": 1e-4})
     assert merge_config_file({"dpo_beta": 0.2}) == {"dpo_beta": 0.2}
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("cloud:hf-jobs", "Hugging Face Jobs run through their own surface"),
+        ("cloud:skypilot", "SkyPilot plans run through their own surface"),
+        ("cloud:managed:openai", "Managed provider fine-tunes"),
+        ("cloud:nemo", "did you mean `cloud:nemo-customizer`"),
+        ("cloud", "Bare `cloud` names no lane"),
+        ("cloud:somewhere", "is not a lane"),
+    ],
+)
+def test_a_refused_cloud_target_is_refused_for_the_lane_it_names(target: str, says: str) -> None:
+    """`cloud:hf-jobs` and `cloud:nemo` were told "Bare `cloud` names no lane"."""
+    with pytest.raises(ValidationError, match=re.escape(says)):
+        TrainingRequest.model_validate({**recipe("sft"), "compute_target": target})
