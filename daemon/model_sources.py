@@ -30,10 +30,13 @@ async def check_version_content(
     ledger: Ledger, settings: Settings, ws: str, project: str, record: dict[str, Any]
 ) -> None:
     """Before a version's files are read (training, evaluation, export): a `file://` directory must lie in a data
-    root, and stored files must be blobs the project holds. Records made before these rules are held to them too."""
+    root, a run's model must be a run of this project (run directories are named by id alone), and stored files
+    must be blobs the project holds. Records made before these rules are held to them too."""
     source = str(record["source_uri"])
     if source.startswith("file://"):
         HostPaths(settings).readable(source.removeprefix("file://"), field="source_uri")
+    elif source.startswith(RUNS):
+        await ledger.get_run(ws, project, source.removeprefix(RUNS))  # a run of this project, or NotFound
     elif source.startswith(STORED):
         for entry in record.get("files") or []:
             if not await ledger.holds_blob(ws, project, str(entry["sha256"])):

@@ -14,7 +14,7 @@ from typing import Any
 from bashgym.daemon.api_models import BLOB_URI
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.host_paths import HostPaths
-from bashgym.daemon.model_sources import STORED
+from bashgym.daemon.model_sources import RUNS, STORED
 from bashgym.daemon.settings import Settings
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidInput, NotFound
@@ -88,10 +88,12 @@ def model_reference(reach: Reach, value: str, *, field: str) -> str:
 
 
 async def check_model_registration(reach: Reach, project: str, source_uri: str, files: list[Any]) -> None:
-    """A version registered from a directory names one in a data root; one of stored files names blobs
-    the project holds (bashgym model register --dir uploads them for it)."""
+    """A version registered from a directory names one in a data root; one from a run names a run of this
+    project; one of stored files names blobs the project holds (bashgym model register --dir uploads them)."""
     if source_uri.startswith("file://"):
         reach.paths.readable(source_uri.removeprefix("file://"), field="source_uri")
+    elif source_uri.startswith(RUNS):
+        await reach.ledger.get_run(reach.workspace, project, source_uri.removeprefix(RUNS))  # NotFound elsewhere
     elif source_uri.startswith(STORED):
         for entry in files:
             await require_held(reach, project, entry.sha256)

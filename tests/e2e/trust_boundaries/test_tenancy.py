@@ -163,3 +163,19 @@ def test_a_project_scoped_researcher_trains_uploads_and_registers_in_its_project
     with daemon.client() as admin:
         run = wait_for_run(admin, "scoped", started.json()["run_id"], TERMINAL, timeout_s=180)
     assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+
+
+def test_a_model_version_names_only_a_run_of_its_own_project(daemon: RunningDaemon) -> None:
+    """Run directories are named by id alone: a version pointing at another project's run would train, evaluate
+    or export that run's model from the attacker's project."""
+    with daemon.client() as admin:
+        victim = admin.post("/v1/runs", json={"method": "sft", "tracking_context": tracking_context()})
+        assert victim.status_code == 201, victim.text
+    run_id = victim.json()["record"]["run_id"]
+    token = issue_token(daemon, "theo", "researcher", project="theft")
+    with tenant(daemon, token) as theo:
+        assert theo.post("/v1/projects", json={"project_id": "theft", "name": "Theft"}).status_code == 201
+        version = {"model_version_id": "stolen", "model_id": "m", "source_uri": f"bashgym://runs/{run_id}"}
+        refused = theo.post("/v1/projects/theft/model-versions", json=version)
+    assert refused.status_code == 404, refused.text
+    assert "nightly" not in refused.text
