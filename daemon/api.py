@@ -138,18 +138,21 @@ def _system_routes() -> APIRouter:
         check_identifier(project, field="project")
         authorise(call, project)
         services, ws = call.services, call.workspace
-        quota = services.settings.project_quota_bytes
+        quotas = {
+            "quota_bytes": services.settings.project_quota_bytes,
+            "workspace_quota_bytes": services.settings.workspace_quota_bytes,
+        }
 
         async def admit(sha: str, size: int) -> None:
-            """Nothing past the quota is stored: bytes the project holds already cost nothing more."""
+            """Nothing past a quota is stored: bytes the project holds already cost nothing more."""
             if not await services.ledger.holds_blob(ws, project, sha):
-                await services.ledger.check_quota(ws, project, size, quota_bytes=quota)
+                await services.ledger.check_quota(ws, project, size, **quotas)
 
-        await services.ledger.check_quota(ws, project, 0, quota_bytes=quota)  # a full project reads no body
+        await services.ledger.check_quota(ws, project, 0, **quotas)  # a full project reads no body
         sha, size = await services.blobs.put_stream(
             request.stream(), max_bytes=services.settings.max_upload_bytes, admit=admit
         )
-        await services.ledger.hold_blob(call.actor, ws, project, sha, size, quota_bytes=quota)
+        await services.ledger.hold_blob(call.actor, ws, project, sha, size, **quotas)
         return json_response(BlobStored(sha256=sha, size_bytes=size, project_id=project))
 
     @router.get("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])

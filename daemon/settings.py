@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     project_quota_bytes: int = Field(
         100 * 1024**3, ge=0, description="Bytes of uploads (blobs) one project may hold in the content store."
     )
+    workspace_quota_bytes: int = Field(
+        1024**4, ge=0, description="Bytes of uploads all the projects of one workspace may hold together."
+    )
     read_rate_per_minute: int = Field(6000, ge=1, description="Reads a principal may make per minute.")
     read_rate_burst: int = Field(600, ge=1, description="Reads a principal may make at once.")
     bad_token_per_minute: int = Field(

@@ -496,15 +496,39 @@ class Ledger:
     # -- blobs -----------------------------------------------------------------------------------
 
     async def hold_blob(
-        self, actor: Actor, ws: str, project: str, sha256: str, size_bytes: int, *, quota_bytes: int | None = None
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        sha256: str,
+        size_bytes: int,
+        *,
+        quota_bytes: int | None = None,
+        workspace_quota_bytes: int | None = None,
     ) -> bool:
-        """Make `project` a holder of an uploaded or stored blob (within its quota, when one is given)."""
-        return await self.write(
-            actor, lambda tx: blob_holders.hold_blob(tx, ws, project, sha256, size_bytes, quota_bytes=quota_bytes)
-        )
+        """Make `project` a holder of an uploaded or stored blob (within the quotas, when they are given)."""
 
-    async def check_quota(self, ws: str, project: str, size_bytes: int, *, quota_bytes: int) -> None:
-        await self.read(lambda conn: blob_holders.check_quota(conn, ws, project, size_bytes, quota_bytes=quota_bytes))
+        def hold(tx: Tx) -> bool:
+            return blob_holders.hold_blob(
+                tx,
+                ws,
+                project,
+                sha256,
+                size_bytes,
+                quota_bytes=quota_bytes,
+                workspace_quota_bytes=workspace_quota_bytes,
+            )
+
+        return await self.write(actor, hold)
+
+    async def check_quota(
+        self, ws: str, project: str, size_bytes: int, *, quota_bytes: int, workspace_quota_bytes: int | None = None
+    ) -> None:
+        await self.read(
+            lambda conn: blob_holders.check_quota(
+                conn, ws, project, size_bytes, quota_bytes=quota_bytes, workspace_quota_bytes=workspace_quota_bytes
+            )
+        )
 
     async def holds_blob(self, ws: str, project: str, sha256: str) -> bool:
         return await self.read(lambda conn: blob_holders.holds_blob(conn, ws, project, sha256))

@@ -102,3 +102,18 @@ def test_a_project_holds_uploads_up_to_its_quota(daemon: RunningDaemon) -> None:
         assert over.status_code == 413, over.text
         assert over.json()["error"]["code"] in {"quota_exceeded", "payload_too_large"}
         assert "BASHGYM_PROJECT_QUOTA_BYTES" in over.json()["error"]["hint"]
+
+
+def test_a_workspaces_projects_share_one_quota(tmp_path: Path) -> None:
+    """Projects are cheap to make: a tenant spreading uploads over many of them meets the workspace's quota."""
+    quotas = {"BASHGYM_PROJECT_QUOTA_BYTES": "1000", "BASHGYM_WORKSPACE_QUOTA_BYTES": "1500"}
+    with running_daemon(tmp_path / "home", env=quotas) as daemon:
+        token = issue_token(daemon, "wes", "researcher")
+        with tenant(daemon, token) as wes:
+            for n, size in enumerate((600, 600)):
+                stored = wes.put("/v1/blobs", params={"project": f"p{n}"}, content=bytes([n]) * size)
+                assert stored.status_code == 200, stored.text
+            over = wes.put("/v1/blobs", params={"project": "p2"}, content=b"z" * 600)
+        assert over.status_code == 413, over.text
+        assert "BASHGYM_WORKSPACE_QUOTA_BYTES" in over.json()["error"]["hint"]
+        assert not any(p.name.startswith("tmp") for p in (daemon.home / "artifacts" / "tmp").iterdir())
