@@ -49,7 +49,7 @@ from bashgym.daemon.app import Services, json_response, uptime_s
 from bashgym.daemon.authority import consumer_capability
 from bashgym.daemon.blobs import count_rows
 from bashgym.daemon.host_paths import HostPaths
-from bashgym.daemon.request_paths import check_model_registration, require_held
+from bashgym.daemon.request_paths import check_model_source, require_held
 from bashgym.daemon.routing import (
     AUTHENTICATED,
     Call,
@@ -73,9 +73,9 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from starlette.responses import Response
 
 MAX_WAIT_S = 30.0
-UploadCall = Annotated[Call, requires_somewhere("ledger.write")]
-RegisterCall = Annotated[Call, requires_somewhere("ledger.write")]
-ListCall = Annotated[Call, requires_somewhere("ledger.read")]
+# Routes whose project is named in the request (an upload's ?project=, a run's context, a new project's id).
+NamedProjectWrite = Annotated[Call, requires_somewhere("ledger.write")]
+NamedProjectsRead = Annotated[Call, requires_somewhere("ledger.read")]
 
 
 def register_routes(app: FastAPI) -> None:
@@ -133,7 +133,7 @@ def _system_routes() -> APIRouter:
         return json_response({"to": str(target), **await call.services.ledger.backup(target)})
 
     @router.put("/blobs", response_model=BlobStored, tags=["artifacts"])
-    async def put_blob(call: UploadCall, request: Request, project: str = UNASSIGNED) -> Response:
+    async def put_blob(call: NamedProjectWrite, request: Request, project: str = UNASSIGNED) -> Response:
         """Upload a file for `project` (a dataset, model files, a wheel): the project holds it, within its quota."""
         check_identifier(project, field="project")
         authorise(call, project)
@@ -177,12 +177,12 @@ def _lineage_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["lineage"])
 
     @router.post("/projects", response_model=WriteResult, status_code=201)
-    async def create_project(call: RegisterCall, body: ProjectSpec) -> Response:
+    async def create_project(call: NamedProjectWrite, body: ProjectSpec) -> Response:
         authorise(call, body.project_id)  # a principal scoped to P may create P, and only P
         return written(await call.services.ledger.create_project(call.actor, call.workspace, body))
 
     @router.get("/projects")
-    async def list_projects(call: ListCall) -> Response:
+    async def list_projects(call: NamedProjectsRead) -> Response:
         """The workspace's projects; a principal scoped to some projects sees those alone."""
         projects = await call.services.ledger.list_projects(call.workspace)
         return json_response([p for p in projects if call.principal.holds("ledger.read", p["project_id"])])
@@ -201,7 +201,7 @@ def _lineage_routes() -> APIRouter:
 
     @router.post("/projects/{project}/model-versions", response_model=WriteResult, status_code=201)
     async def register_model_version(call: WriteCall, project: str, body: ModelVersionSpec) -> Response:
-        await check_model_registration(call.reach, project, body.source_uri, body.files)
+        await check_model_source(call.reach, project, body.model_dump())
         return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, body))
 
     @router.post("/projects/{project}/dataset-versions", response_model=WriteResult, status_code=201)
@@ -235,7 +235,7 @@ def _run_routes() -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["runs"])
 
     @router.post("/runs", response_model=WriteResult, status_code=201)
-    async def register_run(call: RegisterCall, body: RunRegistration) -> Response:
+    async def register_run(call: NamedProjectWrite, body: RunRegistration) -> Response:
         authorise(call, run_project(body.tracking_context, call.workspace))
         return written(await call.services.ledger.register_run(call.actor, call.workspace, body))
 

@@ -82,7 +82,6 @@ async def _findings(call: Call, project: str, campaign: dict[str, Any]) -> list[
         project,
         campaign["spec"],
         now=utc_now(),
-        owner=campaign["created_by"],
         reach=call.reach,
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.daemon.app import json_response
-from bashgym.daemon.host_paths import HostPaths, check_device_reach
+from bashgym.daemon.host_paths import HostPaths, check_device_host, check_device_reach
 from bashgym.daemon.request_paths import require_held
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.daemon.ssh import Device, bootstrap, preflight
@@ -43,7 +43,7 @@ def device_routes() -> APIRouter:
         key = paths.key_file(body.key_path, field="key_path")
         known = paths.key_file(body.known_hosts, field="known_hosts") if body.known_hosts else None
         body = body.model_copy(update={"key_path": str(key), "known_hosts": str(known) if known else ""})
-        await check_device_reach(call.services.settings, body.model_dump())
+        await check_device_host(call.services.settings, body.device_id, body.host)
         if not await asyncio.to_thread(key.is_file):
             raise RuleRejected(
                 f"key_path {body.key_path} is not a file in the keys directory.",

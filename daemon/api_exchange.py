@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from bashgym.daemon.app import json_response
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.model_exchange import export_bundle, verify_bundle
-from bashgym.daemon.model_sources import RUNS, check_version_content, local_model_dir
+from bashgym.daemon.model_sources import RUNS, local_model_dir
+from bashgym.daemon.request_paths import check_model_source
 from bashgym.daemon.routing import Call, requires, written
 from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.models import ModelVersionSpec
@@ -48,7 +49,7 @@ def exchange_routes() -> APIRouter:
         if run_id:
             source_dir = call.services.settings.runs_dir / run_id  # its files are recorded relative to the run
         else:
-            await check_version_content(ledger, call.services.settings, ws, project, record)
+            await check_model_source(call.reach, project, record)
             found = await asyncio.to_thread(
                 local_model_dir, call.services.settings, call.services.blobs, ws, project, record
             )

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from bashgym.daemon.notices import CONSOLE_CONSUMER
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
 from bashgym.ledger.models import Actor
@@ -289,13 +290,10 @@ class WaitSlots:
                 del self._held[principal]
 
 
-INTERNAL_CONSUMERS = ("console", "sink.")  # the daemon's own: its console channel and event sinks
-
-
 def consumer_capability(name: str) -> tuple[str, str | None]:
     """The capability (and project) that moving durable consumer `name`'s cursor needs: skipping a consumer's
     events is acting as that consumer. The daemon's own consumers are moved by an admin only."""
-    if name == INTERNAL_CONSUMERS[0] or name.startswith(INTERNAL_CONSUMERS[1]):
+    if name == CONSOLE_CONSUMER or name.startswith("sink."):  # sink cursors: sinks.consumer_name
         return "authority.manage", None
     if name.startswith("discord"):
         return "delegate.discord", None

@@ -24,8 +24,8 @@ from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.launch_authority import check_hub_target, implied_capabilities
-from bashgym.daemon.model_sources import base_model_of, check_version_content
-from bashgym.daemon.request_paths import Reach, confine_request
+from bashgym.daemon.model_sources import base_model_of
+from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
@@ -397,9 +397,9 @@ class CampaignRunner(BackgroundLoop):
             "environment_runtime_digest": runtime,
             "campaign_id": campaign["campaign_id"],
         }
-        await check_version_content(self.ledger, self.settings, ws, project, model)
-        source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
         reach = Reach(self.settings, self.ledger, self.blobs, ws)
+        await check_model_source(reach, project, model)
+        source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
         # The recipe and its change come from people: their paths and models are confined like a launch's.
         chosen = await confine_request(
             reach, {**spec["base_recipe"], **change}, project, skip=("base_model", "dataset_path")

@@ -61,14 +61,13 @@ async def validate(
     spec: dict[str, Any],
     *,
     now: datetime,
-    owner: str | None = None,
     reach: Reach | None = None,
 ) -> list[dict[str, str]]:
-    """Every reason the campaign cannot start yet; empty when it may. With its owner (and what requests may
-    reach), also what its launches would be refused: the same authorisation each launch gets again."""
+    """Every reason the campaign cannot start yet; empty when it may. With what its requests may reach, also
+    what no one could allow its launches (paths, Hub namespaces), checked again at each launch."""
     found: list[dict[str, str]] = []
-    if owner is not None and reach is not None:
-        found += await _launch_rights(ledger, ws, project, spec, owner, reach)
+    if reach is not None:
+        found += await _launch_rights(spec, project, reach)
     suites = {s["suite_id"] for s in (await ledger.list_evaluations(ws, project))["suites"]}
     if spec["suite_id"] not in suites | {default_suite().suite_id}:
         found.append(
@@ -137,19 +136,29 @@ async def _lane(ledger: Ledger, ws: str, target: str) -> list[dict[str, str]]:
     return []
 
 
-async def _launch_rights(
-    ledger: Ledger, ws: str, project: str, spec: dict[str, Any], owner: str, reach: Reach
-) -> list[dict[str, str]]:
+def base_request(spec: dict[str, Any]) -> TrainingRequest:
+    """The base recipe as a launch would send it, with what each iteration fills in; raises when invalid."""
+    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
+    return TrainingRequest.from_recipe(recipe)
+
+
+def _parsed(spec: dict[str, Any]) -> TrainingRequest | None:
+    try:
+        return base_request(spec)
+    except (ValidationError, ValueError):
+        return None  # _recipe reports it
+
+
+async def _launch_rights(spec: dict[str, Any], project: str, reach: Reach) -> list[dict[str, str]]:
     """What no one could allow the base recipe's launches: a path outside the roots, a Hub namespace the
     operator did not allow. (A capability its owner lacks is not a finding: that launch waits for a holder
     to lend it, see waits_for.)"""
-    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
+    request = _parsed(spec)
+    if request is None:
+        return []
     try:
-        request = TrainingRequest.from_recipe(recipe)
         await confine_request(reach, spec["base_recipe"], project, skip=tuple(_FILLED_PER_ITERATION))
         check_hub_target(reach.settings, request)
-    except (ValidationError, ValueError):
-        return []  # _recipe reports it
     except BashGymError as exc:
         return [finding("launch_refused", f"base_recipe: {exc.message}", exc.hint or "Fix the base recipe.")]
     return []
@@ -158,18 +167,13 @@ async def _launch_rights(
 async def waits_for(ledger: Ledger, ws: str, project: str, spec: dict[str, Any], owner: str) -> list[str]:
     """The capabilities the base recipe's launches imply that the campaign's owner lacks: each launch checks
     them again, and waits in awaiting_authority until a holder lends them."""
-    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
-    try:
-        request = TrainingRequest.from_recipe(recipe)
-    except (ValidationError, ValueError):
-        return []
-    return await owner_lacks(ledger, owner, ws, project, request)
+    request = _parsed(spec)
+    return [] if request is None else await owner_lacks(ledger, owner, ws, project, request)
 
 
 def _recipe(spec: dict[str, Any]) -> list[dict[str, str]]:
-    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
     try:
-        TrainingRequest.from_recipe(recipe)
+        base_request(spec)
     except (ValidationError, ValueError) as exc:
         message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         return [finding("recipe_invalid", f"base_recipe: {message}", "Fix the base recipe; training plan checks one.")]

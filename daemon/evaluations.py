@@ -15,7 +15,8 @@ from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes import read_from
-from bashgym.daemon.model_sources import check_version_content, local_model_dir, run_model_dir
+from bashgym.daemon.model_sources import local_model_dir, run_model_dir
+from bashgym.daemon.request_paths import Reach, check_model_source
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device, RemoteRun
 from bashgym.ledger import Ledger
@@ -224,7 +225,7 @@ class EvaluationService:
                 hint="Evaluate a registered model version instead (--model-version).",
             )
         version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
-        await check_version_content(self.ledger, self.settings, ws, project, version)
+        await check_model_source(Reach(self.settings, self.ledger, self.blobs, ws), project, version)
         directory = await asyncio.to_thread(local_model_dir, self.settings, self.blobs, ws, project, version)
         if directory is None or not await asyncio.to_thread(directory.is_dir):
             raise RuleRejected(

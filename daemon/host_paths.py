@@ -83,15 +83,6 @@ class HostPaths:
     def key_file(self, text: str, *, field: str) -> Path:
         return self._confine(text, [self.keys_root], field=field, setting="BASHGYM_SSH_KEYS_DIR", inside_home=True)
 
-    def describe(self) -> dict[str, object]:
-        """The roots, for `bashgym doctor` and the README's security model."""
-        return {
-            "read": [str(r.lexical) for r in self.read_roots],
-            "export": [str(r.lexical) for r in self.export_roots],
-            "backup": str(self.backup_root.lexical),
-            "ssh_keys": str(self.keys_root.lexical),
-        }
-
     def _confine(self, text: str, roots: list[Root], *, field: str, setting: str, inside_home: bool = False) -> Path:
         if not text or "\0" in text:
             raise InvalidInput(f"`{field}` is empty or holds a NUL byte.", hint="Name a path inside a data root.")
@@ -193,12 +184,17 @@ async def check_device_reach(settings: Settings, device: Mapping[str, Any]) -> N
     paths.key_file(str(device["key_path"]), field="key_path")
     if device.get("known_hosts"):
         paths.key_file(str(device["known_hosts"]), field="known_hosts")
+    await check_device_host(settings, str(device.get("device_id", "")), str(device["host"]))
+
+
+async def check_device_host(settings: Settings, device_id: str, host: str) -> None:
+    """A device's host is another machine, unless the operator allows this one and its link."""
     if settings.allow_private_device_hosts:
         return
-    reason = await asyncio.to_thread(private_address, str(device["host"]))
+    reason = await asyncio.to_thread(private_address, host)
     if reason is not None:
         raise PathRefused(
-            f"Device {device.get('device_id', '')}: {reason}; a device's host is another machine.",
+            f"Device {device_id}: {reason}; a device's host is another machine.",
             hint="An operator who means it sets BASHGYM_ALLOW_PRIVATE_DEVICE_HOSTS=true on the daemon.",
             details={"field": "host"},
         )

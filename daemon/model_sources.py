@@ -15,37 +15,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.settings import Settings
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import RuleRejected
 
 RUNS = "bashgym://runs/"
 STORED = "bashgym://models/"
 HUB = "hf://"
 COMPLETE = ".bashgym-complete"  # written last: a directory without it is rebuilt
-
-
-async def check_version_content(
-    ledger: Ledger, settings: Settings, ws: str, project: str, record: dict[str, Any]
-) -> None:
-    """Before a version's files are read (training, evaluation, export): a `file://` directory must lie in a data
-    root, a run's model must be a run of this project (run directories are named by id alone), and stored files
-    must be blobs the project holds. Records made before these rules are held to them too."""
-    source = str(record["source_uri"])
-    if source.startswith("file://"):
-        HostPaths(settings).readable(source.removeprefix("file://"), field="source_uri")
-    elif source.startswith(RUNS):
-        await ledger.get_run(ws, project, source.removeprefix(RUNS))  # a run of this project, or NotFound
-    elif source.startswith(STORED):
-        for entry in record.get("files") or []:
-            if not await ledger.holds_blob(ws, project, str(entry["sha256"])):
-                raise RuleRejected(
-                    f"Model version {record['model_version_id']}: project {project!r} holds no stored file with "
-                    f"sha256 {str(entry['sha256'])[:12]} ({entry['path']}).",
-                    hint="Register the model again with bashgym model register --dir DIR, which uploads its files "
-                    "for this project.",
-                )
 
 
 def run_model_dir(settings: Settings, run_id: str) -> Path:

@@ -87,13 +87,16 @@ def model_reference(reach: Reach, value: str, *, field: str) -> str:
     return value
 
 
-async def check_model_registration(reach: Reach, project: str, source_uri: str, files: list[Any]) -> None:
-    """A version registered from a directory names one in a data root; one from a run names a run of this
-    project; one of stored files names blobs the project holds (bashgym model register --dir uploads them)."""
-    if source_uri.startswith("file://"):
-        reach.paths.readable(source_uri.removeprefix("file://"), field="source_uri")
-    elif source_uri.startswith(RUNS):
-        await reach.ledger.get_run(reach.workspace, project, source_uri.removeprefix(RUNS))  # NotFound elsewhere
-    elif source_uri.startswith(STORED):
-        for entry in files:
-            await require_held(reach, project, entry.sha256)
+async def check_model_source(reach: Reach, project: str, version: dict[str, Any]) -> None:
+    """What a model version's files are, checked when it is registered and again before they are read (training,
+    evaluation, export), so a record made before these rules is held to them too: a `file://` directory lies in
+    a data root, a run's model is a run of this project (run directories are named by id alone), and stored
+    files are blobs the project holds (bashgym model register --dir uploads them for it)."""
+    source = str(version["source_uri"])
+    if source.startswith("file://"):
+        reach.paths.readable(source.removeprefix("file://"), field="source_uri")
+    elif source.startswith(RUNS):
+        await reach.ledger.get_run(reach.workspace, project, source.removeprefix(RUNS))  # NotFound elsewhere
+    elif source.startswith(STORED):
+        for entry in version.get("files") or []:
+            await require_held(reach, project, str(entry["sha256"]))

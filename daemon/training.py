@@ -609,7 +609,7 @@ def _write_request(run_dir: Path, request: TrainingRequest) -> None:
     (run_dir / "request.json").write_text(json.dumps(written, indent=2))
 
 
-LOGS = ("training.log", "rank-*.log", "launch.log")
+LOGS = ("training.log", "rank-*.log", "launcher.log")
 
 
 def scrub_logs(run_dir: Path) -> None:

@@ -533,9 +533,6 @@ class Ledger:
     async def holds_blob(self, ws: str, project: str, sha256: str) -> bool:
         return await self.read(lambda conn: blob_holders.holds_blob(conn, ws, project, sha256))
 
-    async def held_bytes(self, ws: str, project: str) -> int:
-        return await self.read(lambda conn: blob_holders.held_bytes(conn, ws, project))
-
     # -- reads -----------------------------------------------------------------------------------
 
     async def list_projects(self, ws: str) -> list[dict[str, Any]]:

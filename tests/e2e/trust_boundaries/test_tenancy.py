@@ -76,7 +76,7 @@ def test_run_ids_are_unique_across_projects_of_one_workspace(daemon: RunningDaem
         assert "nightly" not in again.json()["error"]["message"], "another project's name is not disclosed"
 
 
-@pytest.mark.parametrize("consumer", ["discord-notifier", "sink.audit", "curator", "console"])
+@pytest.mark.parametrize("consumer", ["discord-notifier", "sink.audit", "curator", "console-notifier"])
 def test_a_viewer_cannot_move_a_durable_consumer_cursor(daemon: RunningDaemon, consumer: str) -> None:
     viewer = issue_token(daemon, f"viewer-{consumer.replace('.', '-')}", "viewer")
     with daemon.client() as admin:
@@ -88,6 +88,18 @@ def test_a_viewer_cannot_move_a_durable_consumer_cursor(daemon: RunningDaemon, c
     assert moved.status_code == 403, moved.text
     with daemon.client() as admin:
         assert admin.get(f"/v1/consumers/{consumer}/cursor").json()["cursor"] == before
+
+
+@pytest.mark.parametrize("consumer", ["sink.audit", "console-notifier"])
+def test_the_daemons_own_consumers_move_for_admins_only(daemon: RunningDaemon, consumer: str) -> None:
+    """A lead writes to the ledger, but skipping a sink's or the console's events is not the lead's to do."""
+    lead = issue_token(daemon, f"lead-{consumer.replace('.', '-')}", "lead")
+    with daemon.client() as admin:
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+    with tenant(daemon, lead) as lee:
+        moved = lee.put(f"/v1/consumers/{consumer}/cursor", json={"cursor": head})
+    assert moved.status_code == 403, moved.text
+    assert "authority.manage" in moved.json()["error"]["message"]
 
 
 def test_a_cursor_moved_by_someone_else_than_its_consumer_is_an_event(daemon: RunningDaemon) -> None:
