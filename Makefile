@@ -26,8 +26,10 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-slow: $(STAMP)  # acceptance checks that train for minutes (CI runs them after the suite): 25 to 35 minutes on 2 cores
-	$(BIN)/python -m pytest -q -m slow
+# Acceptance checks that train for minutes (CI runs them after the suite), one test file per worker as `test` does:
+# each process trains with one torch thread (tests/conftest.py), so two files at once use both cores.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
