@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.trainers.control import ControlCallback
-from bashgym.trainers.distributed import RankInfo
+from bashgym.trainers.distributed import RankInfo, exit_rank, hold_until_exit
 from bashgym.trainers.signals import ControlFlags
 from bashgym.trainers.strategies import sft
 from transformers import TrainerCallback, TrainerControl, TrainerState
@@ -39,6 +39,7 @@ class PauseAt(TrainerCallback):
 
 
 def train(trainer: Any, flags: ControlFlags) -> dict[str, Any]:
+    hold_until_exit(trainer)  # as the product's ranks do: freeing a gloo group can deadlock
     reads, timeline = HostReads(), Timeline()
     for callback in (ControlCallback(flags), StepMarker(reads), timeline):
         trainer.add_callback(callback)
@@ -76,3 +77,4 @@ def main(student: Path, out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), Path(sys.argv[2]))
+    exit_rank(0)

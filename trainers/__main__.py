@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # The process's one read of the environment; the Hub token is looked up there by name.
     environ = dict(os.environ)
-    from bashgym.trainers.distributed import LAUNCHER_PID_ENV, RankInfo
+    from bashgym.trainers.distributed import LAUNCHER_PID_ENV, RankInfo, exit_rank
     from bashgym.trainers.signals import ControlFlags, end_with_parent
 
     rank = RankInfo.from_env(environ)
@@ -46,11 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     failpoints.arm(environ.get("BASHGYM_FAILPOINT", ""), rank.rank)
     run = RunDirectory(run_dir, protocol, rank)
     code = run_training(run, resume=args.resume, environ=environ, flags=flags)
-    if rank.is_distributed and code in {EXIT_PAUSED, EXIT_CANCELLED}:
-        # torch's launcher takes any nonzero exit for a failure and kills the ranks still saving; a rank that
-        # paused or stopped as agreed exits 0, and the launcher reads the outcome from run_state.json.
-        return 0
-    return code
+    if not rank.is_distributed:
+        return code
+    if protocol is not None:
+        protocol.flush()
+    # torch's launcher takes any nonzero exit for a failure and kills the ranks still saving; a rank that paused
+    # or stopped as agreed exits 0, and the launcher reads the outcome from run_state.json.
+    exit_rank(0 if code in {EXIT_PAUSED, EXIT_CANCELLED} else code)
 
 
 def _protocol_to_stdout_logs_to_file(log_path: Path) -> IO[str]:

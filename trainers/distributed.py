@@ -10,9 +10,12 @@ Importable without torch.
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from bashgym.trainers.specs import TrainingRequest
 
@@ -63,6 +66,29 @@ class RankInfo:
 
 
 MAIN = RankInfo()
+
+
+# What a rank of a scaled-out run keeps until it exits: its trainer, whose model holds the gloo/NCCL group.
+_HELD_UNTIL_EXIT: list[Any] = []
+
+
+def hold_until_exit(trainer: Any) -> None:
+    """Keep `trainer` (and the process group its wrapped model holds) alive until `exit_rank`.
+
+    torch frees a gloo group by joining its worker threads while the freeing thread holds the GIL; a worker still
+    releasing a gathered tensor waits for the GIL, so freeing the trainer after its last step deadlocked a rank
+    (seen on 2 busy cores), and leaving the group to interpreter exit aborted it instead (SIGABRT, "terminate
+    called without an active exception"). Either way the launcher failed a run that had finished and saved.
+    """
+    _HELD_UNTIL_EXIT.append(trainer)
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a rank without running torch's distributed destructors (see hold_until_exit); output is flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def topology(request: TrainingRequest, mixed_precision: str) -> dict[str, Any]:

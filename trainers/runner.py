@@ -59,6 +59,7 @@ def _check_dataset(request: TrainingRequest) -> None:
 def _train(
     run: RunDirectory, request: TrainingRequest, flags: ControlFlags, *, resume: bool, environ: dict[str, str]
 ) -> int:
+    from bashgym.trainers.distributed import hold_until_exit
     from bashgym.trainers.modeling import load_model_and_tokenizer
     from bashgym.trainers.strategies import build_trainer
 
@@ -77,6 +78,8 @@ def _train(
         run.emit("cancelled", step=0)
         return EXIT_CANCELLED
     trainer, speed = build_trainer(request, model, tokenizer, run)
+    if run.rank.is_distributed:
+        hold_until_exit(trainer)
     facts["speed"] = speed.record()
     if request.is_distributed:
         facts["distributed"] = _topology(request)

@@ -371,7 +371,7 @@ def test_a_scaled_out_step_reads_nothing_back_and_every_rank_logs_and_pauses_as_
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((out / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
