@@ -25,7 +25,8 @@ _NEVER_CHECKED = {"reasons": ["it has never been preflighted"]}
 _PROBE = (
     "import importlib.util, json, torch; "
     "print(json.dumps({'cuda': torch.cuda.is_available(), "
-    "'deepspeed': importlib.util.find_spec('deepspeed') is not None}))"
+    "'deepspeed': importlib.util.find_spec('deepspeed') is not None, "
+    "'bitsandbytes': importlib.util.find_spec('bitsandbytes') is not None}))"
 )
 
 
@@ -116,7 +117,7 @@ async def check_local_strategy(settings: Settings, request: TrainingRequest) -> 
     if not request.is_distributed or request.distributed_strategy == "ddp":
         return
     python = settings.trainer_python or sys.executable
-    facts = await _probe_trainer_python(python)
+    facts = await trainer_python_facts(python)
     try:
         check_strategy(request, cuda=bool(facts.get("cuda")), has_deepspeed=bool(facts.get("deepspeed")))
     except DistributedRefused as exc:
@@ -159,7 +160,8 @@ async def shaped_for_lane(ledger: Ledger, workspace: str, request: TrainingReque
     return TrainingRequest.model_validate({**request.model_dump(exclude_unset=True), **shape})
 
 
-async def _probe_trainer_python(python: str) -> dict[str, Any]:
+async def trainer_python_facts(python: str) -> dict[str, Any]:
+    """What the local lane's trainer Python has: CUDA, DeepSpeed, bitsandbytes (it imports torch: seconds)."""
     proc = await asyncio.create_subprocess_exec(
         python, "-c", _PROBE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )

@@ -19,6 +19,7 @@ from bashgym.ledger.models import UNASSIGNED, BudgetEntrySpec
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import check_identifier, check_scope
+from bashgym.trainers.settings import effective_config
 from bashgym.trainers.specs import TrainingRequest
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -99,22 +100,32 @@ async def _dataset_version_path(call: Call, http: Request, payload: dict[str, An
     return str(blobs.path_for(record["content_digest"]))
 
 
-async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
-    """What a launch of `request` would do, judged against the project it would be recorded under."""
+def _authorised_project(call: Call, request: TrainingRequest) -> tuple[str, list[str], str]:
+    """The project a launch would be recorded under, its missing context fields, and what it may publish;
+    refused when the caller may not launch there."""
     context, missing = context_in_workspace(request.tracking_context, call.workspace)
     project = context.project_id if context else UNASSIGNED
     publication = authorise_launch(call.principal, call.services.settings, call.workspace, project, request)
+    return project, missing, publication
+
+
+async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
+    """What a launch of `request` would do, judged against the project it would be recorded under."""
+    project, missing, publication = _authorised_project(call, request)
     request = await shaped_for_lane(call.services.ledger, call.workspace, request)
     return {
         "request": request.model_dump(mode="json"),
         "lane": request.lane,
         "device_id": request.ssh_device,
         "device_group": request.device_group,
-        "context_status": "verified" if context else "unassigned",
+        "context_status": "unassigned" if project == UNASSIGNED else "verified",
         "project_id": project,
         "missing_context_fields": missing,
         "publication": publication,
         "lane_preflight": await _service(call).lane_verdict(call.workspace, request),
+        # The checks a launch makes, every refusal listed: launch refuses exactly what this refuses.
+        **await _service(call).launch_verdict(call.workspace, request),
+        "effective_config": effective_config(request),
     }
 
 
@@ -150,7 +161,7 @@ def training_routes() -> APIRouter:
     @router.post("/training/start", status_code=201)
     async def training_start(call: LaunchCall, http: Request) -> Response:
         request = await _request_of(call, http)
-        project = (await plan(call, request))["project_id"]
+        project, _, _ = _authorised_project(call, request)
         may_exceed = call.principal.holds("budget.amend", project)
         started = await _service(call).start(call.actor, call.workspace, request, may_exceed_budget=may_exceed)
         return json_response(started, 200 if started["replayed"] else 201)

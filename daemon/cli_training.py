@@ -112,7 +112,10 @@ def build_request(a: argparse.Namespace) -> dict[str, object]:
 async def training_plan(ctx: Ctx) -> int:
     body = await _request_body(ctx)
     result = await ctx.client.request("POST", "/v1/training/plan", body=body, params=_params(ctx))
-    return done(ctx, result, title="Training plan (nothing launched)")
+    ready = bool(result.get("ready")) if isinstance(result, dict) else False
+    title = "Training plan (nothing launched): " + ("ready" if ready else "a launch would be refused")
+    done(ctx, result, title=title)
+    return EXIT_OK if ready else EXIT_RULE  # a script can gate its launch on the plan
 
 
 async def _request_body(ctx: Ctx) -> dict[str, object]:

@@ -128,6 +128,8 @@ try:
         gpus.append({"index": i, "name": torch.cuda.get_device_name(i),
                      "free_gib": round(free / 2**30, 2), "total_gib": round(total / 2**30, 2)})
     facts["gpus"] = gpus
+    import importlib.util
+    facts["bitsandbytes"] = importlib.util.find_spec("bitsandbytes") is not None
 except Exception as exc:
     facts["torch"] = None
     facts["torch_error"] = f"{type(exc).__name__}: {exc}"

@@ -27,6 +27,7 @@ from bashgym.ledger.models import (
     RunTransition,
 )
 from bashgym.ledger.states import TERMINAL
+from bashgym.trainers.artifacts import EFFECTIVE_CONFIG
 from bashgym.trainers.distributed import charged_gpus, topology
 from bashgym.trainers.specs import TrainingRequest
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -456,6 +457,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def _artifact_kind(path: str, *, use_lora: bool) -> str:
     top = path.split("/")[0]
+    if top == EFFECTIVE_CONFIG:
+        return "config"
     if top == "merged":
         return "merged"
     if top.startswith("checkpoint-"):

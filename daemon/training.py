@@ -8,11 +8,11 @@ import json
 import logging
 import secrets
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bashgym.daemon.admission import check_lane, shaped_for_lane
+from bashgym.daemon.admission import check_lane, shaped_for_lane, trainer_python_facts
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
@@ -31,6 +31,7 @@ from bashgym.ledger.states import TERMINAL
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts import format_report, validate_dataset
+from bashgym.trainers.settings import Capabilities, model_problems, refusals
 from bashgym.trainers.specs import TrainingRequest
 
 log = logging.getLogger("bashgym.training")
@@ -212,6 +213,7 @@ class TrainingService:
         device = await check_lane(self.ledger, self.settings, workspace, request)
         await self._check_dataset(request)
         await self._check_command_checks(workspace, request, device)
+        await self._check_trainer_would_take(workspace, request, device)
         dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
         context, _ = context_in_workspace(request.tracking_context, workspace)
         if context is not None and context.dataset_content_digest != dataset_sha256:
@@ -315,6 +317,63 @@ class TrainingService:
             if isinstance(supervisor, GroupSupervisor) and supervisor.group_id == group_id
         ]
 
+    async def launch_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
+        """`training plan`'s answer: the checks `start` makes, in its order, with every refusal listed instead of
+        the first (a lane that refuses leaves its machine unknown, so the checks that need it wait for it)."""
+        reasons: list[str] = []
+        hints: list[str] = []
+
+        async def attempt(check: Callable[[], Awaitable[Any]]) -> bool:
+            try:
+                await check()
+            except BashGymError as exc:
+                found = exc.details.get("reasons")
+                reasons.extend(found if isinstance(found, list) else [exc.message])
+                hints.extend([exc.hint] if exc.hint and exc.hint not in hints else [])
+                return False
+            return True
+
+        device: Device | None = None
+
+        async def lane() -> None:
+            nonlocal device
+            device = await check_lane(self.ledger, self.settings, workspace, request)
+
+        lane_ok = await attempt(lane)
+        await attempt(lambda: self._check_dataset(request))
+        if lane_ok:
+            await attempt(lambda: self._check_command_checks(workspace, request, device))
+            await attempt(lambda: self._check_trainer_would_take(workspace, request, device))
+        return {"ready": not reasons, "reasons": reasons, "hints": hints}
+
+    async def _check_trainer_would_take(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
+        """What the trainer would refuse on the lane's machines, found before anything is queued."""
+        machine = await self._capabilities(workspace, request, device)
+        problems = refusals(request, machine)
+        if request.lane == "local":  # model paths name this host's files; a device's are checked where it trains
+            problems += await asyncio.to_thread(model_problems, request)
+        if problems:
+            raise RuleRejected(
+                "The trainer would refuse this run, so nothing was launched: " + " ".join(problems),
+                hint="Fix the request; bashgym training plan checks it without launching.",
+                details={"reasons": problems},
+            )
+
+    async def _capabilities(self, workspace: str, request: TrainingRequest, device: Device | None) -> Capabilities:
+        """CUDA and bitsandbytes on the machines the run would train on, where a setting needs them known."""
+        if not request.load_in_4bit or request.lane == "nemo":
+            return Capabilities()
+        if request.lane == "local":
+            facts = await trainer_python_facts(self.settings.trainer_python or sys.executable)
+            return Capabilities(cuda=bool(facts.get("cuda")), bitsandbytes=bool(facts.get("bitsandbytes")))
+        known = [facts for facts in (await self._device_facts(workspace, request, device)).values()]
+        cuda = [f.get("cuda") for f in known]
+        bnb = [f.get("bitsandbytes") for f in known]
+        return Capabilities(
+            cuda=False if False in cuda else (True if cuda and None not in cuda else None),
+            bitsandbytes=False if False in bnb else (True if bnb and None not in bnb else None),
+        )
+
     async def lane_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
         """Would the lane take this run now: the verdict `training plan` shows, from the same checks as start."""
         try:
@@ -411,14 +470,23 @@ class TrainingService:
             from bashgym.trainers.sandbox import probe_isolation  # only a launch with command checks needs it
 
             return {"this host": (await asyncio.to_thread(probe_isolation)).level}
+        return {
+            name: facts.get("sandbox") for name, facts in (await self._device_facts(workspace, request, device)).items()
+        }
+
+    async def _device_facts(
+        self, workspace: str, request: TrainingRequest, device: Device | None
+    ) -> dict[str, dict[str, Any]]:
+        """The last preflight's facts of each device the run trains on (an SSH device, or a group's members)."""
         names = [device.device_id] if device is not None else []
         if request.lane == "ssh-group":
             names = list((await self.ledger.get_device_group(workspace, request.device_group or ""))["members"])
-        levels: dict[str, str | None] = {}
+        found: dict[str, dict[str, Any]] = {}
         for name in names:
-            facts = ((await self.ledger.get_device(workspace, name))["preflight"] or {}).get("facts") or {}
-            levels[f"device {name}"] = facts.get("sandbox")
-        return levels
+            found[f"device {name}"] = ((await self.ledger.get_device(workspace, name))["preflight"] or {}).get(
+                "facts"
+            ) or {}
+        return found
 
     async def _check_dataset(self, request: TrainingRequest) -> None:
         for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
@@ -600,12 +668,16 @@ def _read_state(run_dir: Path) -> dict[str, Any]:
 
 
 def _write_request(run_dir: Path, request: TrainingRequest) -> None:
-    """The trainer's request. What the trainer never reads (the tracking context, the correlation id) is redacted
-    by shape: a credential pasted into a note there never lands on disk. The fields it trains on stay as sent."""
+    """The trainer's request, as sent. What the trainer never reads (the tracking context, the correlation id) is
+    redacted by shape: a credential pasted into a note there never lands on disk. The fields it trains on stay as
+    sent."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    written = request.model_dump(mode="json")
+    # The fields the request set, only: a profile's value gives way to a field the user sent and to no other,
+    # so the trainer must see which were sent (trainers/settings.py). The rest take the model's defaults.
+    written = request.model_dump(mode="json", exclude_unset=True)
     for field in ("tracking_context", "correlation_id"):
-        written[field] = redact_values(written[field])
+        if field in written:
+            written[field] = redact_values(written[field])
     (run_dir / "request.json").write_text(json.dumps(written, indent=2))
 
 

@@ -80,7 +80,7 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
         if base is None
         else {**base, "dataset_content_digest": digest, "dataset_version_id": f"traces-{digest[:12]}"}
     )
-    return {
+    request = {
         "strategy": "sft",
         "base_model": str(tiny),
         "dataset_path": str(data),
@@ -89,10 +89,14 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
         "gradient_accumulation_steps": 1,
         "learning_rate": 5e-3,
         "save_steps": 2,
-        "max_seq_length": 128,
         "tracking_context": context,
         **overrides,
     }
+    # Each method's own bounds (a field its strategy would not read is refused): GRPO and RLVR generate whole
+    # groups of short completions; the others read rows up to max_seq_length.
+    if request["strategy"] in {"grpo", "rlvr"}:
+        return {"grpo_num_generations": 2, "grpo_max_completion_length": 8, **request}
+    return {"max_seq_length": 128, **request}
 
 
 def session_records(n: int) -> list[dict[str, Any]]:

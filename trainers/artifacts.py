@@ -9,6 +9,7 @@ from typing import Any
 from bashgym.trainers.rundir import RunDirectory, sha256_file
 from bashgym.trainers.specs import TrainingRequest
 
+EFFECTIVE_CONFIG = "effective_config.json"
 KEEPS_CHECKPOINTS = {"adapter_checkpoint", "full_run"}
 KEEPS_MERGED = {"deployable", "full_run"}
 
@@ -36,15 +37,35 @@ def apply_retention(run: RunDirectory, request: TrainingRequest) -> list[str]:
     return removed
 
 
+def write_effective_config(run: RunDirectory, request: TrainingRequest, trainer: Any, speed: dict[str, Any]) -> str:
+    """effective_config.json: what the trainer was built with (its full configuration object, the adapter, the
+    speed settings as resolved) beside what `training plan` showed; returns the file's sha256."""
+    from bashgym.trainers.settings import effective_config
+
+    peft = getattr(getattr(trainer, "model", None), "peft_config", None) or {}
+    written = {
+        "planned": effective_config(request),
+        "trainer_class": f"{type(trainer).__module__}.{type(trainer).__qualname__}",
+        "trainer_args": trainer.args.to_dict(),
+        "adapter": {name: config.to_dict() for name, config in peft.items()},
+        "speed": speed,
+    }
+    path = run.root / EFFECTIVE_CONFIG
+    path.write_text(json.dumps(written, indent=2, sort_keys=True, default=str))
+    return sha256_file(path)
+
+
 def write_profile(run: RunDirectory, request: TrainingRequest, facts: dict[str, Any]) -> dict[str, Any]:
-    """model_profile.json: what was trained and a sha256 for every kept model file."""
+    """model_profile.json: what was trained and a sha256 for every kept model file (and the effective config)."""
     kept = [run.final_dir, run.merged_dir, *run.checkpoints()]
+    paths = [
+        path for directory in kept if directory.exists() for path in sorted(directory.rglob("*")) if path.is_file()
+    ]
+    if (run.root / EFFECTIVE_CONFIG).is_file():
+        paths.append(run.root / EFFECTIVE_CONFIG)  # registered beside the weights: its digest is on the run
     files = [
         {"path": str(path.relative_to(run.root)), "sha256": sha256_file(path), "size_bytes": path.stat().st_size}
-        for directory in kept
-        if directory.exists()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file()
+        for path in paths
     ]
     profile = {
         "strategy": request.strategy,

@@ -44,17 +44,14 @@ def load_model_and_tokenizer(
 
 
 def lora_config(request: TrainingRequest) -> Any:
-    if not request.use_lora:
+    from bashgym.trainers.settings import lora_args
+
+    args = lora_args(request)
+    if args is None:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(
-        r=request.lora_rank,
-        lora_alpha=request.lora_alpha,
-        lora_dropout=request.lora_dropout,
-        target_modules="all-linear",
-        task_type="CAUSAL_LM",
-    )
+    return LoraConfig(**args)
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ def run_training(run: RunDirectory, *, resume: bool, environ: dict[str, str], fl
     """Run the request in `run` and return the exit code the supervisor reads."""
     try:
         request = TrainingRequest.model_validate_json(run.request_path.read_text())
-        _check_dataset(request)
+        _check_request(request)
         return _train(run, request, flags, resume=resume, environ=environ)
     except Exception as exc:  # every failure becomes `failed` with a summary the supervisor records
         traceback.print_exc()
@@ -49,7 +49,19 @@ def _summary(exc: Exception) -> str:
     return text[:2000]
 
 
-def _check_dataset(request: TrainingRequest) -> None:
+def _check_request(request: TrainingRequest) -> None:
+    """What `training plan` checked before launch, checked again on the machine that trains."""
+    import importlib.util
+
+    import torch
+    from bashgym.trainers.settings import Capabilities, model_problems, refusals
+
+    machine = Capabilities(
+        cuda=torch.cuda.is_available(), bitsandbytes=importlib.util.find_spec("bitsandbytes") is not None
+    )
+    problems = refusals(request, machine) + model_problems(request)
+    if problems:
+        raise RefusedRequest(" ".join(problems))
     for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
         report = validate_dataset(request.strategy, Path(path), teacher_model=request.teacher_model)
         if not report.ok:
@@ -59,6 +71,7 @@ def _check_dataset(request: TrainingRequest) -> None:
 def _train(
     run: RunDirectory, request: TrainingRequest, flags: ControlFlags, *, resume: bool, environ: dict[str, str]
 ) -> int:
+    from bashgym.trainers.artifacts import write_effective_config
     from bashgym.trainers.distributed import hold_until_exit
     from bashgym.trainers.modeling import load_model_and_tokenizer
     from bashgym.trainers.strategies import build_trainer
@@ -85,6 +98,8 @@ def _train(
         facts["distributed"] = _topology(request)
     trainer.add_callback(ControlCallback(flags))
     _quiet_stdout_printer(trainer)
+    if run.rank.is_main:
+        facts["effective_config_sha256"] = write_effective_config(run, request, trainer, facts["speed"])
     run.emit("started", strategy=request.strategy, resumed_from=checkpoint.name if checkpoint else None, **facts)
     run.write_state("running", step=0, last_checkpoint=checkpoint.name if checkpoint else None)
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

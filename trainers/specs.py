@@ -177,6 +177,7 @@ class TrainingRequest(BaseModel):
     teacher_model: str | None = None
     teacher_temperature: Annotated[float, Field(gt=0, le=10)] = 0.7
     distillation_alpha: Probability = 0.5
+    distillation_max_completion_length: Annotated[int, Field(ge=1, le=65536)] = 256
     # Session distillation
     session_distillation_alpha: Probability = 0.7
     session_distillation_temperature: Annotated[float, Field(gt=0, le=10)] = 1.0
@@ -259,9 +260,8 @@ class TrainingRequest(BaseModel):
             )
         if self.auto_push_hf and not self.hf_repo_name:
             raise InvalidRequest("auto_push_hf needs hf_repo_name; BashGym never invents a repository name.")
-        if "token_level_loss" in self.model_fields_set and self.token_level_loss != (
-            self.grpo_loss_type in {"dapo", "bnpo", "dr_grpo"}
-        ):
+        both = {"token_level_loss", "grpo_loss_type"} <= self.model_fields_set
+        if both and self.token_level_loss != (self.grpo_loss_type in {"dapo", "bnpo", "dr_grpo"}):
             averaging = "per sequence" if self.token_level_loss else "over tokens"
             raise InvalidRequest(
                 f"token_level_loss is {str(self.token_level_loss).lower()} but grpo_loss_type "
@@ -305,13 +305,16 @@ class TrainingRequest(BaseModel):
 
     @classmethod
     def from_recipe(cls, payload: dict[str, Any]) -> TrainingRequest:
-        """Accept the operator documents' shape: `use_remote_ssh` + `device_id` means `ssh:<device_id>`."""
+        """A request as a user sent it, in the operator documents' shape (`use_remote_ssh` + `device_id` means
+        `ssh:<device_id>`); a field its strategy would not read is refused (trainers/settings.py)."""
         data = dict(payload)
         if data.get("use_remote_ssh") and "compute_target" not in data:
             if not data.get("device_id"):
                 raise InvalidRequest("use_remote_ssh is true but device_id is missing; name the device.")
             data["compute_target"] = f"ssh:{data['device_id']}"
-        return cls.model_validate(data)
+        from bashgym.trainers.settings import check_sent  # settings reads this module's model
+
+        return check_sent(cls.model_validate(data))
 
     @property
     def lane(self) -> str:

@@ -69,12 +69,18 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
         "gradient_accumulation_steps": 1,
         "learning_rate": 5e-3,
         "save_steps": 1,
-        "max_seq_length": 96,
-        "grpo_num_generations": 2,
-        "grpo_max_completion_length": 8,
         "tracking_context": context,
+        # Each method's own settings only: a field its strategy would not read is refused.
+        **(
+            {"grpo_num_generations": 2, "grpo_max_completion_length": 8}
+            if strategy in {"grpo", "rlvr"}
+            else {"max_seq_length": 96}
+        ),
     }
     with daemon.client() as admin:
+        plan = admin.post("/v1/training/plan", json=request)
+        assert plan.status_code == 200 and plan.json()["ready"], plan.text
+        planned = plan.json()["effective_config"]
         started = admin.post("/v1/training/start", json=request)
         assert started.status_code == 201, started.text
         run = wait_for_run(admin, "nightly", started.json()["run_id"], TERMINAL, timeout_s=240)
@@ -82,5 +88,18 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
     assert run["status"] == "completed", (run["attempts"][-1]["error_summary"], log)
     artifacts = run["artifacts"]
     assert artifacts and all(len(a["sha256"]) == 64 and a["size_bytes"] > 0 for a in artifacts), artifacts
-    assert {"adapter"} <= {a["kind"] for a in artifacts}
+    assert {"adapter", "config"} <= {a["kind"] for a in artifacts}
     assert run["metric_summary"]["train.loss"]["count"] >= 1, run["metric_summary"]
+    # The run wrote what its trainer was built with, the plan's figures among it, and its digest is on the run.
+    written = daemon.home / "runs" / run["run_id"] / "effective_config.json"
+    effective = json.loads(written.read_text())
+    assert effective["planned"] == planned
+    trainer_args = effective["trainer_args"]
+    for name, value in planned["schedule"].items():
+        assert trainer_args[name] == value, name
+    shared = set(planned["method"]) & set(trainer_args)
+    assert shared or strategy == "session_distillation", planned["method"]
+    for name in shared:
+        assert trainer_args[name] == planned["method"][name], name
+    config = next(a for a in artifacts if a["kind"] == "config")
+    assert config["sha256"] == __import__("hashlib").sha256(written.read_bytes()).hexdigest()

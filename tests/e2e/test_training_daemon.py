@@ -68,7 +68,7 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     )
     assert "run.checkpoint" in kinds
     assert run["metric_summary"]["train.loss"]["count"] == 4
-    assert {a["kind"] for a in run["artifacts"]} == {"adapter"}
+    assert {a["kind"] for a in run["artifacts"]} == {"adapter", "config"}  # config: effective_config.json
     assert all(len(a["sha256"]) == 64 and a["size_bytes"] > 0 for a in run["artifacts"])
     run_dir = trainer_daemon.home / "runs" / info["run_id"]
     assert not list(run_dir.glob("checkpoint-*")), "adapter_only retention"
@@ -174,8 +174,9 @@ def test_a_dataset_breaking_its_contract_is_refused_before_launch(
 def test_a_run_that_fails_in_training_is_failed_with_its_error(
     trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
 ) -> None:
-    broken_model = tmp_path / "not-a-model"
+    broken_model = tmp_path / "not-a-model"  # a model directory by its shape, whose architecture nothing knows
     broken_model.mkdir()
+    (broken_model / "config.json").write_text('{"model_type": "no-such-architecture"}')
     with trainer_daemon.client() as client:
         info = client.post(
             "/v1/training/start",
@@ -267,6 +268,9 @@ def test_a_run_stopped_while_queued_or_paused_gives_back_its_budget_reservation(
 def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_log(tiny: Path, tmp_path: Path) -> None:
     fake_token = "hf_" + "Kx7" * 12  # shaped like a Hugging Face token; never real
     home = tmp_path / "home"
+    model = Path(f"{SUITE_ROOT}/models/{fake_token}/tiny")  # a model directory by its shape, loading nothing
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text("{not json")  # transformers' error names the file, token and all
     with running_daemon(home, env={"HF_TOKEN": fake_token}) as daemon, daemon.client() as client:
         # The trainer fails loading this path and writes it, token and all, into training.log and its error.
         info = client.post(

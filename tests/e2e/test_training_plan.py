@@ -135,6 +135,7 @@ def test_a_registered_dataset_version_is_trained_on_from_the_store(daemon: Runni
 def test_a_local_model_path_is_the_callers_not_the_daemons(daemon: RunningDaemon, tmp_path: Path) -> None:
     # The daemon runs elsewhere: `./tiny-model` means the directory next to the person who typed it.
     (tmp_path / "tiny-model").mkdir()
+    (tmp_path / "tiny-model" / "config.json").write_text("{}")
     sft_data(tmp_path).rename(tmp_path / "rows.jsonl")
     args = ["training", "plan", "--strategy", "sft", "--model", "./tiny-model", "--dataset-path", "rows.jsonl"]
     proc = subprocess.run([*BASHGYM, *args, "--json"], cwd=tmp_path, env=daemon.env(), capture_output=True, text=True)
@@ -152,7 +153,59 @@ def test_the_operator_form_names_its_ssh_target_in_the_config(daemon: RunningDae
     data = str(sft_data(tmp_path))
     args = ["training", "plan", "--strategy", "sft", "--model", "org/model", "--dataset-path", data]
     planned = cli(daemon.env(), *args, "--config", str(config), "--json")
-    assert planned.code == 0, planned.stderr
+    assert planned.code == 7, planned.stderr  # no device gpu1 here: a launch would be refused, and plan says so
     plan = planned.json()
     assert (plan["lane"], plan["device_id"]) == ("ssh", "gpu1")
     assert plan["lane_preflight"]["ready"] is False and "gpu1" in plan["lane_preflight"]["reasons"][0]
+    assert plan["ready"] is False and plan["reasons"] == plan["lane_preflight"]["reasons"]
+
+
+def test_plan_finds_what_the_trainer_would_refuse_and_launch_refuses_the_same(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """Each request here was answered ready by plan and accepted by launch, then refused by the trainer minutes
+    later: the GRPO recipe as the launch recipes give it, 4-bit on a CPU lane, an SFT request on DPO pairs, a
+    model path that does not exist, a teacher of another vocabulary."""
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(PAIRS)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        json.dumps({"prompt": "Count notes.txt", "verifier": {"kind": "exact_match", "expected": "wc"}}) + "\n"
+    )
+    student, teacher = tmp_path / "student", tmp_path / "teacher"
+    for path, vocab in ((student, 512), (teacher, 1024)):
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+    sft = str(sft_data(tmp_path))
+    cases = {
+        "multiple of grpo_num_generations (32, whole groups): raise gradient_accumulation_steps to 32": {
+            "strategy": "grpo", "base_model": str(student), "dataset_path": str(prompts),
+            "training_profile": "default", "grpo_group_size": 32, "grpo_num_generations": 32,
+        },
+        "load_in_4bit needs a CUDA GPU, and the lane has none": {
+            "strategy": "sft", "base_model": str(student), "dataset_path": sft, "load_in_4bit": True,
+        },
+        "The dataset breaks the sft contract": {
+            "strategy": "sft", "base_model": str(student), "dataset_path": str(pairs),
+        },
+        "does not exist on the machine that would train": {
+            "strategy": "sft", "base_model": str(tmp_path / "nowhere"), "dataset_path": sft,
+        },
+        "teacher_model has a vocabulary of 1024 tokens and base_model 512": {
+            "strategy": "distillation", "base_model": str(student), "teacher_model": str(teacher),
+            "dataset_path": str(prompts),
+        },
+    }  # fmt: skip
+    with daemon.client() as admin:
+        for reason, request in cases.items():
+            plan = admin.post("/v1/training/plan", json=request)
+            assert plan.status_code == 200, plan.text
+            assert not plan.json()["ready"] and any(reason in r for r in plan.json()["reasons"]), plan.json()["reasons"]
+            started = admin.post("/v1/training/start", json=request)
+            assert started.status_code == 422 and reason in started.text, started.text
+        listed = admin.get("/v1/projects/unassigned/runs")  # no run registered: not even the project exists
+        assert listed.status_code == 404 or listed.json() == [], listed.text
+        # A setting the strategy would not read is refused as it is sent, plan and launch alike.
+        for route in ("/v1/training/plan", "/v1/training/start"):
+            answer = admin.post(route, json={**cases["The dataset breaks the sft contract"], "grpo_temperature": 0.9})
+            assert answer.status_code == 422 and "`grpo_temperature` is read by grpo and rlvr only" in answer.text

@@ -288,7 +288,7 @@ async def case_training_start(h: Harness) -> tuple[str, dict[str, Any]]:
     data.write_text('{"text": "wc -l notes.txt"}\n')
     # The model does not exist, so the trainer this launches fails at once; the launch is what is tested.
     return "/v1/training/start", {
-        "json": {"strategy": "sft", "base_model": str(h.tmp / "no-model"), "dataset_path": str(data)}
+        "json": {"strategy": "sft", "base_model": "org/absent-model", "dataset_path": str(data)}
     }
 
 

@@ -69,7 +69,10 @@ def test_a_resume_with_another_world_size_is_refused_before_the_model_loads(tmp_
     data.write_text(
         json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ls"}]})
     )
-    request = {"strategy": "sft", "base_model": str(tmp_path / "no-model"), "dataset_path": str(data)}
+    model = tmp_path / "model"  # a model directory whose weights are never loaded
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    request = {"strategy": "sft", "base_model": str(model), "dataset_path": str(data)}
     (tmp_path / "request.json").write_text(json.dumps(request))
     run = RunDirectory(tmp_path, protocol=io.StringIO())
     _save(RunDirectory(tmp_path, protocol=None, rank=RankInfo(world_size=2)), 10, is_complete=True)

@@ -63,6 +63,8 @@ TORCH_FREE = (
     "bashgym.trainers.canaries",
     "bashgym.trainers.distributed",
     "bashgym.trainers.rundir",  # the run directory's layout: the checkpoint completion marker's name
+    "bashgym.trainers.settings",  # what each field does: plan's checks and effective configuration
+    "bashgym.trainers.artifacts",  # the effective configuration's file name
 )
 
 

@@ -15,6 +15,7 @@ from bashgym.trainers.attention import use_packed_attention
 from bashgym.trainers.modeling import load_rows
 from bashgym.trainers.reporting import ReportingCallback
 from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.settings import shared_args
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import (
     SFT_PATH,
@@ -34,35 +35,23 @@ COMPILE_BACKEND: Any = "inductor"
 
 
 def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
-    """TrainingArguments every strategy shares; field names map one to one from the request.
+    """TrainingArguments every strategy shares: the request's (trainers/settings.shared_args) and the run's.
 
     The speed settings (bf16, optimizer, checkpointing, data loading) come from the run's SpeedPlan.
     """
-    cuda = torch.cuda.is_available()
     return {
         "output_dir": str(run.root),
-        "num_train_epochs": request.num_epochs,
-        "max_steps": request.max_steps,
-        "per_device_train_batch_size": request.batch_size,
-        "gradient_accumulation_steps": request.gradient_accumulation_steps,
-        "learning_rate": request.learning_rate,
-        "warmup_steps": request.warmup_ratio,  # a float below 1 is a fraction of the run in transformers 5
-        "lr_scheduler_type": request.lr_scheduler_type,
-        "logging_steps": request.logging_steps,
+        **shared_args(request),
         # transformers' default swaps a NaN or infinite step loss for the window's average (0.0 when every step
         # logs): a diverged run then logs a fine loss, and the daemon's non-finite-loss check never fires. The
         # check also reads the loss back every step, which makes the host wait for the GPU.
         "logging_nan_inf_filter": False,
-        "save_steps": request.save_steps,
-        "save_total_limit": request.checkpoint_limit,
         # Over several machines each one keeps its own copy of every checkpoint (its local main process writes
         # it), so a resume finds the checkpoint already there instead of copying it through the daemon.
         "save_on_each_node": request.num_machines > 1,
-        "seed": request.seed,
-        "data_seed": request.seed,
         "report_to": "none",
         "disable_tqdm": True,
-        "use_cpu": not cuda,
+        "use_cpu": not torch.cuda.is_available(),
     }
 
 

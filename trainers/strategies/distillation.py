@@ -11,6 +11,7 @@ from typing import Any
 
 from bashgym.trainers.modeling import load_rows, lora_config
 from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.settings import method_args
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.strategies.sft import DeviceMetricsSFTTrainer
 from datasets import Dataset
@@ -30,9 +31,16 @@ def _on_policy(
 ) -> Any:
     assert request.teacher_model is not None
     teacher = AutoModelForCausalLM.from_pretrained(request.teacher_model, dtype=model.dtype)
-    dataset = Dataset.from_list([{"prompt": row["prompt"]} for row in rows])
+    method = method_args(request)
+    prompts = [fit_prompt(row["prompt"], tokenizer, method["max_prompt_tokens"]) for row in rows]
+    cut = sum(prompt != row["prompt"] for prompt, row in zip(prompts, rows, strict=True))
+    print(f"distillation: {cut} of {len(rows)} prompts cut to {method['max_prompt_tokens']} tokens", flush=True)
+    dataset = Dataset.from_list([{"prompt": prompt} for prompt in prompts])
     config = DistillationConfig(
-        **args, temperature=request.teacher_temperature, max_completion_length=request.grpo_max_completion_length
+        **args,
+        temperature=method["temperature"],
+        beta=method["beta"],
+        max_completion_length=method["max_completion_length"],
     )
     return DistillationTrainer(
         model=model,
@@ -44,6 +52,28 @@ def _on_policy(
     )
 
 
+def fit_prompt(prompt: Any, tokenizer: Any, budget: int) -> Any:
+    """The prompt within `budget` tokens, its end kept: a text loses its oldest tokens; a conversation its oldest
+    turns after any system message, then its last turn's oldest tokens."""
+    if isinstance(prompt, str):
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return prompt if len(ids) <= budget else tokenizer.decode(ids[-budget:])
+    messages = list(prompt)
+
+    def length() -> int:
+        return len(
+            tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+        )
+
+    system = 1 if messages and messages[0].get("role") == "system" else 0
+    while length() > budget and len(messages) > system + 1:
+        del messages[system]
+    while length() > budget and len(str(messages[-1].get("content", ""))) > 1:
+        content = str(messages[-1]["content"])
+        messages[-1] = {**messages[-1], "content": content[len(content) // 4 or 1 :]}
+    return messages
+
+
 def _from_responses(
     request: TrainingRequest, model: Any, tokenizer: Any, rows: list[dict[str, Any]], args: dict[str, Any]
 ) -> Any:
@@ -53,7 +83,7 @@ def _from_responses(
             for row in rows
         ]
     )
-    config = SFTConfig(**args, max_length=request.max_seq_length, packing=False)
+    config = SFTConfig(**args, max_length=method_args(request)["max_length"], packing=False)
     return DeviceMetricsSFTTrainer(
         model=model, args=config, train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(request)
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from bashgym.trainers.modeling import load_rows, lora_config
 from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.settings import method_args
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.strategies import eval_args
 from datasets import Dataset
@@ -13,7 +14,8 @@ from trl import DPOConfig, DPOTrainer
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    config = DPOConfig(**args, **eval_args(request), beta=request.dpo_beta, max_length=request.max_seq_length)
+    method = method_args(request)
+    config = DPOConfig(**args, **eval_args(request), beta=method["beta"], max_length=method["max_length"])
     eval_dataset = _pairs(request.eval_dataset_path) if request.eval_dataset_path else None
     # With LoRA the frozen base (adapter disabled) is the reference, so no second model is loaded.
     return DPOTrainer(

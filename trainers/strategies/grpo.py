@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import torch
 from bashgym.trainers.modeling import load_rows, lora_config
 from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.settings import method_args
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.verifiers import reward_function
 from datasets import Dataset
@@ -25,29 +27,65 @@ def _row(row: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": row["prompt"], "verifier": json.dumps(verifier)}
 
 
+class FilteringGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer, with groups whose rewards did not vary taken out of the loss (filter_zero_std_groups).
+
+    Such a group's advantages are all zero, so its policy term is zero; left in, its tokens still count in the
+    loss's normaliser (dapo divides by every completion token of the batch), diluting the groups that do teach,
+    and a KL term (beta > 0) would still pull on them."""
+
+    def __init__(self, *args: Any, filter_zero_std_groups: bool, group_size: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.filter_zero_std_groups = filter_zero_std_groups
+        self.group_size = group_size
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        training = self.model is not None and self.model.training
+        if not (self.filter_zero_std_groups and training):
+            return output
+        mask = output["completion_mask"] * taught_rows(output["advantages"], self.group_size).unsqueeze(1)
+        output["completion_mask"] = mask.to(output["completion_mask"].dtype)
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        return output
+
+
+def taught_rows(advantages: torch.Tensor, group_size: int) -> torch.Tensor:
+    """1 for each completion whose group's rewards varied, 0 for a group whose advantages are all zero.
+
+    Groups are consecutive runs of `group_size` rows (TRL's sampler repeats each prompt that many times); a slice
+    that does not start on a group boundary is judged by the rows it holds."""
+    rows = advantages.shape[0]
+    padded = -(-rows // group_size) * group_size
+    varied = torch.zeros(padded, dtype=torch.bool, device=advantages.device)
+    varied[:rows] = advantages != 0
+    keep = varied.view(-1, group_size).any(dim=1, keepdim=True).expand(-1, group_size).reshape(-1)[:rows]
+    return keep.to(advantages.dtype)
+
+
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    if request.active_sampling:
-        raise ValueError(
-            "active_sampling (resampling groups until their rewards vary) needs a dynamic-sampling "
-            "backend this installation lacks; set active_sampling false."
-        )
-    if request.lm_head_fp32:
-        args = {**args, "cast_lm_head_to_fp32": True}
-    # Zero-variance groups get zero advantage in GRPO, so they carry no gradient: filter_zero_std_groups
-    # holds by construction, and their share is logged as train.frac_zero_std_groups.
+    method = method_args(request)
     dataset = Dataset.from_list([_row(row) for row in load_rows(request.dataset_path)])
     config = GRPOConfig(
         **args,
-        num_generations=request.grpo_num_generations,
-        temperature=request.grpo_temperature,
-        max_completion_length=request.grpo_max_completion_length,
-        loss_type=request.grpo_loss_type,
+        num_generations=method["num_generations"],
+        temperature=method["temperature"],
+        max_completion_length=method["max_completion_length"],
+        loss_type=method["loss_type"],
+        beta=method["beta"],
+        epsilon_high=method["epsilon_high"],
+        mask_truncated_completions=method["mask_truncated_completions"],
+        cast_lm_head_to_fp32=method["cast_lm_head_to_fp32"],
     )
-    return GRPOTrainer(
+    return FilteringGRPOTrainer(
         model=model,
         reward_funcs=[reward_function],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(request),
+        filter_zero_std_groups=method["filter_zero_std_groups"],
+        group_size=method["num_generations"],
     )

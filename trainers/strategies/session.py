@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from bashgym.trainers.modeling import load_rows
 from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.settings import method_args
 from bashgym.trainers.specs import TrainingRequest
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
@@ -120,22 +121,25 @@ class SessionDistillationTrainer(Trainer):
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    records = [
-        r
-        for r in load_rows(request.dataset_path)
-        if r["reader_confidence"] >= request.session_distillation_min_confidence
-    ]
+    method = method_args(request)
+    rows = load_rows(request.dataset_path)
+    records = [r for r in rows if r["reader_confidence"] >= method["min_confidence"]]
     if not records:
         raise ValueError(
             f"No record reaches session_distillation_min_confidence "
             f"{request.session_distillation_min_confidence}; lower it or add records."
         )
+    print(
+        f"session_distillation: training on {len(records)} of {len(rows)} records; {len(rows) - len(records)} below "
+        f"min_confidence {method['min_confidence']} left out",
+        flush=True,
+    )
     if request.use_lora:
         from bashgym.trainers.modeling import lora_config
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(request))
-    dataset = Dataset.from_list([encode(r, tokenizer, request.max_seq_length) for r in records])
+    dataset = Dataset.from_list([encode(r, tokenizer, method["max_length"]) for r in records])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return SessionDistillationTrainer(
         model=model,
@@ -143,6 +147,6 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         train_dataset=dataset,
         data_collator=lambda batch: collate(batch, pad_id),
         processing_class=tokenizer,
-        alpha=request.session_distillation_alpha,
-        temperature=request.session_distillation_temperature,
+        alpha=method["alpha"],
+        temperature=method["temperature"],
     )

@@ -12,6 +12,7 @@ import torch
 from bashgym.trainers.modeling import load_rows, lora_config
 from bashgym.trainers.readback import HostCopy, to_device
 from bashgym.trainers.rundir import RunDirectory
+from bashgym.trainers.settings import method_args
 from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.strategies import eval_args
 from datasets import Dataset
@@ -26,7 +27,7 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
     config = SFTConfig(
         **args,
         **eval_args(request),
-        max_length=request.max_seq_length,
+        max_length=method_args(request)["max_length"],
         assistant_only_loss=_assistant_only(train, tokenizer),
     )
     eval_dataset = _dataset(request.eval_dataset_path) if request.eval_dataset_path else None
