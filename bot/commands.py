@@ -351,10 +351,12 @@ class RunCardGroup(app_commands.Group, name="runcard", description="RunCards: a 
         interaction: Interaction,
         project: str,
         run: str,
-        claim_tier: Literal["local_smoke", "narrow", "broad"] = "narrow",
+        claim_tier: Literal["local_smoke", "narrow", "broad"] | None = None,
         decision: Literal["pending", "hold", "promote", "reject"] = "pending",
     ) -> None:
-        body = {"claim_tier": claim_tier, "decision": decision}
+        body: dict[str, str] = {"decision": decision}
+        if claim_tier:  # left out, the daemon gives the tier the evidence supports
+            body["claim_tier"] = claim_tier
 
         async def work() -> Reply:
             data = await call(interaction, "POST", f"/v1/projects/{project}/runs/{run}/runcards", body=body)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
 from bashgym.daemon.app import json_response
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody
-from bashgym.daemon.promotion import Evidence, build_runcard, gate, validate_runcard
+from bashgym.daemon.promotion import Evidence, build_runcard, default_claim_tier, gate, validate_runcard
 from bashgym.daemon.request_paths import data_reference
 from bashgym.daemon.routing import Call, ReadCall, requires, written
-from bashgym.ledger.errors import RuleRejected
+from bashgym.ledger.errors import NotFound, RuleRejected
 from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +24,8 @@ WITHHELD = {"withheld": "This suite is protected: per-task rows open only with e
 
 class RunCardBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    claim_tier: Literal["local_smoke", "narrow", "broad"] = "narrow"
+    # Left out: local_smoke below the method's minimum steps or on partial suites only, else narrow.
+    claim_tier: Literal["local_smoke", "narrow", "broad"] | None = None
     decision: Literal["pending", "hold", "promote", "reject"] = "pending"
     known_limitations: list[Annotated[str, Field(max_length=2000)]] = Field(default_factory=list, max_length=50)
 
@@ -52,7 +54,16 @@ async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
     if run.get("model_version_id"):
         base_model_id = (await ledger.get_model_version(call.workspace, project, run["model_version_id"]))["model_id"]
     environment_digest = environment["runtime_digest"] if environment else None
-    return Evidence(run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id)
+    baseline_models = {}  # which model each baseline evaluated: distillation asks for the teacher among them
+    for result_id, baseline in baselines.items():
+        if baseline.get("model_version_id"):
+            with contextlib.suppress(NotFound):
+                baseline_models[result_id] = await ledger.get_model_version(
+                    call.workspace, project, baseline["model_version_id"]
+                )
+    return Evidence(
+        run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id, baseline_models
+    )
 
 
 async def withhold_protected(call: Call, project: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -92,7 +103,7 @@ def evaluation_routes() -> APIRouter:
         evidence = await gather_evidence(call, project, run_id)
         card = build_runcard(
             evidence,
-            claim_tier=body.claim_tier,
+            claim_tier=body.claim_tier or default_claim_tier(evidence),
             decision=body.decision,
             limitations=body.known_limitations,
             creator=call.principal.actor_id,

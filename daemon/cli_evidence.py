@@ -31,7 +31,12 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
     subject.add_argument("--gold", action="store_true", help="run the suite's gold solutions (its own pass rate)")
     parser.add_argument("--samples", type=int, default=1, help="samples per task (n of pass@k)")
     parser.add_argument("--split", choices=["all", "holdout"], default="all", help="which tasks")
-    parser.add_argument("--limit-tasks", type=int, help="only the first N tasks (a quick look, not evidence)")
+    parser.add_argument(
+        "--limit-tasks",
+        type=int,
+        help="N tasks, taken round-robin across families: a partial suite with its own id, a quick look no gate "
+        "takes as evidence",
+    )
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     parser.add_argument("--min-holdout-pass-at-1", type=float, default=0.0, help="the holdout gate's pass@1 bar")
     parser.add_argument("--compute-target", default="local", help="local or ssh:<device_id>")
@@ -161,7 +166,11 @@ async def eval_canaries(ctx: Ctx) -> int:
 
 def _card_args(parser: argparse.ArgumentParser) -> None:
     _run(parser)
-    parser.add_argument("--claim-tier", choices=["local_smoke", "narrow", "broad"], default="narrow")
+    parser.add_argument(
+        "--claim-tier",
+        choices=["local_smoke", "narrow", "broad"],
+        help="left out: local_smoke below the method's minimum steps or on partial suites only, else narrow",
+    )
     parser.add_argument("--decision", choices=["pending", "hold", "promote", "reject"], default="pending")
     parser.add_argument("--limitation", action="append", default=[], help="a known limitation (repeatable)")
 
@@ -169,7 +178,9 @@ def _card_args(parser: argparse.ArgumentParser) -> None:
 @command("runcard", "create", help="record an immutable RunCard of a run's evidence (runcard.write)")(_card_args)
 async def runcard_create(ctx: Ctx) -> int:
     a = ctx.args
-    body = {"claim_tier": a.claim_tier, "decision": a.decision, "known_limitations": a.limitation}
+    body = {"decision": a.decision, "known_limitations": a.limitation}
+    if a.claim_tier:
+        body["claim_tier"] = a.claim_tier
     result = await ctx.client.request(
         "POST", f"/v1/projects/{a.project}/runs/{a.run}/runcards", body=body, params={"workspace": ctx.workspace}
     )

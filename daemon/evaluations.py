@@ -16,6 +16,7 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes import read_from
 from bashgym.daemon.model_sources import local_model_dir, run_model_dir
+from bashgym.daemon.promotion import PARTIAL_SUITE_KIND
 from bashgym.daemon.request_paths import Reach, check_model_source
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device, RemoteRun
@@ -23,6 +24,7 @@ from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
 from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
 from bashgym.ledger.tx import new_id
+from bashgym.ledger.validation import sha256_text
 from bashgym.trainers.evaluate import GOLD, EvalRequest
 from bashgym.trainers.evidence_math import paired_bootstrap
 from bashgym.trainers.placement import DeviceChoice, ran_alike, ran_on
@@ -51,6 +53,21 @@ def terminal_suite_spec(suite: SuiteDefinition) -> EvalSuiteSpec:
             "kind": "terminal_tasks",
             "scoring_contract": TERMINAL_CONTRACT,
             "code_digest": suite.digest(),
+        }
+    )
+
+
+def partial_suite_spec(summary: dict[str, Any]) -> EvalSuiteSpec:
+    """A `--limit-tasks` subset of a terminal-task suite: its own id and kind, pinned by the whole suite's digest
+    and the subset's size."""
+    partial = summary["partial"]
+    digest = sha256_text(f"{summary['suite_digest']}:{partial['tasks']}:{partial['of_tasks']}")
+    return EvalSuiteSpec.model_validate(
+        {
+            "suite_id": summary["suite_id"],
+            "kind": PARTIAL_SUITE_KIND,
+            "scoring_contract": TERMINAL_CONTRACT,
+            "code_digest": digest,
         }
     )
 
@@ -346,6 +363,9 @@ class EvaluationService:
         if summary.get("kind") in HELDOUT_CONTRACTS:
             return await self._record_heldout(actor, ws, project, eval_dir, job, attempt_id, summary)
         attempts_sha, _ = await self.blobs.put_file(eval_dir / "attempts.jsonl")
+        if summary.get("partial"):  # a subset of the suite is a suite of its own, which no gate takes for the whole
+            await self.ledger.register_eval_suite(actor, ws, project, partial_suite_spec(summary))
+            job["suite_id"] = summary["suite_id"]
         overall, holdout = summary["overall"], summary["holdout"]
         metrics = {k: float(v) for k, v in overall.items() if k.startswith("pass@") or k.endswith("_rate")}
         metrics["mean_success"] = float(overall["mean_success"])
@@ -365,6 +385,7 @@ class EvaluationService:
             "contamination": summary["contamination"],
             "canaries": summary.get("canaries"),
             "suite_digest": summary["suite_digest"],
+            "partial": summary.get("partial"),
             "attempts_sha256": attempts_sha,
         }
         spec = EvalResultSpec(

@@ -6,10 +6,13 @@ training run. The method minimums follow ../shared/RECIPES.md.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TERMINAL_SUITE_KIND = "terminal_tasks"
+# A `--limit-tasks` subset of a suite: recorded under its own id, never taken as the suite's evidence.
+PARTIAL_SUITE_KIND = "terminal_tasks_partial"
+UNASSIGNED = "unassigned"
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,28 @@ class Evidence:
     runcards: list[dict[str, Any]]  # newest first
     environment_digest: str | None = None
     base_model_id: str | None = None
+    baseline_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # result_id -> model version record
+
+    def is_partial(self, suite_id: str) -> bool:
+        return (self.suites.get(suite_id) or {}).get("kind") == PARTIAL_SUITE_KIND
+
+
+# The fewest optimizer steps a run of each method needs before its card may claim more than a smoke test; an RL
+# step covers a whole group of generations per prompt.
+MIN_STEPS = {"sft": 100, "dpo": 100, "distillation": 100, "session_distillation": 100, "grpo": 50, "rlvr": 50}
+
+
+def default_claim_tier(evidence: Evidence) -> str:
+    """`local_smoke` for a run below its method's minimum steps or evaluated on partial suites only (it never
+    ships), else `narrow`."""
+    summary = evidence.run.get("metric_summary") or {}
+    steps = max((m.get("last_step") or 0 for m in summary.values() if isinstance(m, dict)), default=0)
+    if steps < MIN_STEPS.get(evidence.run["method"], 0):
+        return "local_smoke"
+    finished = [r for r in evidence.results if r["status"] == "completed"]
+    if finished and all(evidence.is_partial(r["suite_id"]) for r in finished):
+        return "local_smoke"
+    return "narrow"
 
 
 def build_runcard(
@@ -149,27 +174,45 @@ def _checks(e: Evidence) -> list[Finding]:
             "The run has no training metrics in the ledger.",
             "Check metrics.jsonl ingestion; retrain if it is missing.",
         )
-    completed = [r for r in e.results if r["status"] == "completed"]
-    if not completed:
+    if run.get("project_id") == UNASSIGNED or run.get("context_status") == UNASSIGNED:
+        fail(
+            "unassigned_run",
+            "The run is kept under `unassigned`: it lacks the context that says what it trained, so nothing it made "
+            "can be promoted.",
+            "Train it again under its project with a complete --tracking-context (bashgym training plan lists "
+            "missing_context_fields); a run is never moved into a project after the fact.",
+        )
+    finished = [r for r in e.results if r["status"] == "completed"]
+    completed = [r for r in finished if not e.is_partial(r["suite_id"])]
+    comparisons = [c for c in e.comparisons if not e.is_partial(c["suite_id"])]
+    if not completed and finished:
+        fail(
+            "partial_suite_only",
+            f"Every evaluation covered part of its suite ({', '.join(sorted({r['suite_id'] for r in finished}))}): "
+            "a partial suite is a quick look, never the suite's evidence.",
+            "Evaluate on the whole suite: bashgym eval run --run RUN without --limit-tasks.",
+        )
+    elif not completed:
         fail("no_evaluation", "The run has no completed evaluation.", "bashgym eval run --run RUN --suite SUITE")
-    if not e.comparisons:
+    if not comparisons:
         fail(
             "no_baseline_comparison",
-            "No comparison against a pinned baseline on the same suite.",
+            "No comparison against a pinned baseline on the same whole suite"
+            + (" (comparisons on partial suites do not count)." if e.comparisons else "."),
             "bashgym eval compare --baseline RESULT --candidate RESULT",
         )
     else:
-        found += _comparison_checks(e)
+        found += _comparison_checks(e, comparisons)
     if not e.runcards:
         fail("runcard_missing", "The run has no RunCard.", "bashgym runcard create --run RUN")
     found += _method_checks(e, completed)
     return found
 
 
-def _comparison_checks(e: Evidence) -> list[Finding]:
+def _comparison_checks(e: Evidence, comparisons: list[dict[str, Any]]) -> list[Finding]:
     found = []
-    if not any((c.get("delta") or 0) > 0 and c.get("ci_low") is not None and c["ci_low"] > 0 for c in e.comparisons):
-        best = max(e.comparisons, key=lambda c: c.get("delta") or 0)
+    if not any((c.get("delta") or 0) > 0 and c.get("ci_low") is not None and c["ci_low"] > 0 for c in comparisons):
+        best = max(comparisons, key=lambda c: c.get("delta") or 0)
         found.append(
             Finding(
                 "no_improvement",
@@ -179,7 +222,7 @@ def _comparison_checks(e: Evidence) -> list[Finding]:
                 "Improve the model, or evaluate with more samples so the interval narrows.",
             )
         )
-    for comparison in e.comparisons:
+    for comparison in comparisons:
         candidate = next((r for r in e.results if r["result_id"] == comparison["candidate_result_id"]), None)
         baseline = e.baselines.get(comparison["baseline_result_id"])
         suite = e.suites.get(comparison["suite_id"])
@@ -227,6 +270,7 @@ def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding
                 "The holdout gate did not pass (pass@1, timeouts, tampering or contamination).",
                 "Inspect the gate's checks in the evaluation details.",
             )
+        found += _holdout_against_baselines(e)
     if method in {"grpo", "rlvr"}:
         if not terminal:
             fail(
@@ -265,16 +309,94 @@ def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding
             "No preference accuracy or reward margin was logged.",
             "Check the DPO run's metrics.",
         )
-    if method == "distillation" and len({c["baseline_result_id"] for c in e.comparisons}) < 2:
-        fail(
-            "distillation_baselines_missing",
-            "Distillation needs comparisons against both the base student and the teacher.",
-            "Evaluate both on the same suite and compare the student to each.",
-        )
+    if method == "distillation":
+        found += _distillation_checks(e)
     if method == "session_distillation" and not any(m.startswith("train.session_distillation_") for m in metrics):
         fail(
             "masked_token_metrics_missing",
             "No masked-token loss, KL or CE was logged.",
             "Check the session-distillation run's metrics.",
         )
+    return found
+
+
+def _distillation_checks(e: Evidence) -> list[Finding]:
+    """A distilled student is compared, on whole suites, against the base student it started from and against
+    the teacher it learned from, each identified by the model its baseline evaluated."""
+    run = e.run
+    config = run.get("config") or {}
+    metadata = ((config.get("tracking_context") or {}).get("metadata")) or {}
+    teacher = config.get("teacher_model") or metadata.get("teacher_model_version_id")
+    baselines = [
+        (e.baselines.get(c["baseline_result_id"]) or {}, e.baseline_models.get(c["baseline_result_id"]) or {})
+        for c in e.comparisons
+        if not e.is_partial(c["suite_id"])
+    ]
+    found = []
+    student = run.get("model_version_id")
+    if not student or not any(result.get("model_version_id") == student for result, _ in baselines):
+        found.append(
+            Finding(
+                "distillation_student_baseline_missing",
+                "fail",
+                "No comparison against the base student (the model version the run started from"
+                + (f", {student})." if student else "; the run names none)."),
+                "Evaluate the base student's model version on the same suite and compare the run to it.",
+            )
+        )
+    if not teacher:
+        found.append(
+            Finding(
+                "distillation_teacher_unnamed",
+                "fail",
+                "The run names no teacher (no teacher_model, no tracking_context.metadata.teacher_model_version_id), "
+                "so no comparison can be against it.",
+                "Name the teacher the responses came from in the tracking context's metadata, then compare.",
+            )
+        )
+    elif not any(_is_teacher(str(teacher), result, version) for result, version in baselines):
+        found.append(
+            Finding(
+                "distillation_teacher_baseline_missing",
+                "fail",
+                f"No comparison against the teacher {teacher}.",
+                "Register the teacher as a model version, evaluate it on the same suite and compare the run to it.",
+            )
+        )
+    return found
+
+
+def _is_teacher(teacher: str, result: dict[str, Any], version: dict[str, Any]) -> bool:
+    """Whether a baseline evaluated the teacher: its model version, or a version whose source is the teacher."""
+    if result.get("model_version_id") == teacher:
+        return True
+    source = str(version.get("source_uri") or "")
+    return teacher in {source, source.removeprefix("file://"), source.removeprefix("hf://"), version.get("model_id")}
+
+
+def _holdout_against_baselines(e: Evidence) -> list[Finding]:
+    """The holdout judged against each baseline on the same whole suite: a drop in holdout pass@1 larger than the
+    comparison's 95% CI half-width blocks (a fixed threshold of 0.0, the evaluator's default, passes anything)."""
+    found = []
+    for comparison in e.comparisons:
+        if e.is_partial(comparison["suite_id"]) or comparison.get("ci_low") is None:
+            continue
+        candidate = next((r for r in e.results if r["result_id"] == comparison["candidate_result_id"]), None)
+        baseline = e.baselines.get(comparison["baseline_result_id"])
+        theirs = (baseline or {}).get("metrics", {}).get("holdout.pass@1")
+        ours = (candidate or {}).get("metrics", {}).get("holdout.pass@1")
+        if theirs is None or ours is None:
+            continue
+        margin = (comparison["ci_high"] - comparison["ci_low"]) / 2
+        if theirs - ours > margin:
+            found.append(
+                Finding(
+                    "holdout_regression",
+                    "fail",
+                    f"Holdout pass@1 fell from {theirs:.3f} (baseline {comparison['baseline_result_id']}) to "
+                    f"{ours:.3f}, more than the comparison's 95% CI half-width {margin:.3f}: the gain does not carry "
+                    "to the held-out families.",
+                    "Train on more varied tasks, or evaluate with more samples so the interval narrows.",
+                )
+            )
     return found

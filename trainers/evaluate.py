@@ -125,6 +125,11 @@ def _torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
+def partial_suite_id(suite_id: str, tasks: int, of_tasks: int) -> str:
+    """The id of the first `tasks` (round-robin over families) of a suite split holding `of_tasks`."""
+    return f"{suite_id}.partial-{tasks}-of-{of_tasks}"
+
+
 def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
     from bashgym.trainers.evidence_math import Attempt, contamination, holdout_gate, holdout_split, summarize
     from bashgym.trainers.sandbox import probe_isolation, run_attempt
@@ -135,6 +140,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
         {t.task_id: t.task_family for t in suite.tasks}, fraction=suite.holdout_fraction, seed=suite.split_seed
     )
     tasks = [t for t in suite.tasks if request.split == "all" or split[t.task_id] == "holdout"]
+    chosen_from = len(tasks)
     if request.limit_tasks:  # a quick look still covers every family: take tasks round-robin across them
         seen: Counter[str] = Counter()
         rank = []  # (how many of its family came before it, position in the suite)
@@ -142,11 +148,16 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
             rank.append((seen[task.task_family], position))
             seen[task.task_family] += 1
         tasks = [tasks[position] for _, position in sorted(rank)[: request.limit_tasks]]
+    # Fewer tasks than the split holds is another suite: its own id, labelled partial, never the suite's evidence.
+    partial = (
+        {"of_suite": suite.suite_id, "tasks": len(tasks), "of_tasks": chosen_from} if len(tasks) < chosen_from else None
+    )
+    suite_id = partial_suite_id(suite.suite_id, len(tasks), chosen_from) if partial else suite.suite_id
     generate, placement = (_gold, None) if request.model == GOLD else _sampler(request)
     isolation = probe_isolation()
     emit(
         "started",
-        suite_id=suite.suite_id,
+        suite_id=suite_id,
         tasks=len(tasks),
         samples=request.samples,
         isolation=isolation.level,
@@ -203,8 +214,9 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
 
     summary = {
         "canaries": run_canaries(suite.tasks[0]),
-        "suite_id": suite.suite_id,
+        "suite_id": suite_id,
         "suite_digest": suite.digest(),
+        "partial": partial,
         "model": request.model,
         "samples": request.samples,
         "isolation": {"level": isolation.level, "detail": isolation.detail},

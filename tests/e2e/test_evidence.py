@@ -101,9 +101,12 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     card = cli(env, "runcard", "create", "--project", PROJECT, "--run", trained, "--limitation", "tiny model", "--json")
     assert card.code == 0, card.stderr
     assert card.json()["card"]["evaluation_result_ids"] == [tiny["result_id"]]
+    # A few steps are below SFT's minimum: a card left without a tier claims a smoke test, which never ships.
+    assert card.json()["card"]["claim_tier"] == "local_smoke"
     gate = cli(env, "promote", "gate", "--project", PROJECT, "--run", trained, "--json")
     assert gate.code == 7
-    assert {b["code"] for b in gate.json()["blockers"]} == {"no_improvement"}, gate.stdout  # the why of any other
+    blockers = {b["code"] for b in gate.json()["blockers"]}
+    assert blockers == {"no_improvement", "holdout_regression", "smoke_claim"}, gate.stdout  # the why of any other
     refused = cli(env, "promote", "decide", "--project", PROJECT, "--run", trained, "--alias", "champion")
     assert refused.code == 7 and "no_improvement" in refused.stderr
 

@@ -26,7 +26,7 @@ def result(result_id: str, pass_at_1: float, *, run_id: str | None = "run-1", **
         "run_id": run_id,
         "status": "completed",
         "is_simulation": False,
-        "metrics": {"pass@1": pass_at_1, "tamper_rate": 0.0},
+        "metrics": {"pass@1": pass_at_1, "tamper_rate": 0.0, "holdout.pass@1": pass_at_1},
         "details": {"holdout_gate": PASSED_GATE, "canaries": {"guard_rate": 1.0}, **details},
     }
 
@@ -45,7 +45,9 @@ def shipping(method: str = "sft") -> Evidence:
         "artifacts": [
             {"kind": "adapter", "uri": "bashgym://runs/run-1/final/a.bin", "sha256": "0" * 64, "size_bytes": 3}
         ],
-        "config": {"base_model": "tiny", "dataset_sha256": "1" * 64},
+        "config": {"base_model": "tiny", "dataset_sha256": "1" * 64, "teacher_model": "org/teacher"},
+        "model_version_id": "mv-student",
+        "context_status": "verified",
     }
     comparisons = [
         {
@@ -63,7 +65,11 @@ def shipping(method: str = "sft") -> Evidence:
         run=run,
         results=[result("cand", 0.6)],
         comparisons=comparisons,
-        baselines={"base-1": result("base-1", 0.4, run_id=None), "base-2": result("base-2", 0.5, run_id=None)},
+        baselines={
+            "base-1": {**result("base-1", 0.4, run_id=None), "model_version_id": "mv-student"},
+            "base-2": {**result("base-2", 0.5, run_id=None), "model_version_id": "mv-teacher"},
+        },
+        baseline_models={"base-2": {"model_version_id": "mv-teacher", "model_id": "t", "source_uri": "org/teacher"}},
         suites={"bash-tasks-v1": {"suite_id": "bash-tasks-v1", "kind": "terminal_tasks", "scoring_contract": CONTRACT}},
         runcards=[],
     )
@@ -110,7 +116,13 @@ BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
     "canaries_unguarded": ("rlvr", _set("results.0.details.canaries", {"guard_rate": 0.8})),
     "reward_diagnostics_missing": ("grpo", lambda e: e.run["metric_summary"].pop("train.reward_std")),
     "preference_metrics_missing": ("dpo", lambda e: e.run["metric_summary"].pop("train.dpo_accuracy")),
-    "distillation_baselines_missing": ("distillation", lambda e: e.comparisons.pop()),
+    "distillation_student_baseline_missing": ("distillation", _set("baselines.base-1.model_version_id", "mv-x")),
+    "distillation_teacher_baseline_missing": ("distillation", lambda e: e.comparisons.pop()),
+    "distillation_teacher_unnamed": ("distillation", _set("run.config.teacher_model", None)),
+    "unassigned_run": ("sft", _set("run.project_id", "unassigned")),
+    # The holdout fell 0.3 against base-1 (0.4) where the comparison's CI half-width is 0.15.
+    "holdout_regression": ("sft", lambda e: e.results[0]["metrics"].update({"holdout.pass@1": 0.1})),
+    "partial_suite_only": ("sft", _set("suites.bash-tasks-v1.kind", "terminal_tasks_partial")),
     "masked_token_metrics_missing": (
         "session_distillation",
         lambda e: e.run["metric_summary"].pop("train.session_distillation_kl"),
@@ -165,5 +177,26 @@ def test_the_runcard_route_accepts_exactly_the_ledgers_tiers_and_decisions() -> 
     from bashgym.daemon.api_evaluations import RunCardBody
     from bashgym.ledger.runcards import CLAIM_TIERS, DECISIONS
 
-    assert set(get_args(RunCardBody.model_fields["claim_tier"].annotation)) == set(CLAIM_TIERS)
+    tiers = {t for arg in get_args(RunCardBody.model_fields["claim_tier"].annotation) for t in get_args(arg)}
+    assert tiers == set(CLAIM_TIERS)  # or None: the tier the evidence supports
     assert set(get_args(RunCardBody.model_fields["decision"].annotation)) == set(DECISIONS)
+
+
+def test_comparisons_on_a_partial_suite_never_count_for_the_suite() -> None:
+    """11 of 88 tasks with one sample each shipped a model: a partial suite is its own suite, a quick look."""
+    evidence = shipping("grpo")
+    evidence.suites["bash-tasks-v1"]["kind"] = "terminal_tasks_partial"
+    codes = {b["code"] for b in gate(evidence)["blockers"]}
+    assert {"partial_suite_only", "no_baseline_comparison", "rollout_evaluation_missing"} <= codes
+
+
+def test_a_card_left_without_a_tier_is_a_smoke_claim_below_the_minimum_or_on_partial_suites() -> None:
+    from bashgym.daemon.promotion import default_claim_tier
+
+    evidence = shipping("sft")
+    evidence.run["metric_summary"]["train.loss"]["last_step"] = 40
+    assert default_claim_tier(evidence) == "local_smoke"
+    evidence.run["metric_summary"]["train.loss"]["last_step"] = 1000
+    assert default_claim_tier(evidence) == "narrow"
+    evidence.suites["bash-tasks-v1"]["kind"] = "terminal_tasks_partial"
+    assert default_claim_tier(evidence) == "local_smoke"
