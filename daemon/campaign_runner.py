@@ -23,7 +23,7 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.failpoints import reach
-from bashgym.daemon.launch_authority import check_hub_target, implied_capabilities
+from bashgym.daemon.launch_authority import check_hub_target, check_retention, implied_capabilities
 from bashgym.daemon.model_sources import base_model_of
 from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.daemon.settings import Settings
@@ -248,6 +248,7 @@ class CampaignRunner(BackgroundLoop):
             if not await self._owner_may(campaign, it, capability):
                 return
         try:
+            check_retention(request)
             check_hub_target(self.settings, request)
             started = await self.training.start(ACTOR, ws, request)
         except BashGymError as exc:

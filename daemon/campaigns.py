@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from bashgym.daemon.launch_authority import check_hub_target, owner_lacks
+from bashgym.daemon.launch_authority import check_hub_target, check_retention, owner_lacks
 from bashgym.daemon.request_paths import Reach, confine_request
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, NotFound, RuleRejected
@@ -158,6 +158,7 @@ async def _launch_rights(spec: dict[str, Any], project: str, reach: Reach) -> li
         return []
     try:
         await confine_request(reach, spec["base_recipe"], project, skip=tuple(_FILLED_PER_ITERATION))
+        check_retention(request)
         check_hub_target(reach.settings, request)
     except BashGymError as exc:
         return [finding("launch_refused", f"base_recipe: {exc.message}", exc.hint or "Fix the base recipe.")]

@@ -17,14 +17,36 @@ from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Forbidden
 from bashgym.trainers.specs import TrainingRequest
 
+# What keeping more than the adapter asks for: a standalone serving artifact is made to leave the workspace
+# (a private publication's right); keeping every checkpoint and merged weights is for audited or promoted work,
+# which a lead decides (promotion.decide).
+RETENTION_CAPABILITIES = {"deployable": ("artifact.publish_private",), "full_run": ("promotion.decide",)}
+
 
 def implied_capabilities(request: TrainingRequest) -> tuple[str, ...]:
     """Every capability a launch of `request` needs, the launch itself first."""
-    if not request.auto_push_hf:
-        return ("training.launch",)
-    if request.hf_private:
-        return ("training.launch", "artifact.publish_private")
-    return ("training.launch", "artifact.publish_private", "artifact.publish_public")
+    needed = ["training.launch", *RETENTION_CAPABILITIES.get(request.artifact_retention, ())]
+    if request.auto_push_hf:
+        needed.append("artifact.publish_private")
+        if not request.hf_private:
+            needed.append("artifact.publish_public")
+    return tuple(dict.fromkeys(needed))
+
+
+def check_retention(request: TrainingRequest) -> None:
+    """`full_run` keeps everything a run made: it says which audit it serves (tracking_context.metadata.audit)."""
+    if request.artifact_retention != "full_run":
+        return
+    metadata = (request.tracking_context or {}).get("metadata")
+    audit = metadata.get("audit") if isinstance(metadata, dict) else None
+    if not (isinstance(audit, str) and audit.strip()):
+        raise Forbidden(
+            "artifact_retention full_run keeps every checkpoint and merged weights: it is for audited or promoted "
+            "work, and this request names no audit.",
+            hint="Say which audit it serves in tracking_context.metadata.audit, or keep adapter_only "
+            "(adapter_checkpoint to stay resumable).",
+            details={"field": "artifact_retention"},
+        )
 
 
 def publication(request: TrainingRequest) -> str:
@@ -59,6 +81,7 @@ def authorise_launch(principal: Principal, settings: Settings, ws: str, project:
     """Raise Forbidden unless `principal` may launch `request` in `project`; answer its publication."""
     for capability in implied_capabilities(request):
         principal.require(capability, workspace_id=ws, project_id=project)
+    check_retention(request)
     check_hub_target(settings, request)
     return publication(request)
 

@@ -46,6 +46,19 @@ class Evidence:
 MIN_STEPS = {"sft": 100, "dpo": 100, "distillation": 100, "session_distillation": 100, "grpo": 50, "rlvr": 50}
 
 
+def learned_nothing(run: dict[str, Any]) -> str | None:
+    """Why a GRPO/RLVR run learned nothing, when every logged group's rewards were equal (no group taught)."""
+    if run.get("method") not in {"grpo", "rlvr"}:
+        return None
+    share = (run.get("metric_summary") or {}).get("train.frac_zero_std_groups") or {}
+    if share.get("count") and share.get("min") == 1.0:
+        return (
+            "every group's rewards were equal at every logged step (train.frac_zero_std_groups 1.0): no group "
+            "taught anything, so the run learned nothing"
+        )
+    return None
+
+
 def default_claim_tier(evidence: Evidence) -> str:
     """`local_smoke` for a run below its method's minimum steps or evaluated on partial suites only (it never
     ships), else `narrow`."""
@@ -96,7 +109,7 @@ def build_runcard(
         ),
         "claim_tier": claim_tier,
         "decision": decision,
-        "known_limitations": limitations,
+        "known_limitations": [*limitations, *filter(None, [learned_nothing(run)])],
         "creator": creator,
     }
 

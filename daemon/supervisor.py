@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from bashgym.daemon.anomalies import AnomalyWatch
 from bashgym.daemon.background import until_stored
+from bashgym.daemon.promotion import learned_nothing
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, InvalidTransition
 from bashgym.ledger.models import (
@@ -278,7 +279,12 @@ class Supervisor:
                 status, error = "failed", f"{exc.message} {exc.hint}".strip()
         if status == "failed" and not error:
             error = self._error_summary(code)
-        await self._transition(status, reason=f"trainer exited with code {code}", error_summary=error)
+        reason = f"trainer exited with code {code}"
+        if status == "completed":
+            h = self.handle
+            nothing = learned_nothing(await self.ledger.get_run(h.workspace, h.project, h.run_id))
+            reason += f"; {nothing}" if nothing else ""
+        await self._transition(status, reason=reason, error_summary=error)
         return status
 
     async def _collect_outputs(self) -> None:

@@ -35,6 +35,7 @@ ErrorCode = Literal[
     "missing_verifier",
     "bad_verifier",
     "nondeterministic_verifier",
+    "not_a_training_task",
     "missing_teacher",
 ]
 
@@ -197,7 +198,24 @@ def check_verified_prompt(row: dict[str, Any], *, deterministic: bool) -> list[I
         issues += check_text(row, "task_id")
     if "verifier" in row:
         issues += check_verifier(row["verifier"], has_task_id="task_id" in row, deterministic=deterministic)
+    verifier = row.get("verifier")
+    inline = isinstance(verifier, dict) and verifier.get("kind", "terminal_task") != "terminal_task"
+    if not issues and not inline:  # the reward comes from an environment task: a training instance only
+        issues += _training_task(row, verifier)
     return issues
+
+
+def _training_task(row: dict[str, Any], verifier: Any) -> list[Issue]:
+    from bashgym.trainers.terminal_tasks import NotATrainingTask, training_task
+
+    where, task_id = "task_id", row.get("task_id")
+    if isinstance(verifier, dict) and "task_id" in verifier:
+        where, task_id = "verifier.task_id", verifier["task_id"]
+    try:
+        training_task(str(task_id))
+    except NotATrainingTask as exc:
+        return [(where, "not_a_training_task", str(exc))]
+    return []
 
 
 def check_verifier(verifier: Any, *, has_task_id: bool, deterministic: bool) -> list[Issue]:

@@ -12,9 +12,11 @@ can judge them. Standard library and pydantic only: the daemon and evaluators im
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -647,6 +649,64 @@ def generate_suite(*, seed: int = 0, per_family: int = 8) -> list[TerminalTask]:
 def default_suite() -> SuiteDefinition:
     """The suite BashGym evaluates on: seed 0, eight tasks per family."""
     return SuiteDefinition(tasks=generate_suite(seed=0, per_family=8))
+
+
+# A training instance of a family: `<family>-s<seed>-<index>`, from a seed other than the evaluation suite's 0.
+TRAINING_TASK_ID = re.compile(r"^(?P<family>[a-z_]+)-s(?P<seed>[1-9][0-9]{0,5})-(?P<index>[0-9]{3})$")
+
+
+class NotATrainingTask(ValueError):
+    """A task id RL may not train on; the message says why and what to name instead."""
+
+
+def training_task(task_id: str) -> TerminalTask:
+    """The training instance `task_id` names. Never an evaluation instance (the default suite's ids, or a task
+    identical to one of them), never a family the suite holds out: RL trains on tasks it is not judged by."""
+    evaluation = default_suite()
+    if any(t.task_id == task_id for t in evaluation.tasks):
+        family = task_id.rsplit("-", 1)[0]
+        raise NotATrainingTask(
+            f"task_id {task_id!r} is a task of the evaluation suite {evaluation.suite_id}; training on it would "
+            f"score the model on what it trained on. Name a training instance such as {family}-s1-000."
+        )
+    found = TRAINING_TASK_ID.match(task_id)
+    if found is None or found["family"] not in FAMILIES:
+        raise NotATrainingTask(
+            f"task_id {task_id!r} names no training task; training instances are <family>-s<seed>-<index> with a "
+            f"seed from 1 (count_lines-s1-000), families {', '.join(FAMILIES)}."
+        )
+    family, seed, index = found["family"], int(found["seed"]), int(found["index"])
+    if family in holdout_families():
+        raise NotATrainingTask(
+            f"task_id {task_id!r} is of family {family}, which {evaluation.suite_id} holds out of training to judge "
+            "generalisation; train on the other families."
+        )
+    task = _training_instances(seed, family, index + 1)[index]
+    if _same_task_key(task) in _evaluation_keys():
+        raise NotATrainingTask(f"task_id {task_id!r} is identical to an evaluation task; take another index or seed.")
+    return task.model_copy(update={"task_id": task_id})
+
+
+@functools.cache
+def holdout_families() -> frozenset[str]:
+    """The families the default suite holds out (never trained on)."""
+    from bashgym.trainers.evidence_math import holdout_split
+
+    suite = default_suite()
+    split = holdout_split(
+        {t.task_id: t.task_family for t in suite.tasks}, fraction=suite.holdout_fraction, seed=suite.split_seed
+    )
+    return frozenset(t.task_family for t in suite.tasks if split[t.task_id] == "holdout")
+
+
+@functools.cache
+def _evaluation_keys() -> frozenset[str]:
+    return frozenset(_same_task_key(t) for t in default_suite().tasks)
+
+
+@functools.cache
+def _training_instances(seed: int, family: str, count: int) -> list[TerminalTask]:
+    return [t for t in generate_suite(seed=seed, per_family=count) if t.task_family == family]
 
 
 def gold_sft_rows(

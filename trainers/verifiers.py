@@ -62,20 +62,13 @@ def run_command(command: str, files: dict[str, str], check: str, *, timeout_s: f
 
 
 @functools.cache
-def _suite_tasks() -> dict[str, Any]:
-    from bashgym.trainers.terminal_tasks import default_suite
-
-    return {task.task_id: task for task in default_suite().tasks}
-
-
 def run_task(task_id: str, command: str) -> bool:
-    """Run the model's command as an attempt of a shipped terminal task."""
+    """Run the model's command as an attempt of the training instance `task_id` names (never an evaluation task:
+    terminal_tasks.training_task)."""
     from bashgym.trainers.sandbox import run_attempt
+    from bashgym.trainers.terminal_tasks import training_task
 
-    task = _suite_tasks().get(task_id)
-    if task is None:
-        raise ValueError(f"task_id {task_id!r} is not in the shipped terminal-task suite")
-    return run_attempt(task, command).passed
+    return run_attempt(training_task(task_id), command).passed
 
 
 def score(verifier: dict[str, Any], completion: Any) -> float:

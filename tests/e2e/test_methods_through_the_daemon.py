@@ -101,5 +101,8 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
     assert shared or strategy == "session_distillation", planned["method"]
     for name in shared:
         assert trainer_args[name] == planned["method"][name], name
+    share = run["metric_summary"].get("train.frac_zero_std_groups") or {}
+    if share.get("min") == 1.0:  # no group's rewards varied: the run says it learned nothing
+        assert "the run learned nothing" in run["attempts"][-1]["status_reason"], run["attempts"][-1]
     config = next(a for a in artifacts if a["kind"] == "config")
     assert config["sha256"] == __import__("hashlib").sha256(written.read_bytes()).hexdigest()

@@ -53,14 +53,14 @@ VALID: dict[str, list[dict[str, Any]]] = {
         {"prompt": CHAT[:1], "chosen": "ls", "rejected": "dir"},
     ],
     "grpo": [
-        {"prompt": "fix the build", "task_id": "build-1"},
+        {"prompt": "count the lines", "task_id": "count_lines-s1-000"},
         # The documented inline verifiers need no task id: the trainer never reads one for them.
         {"prompt": CHAT[:1], "verifier": {"kind": "exact_match", "expected": "ls"}},
         {"prompt": "count", "verifier": {"kind": "command", "files": {"a.txt": "x\n"}, "check": "test -s a.txt"}},
-        {"prompt": "fix", "verifier": {"kind": "terminal_task", "task_id": "build-2"}},
+        {"prompt": "sum", "verifier": {"kind": "terminal_task", "task_id": "sum_column-s2-004"}},
     ],
     "rlvr": [
-        {"prompt": "fix the build", "task_id": "build-1"},
+        {"prompt": "count the lines", "task_id": "count_lines-s1-001"},
         {"prompt": "sum", "verifier": {"task_id": "t2", "kind": "exact_match", "expected": "5", "deterministic": True}},
     ],
     "distillation": [{"prompt": "explain ls", "teacher_response": "ls lists a directory."}],

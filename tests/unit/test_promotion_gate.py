@@ -200,3 +200,14 @@ def test_a_card_left_without_a_tier_is_a_smoke_claim_below_the_minimum_or_on_par
     assert default_claim_tier(evidence) == "narrow"
     evidence.suites["bash-tasks-v1"]["kind"] = "terminal_tasks_partial"
     assert default_claim_tier(evidence) == "local_smoke"
+
+
+def test_a_grpo_run_whose_groups_never_varied_says_it_learned_nothing() -> None:
+    from bashgym.daemon.promotion import learned_nothing
+
+    evidence = shipping("grpo")
+    evidence.run["metric_summary"]["train.frac_zero_std_groups"] = {"count": 6, "min": 1.0, "max": 1.0}
+    card = build_runcard(evidence, claim_tier="narrow", decision="pending", limitations=["tiny"], creator="a")
+    assert card["known_limitations"][0] == "tiny" and "the run learned nothing" in card["known_limitations"][1]
+    evidence.run["metric_summary"]["train.frac_zero_std_groups"]["min"] = 0.5
+    assert learned_nothing(evidence.run) is None

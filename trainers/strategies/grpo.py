@@ -27,6 +27,19 @@ def _row(row: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": row["prompt"], "verifier": json.dumps(verifier)}
 
 
+# The method settings (trainers/settings.method_args) that are GRPOConfig's own arguments, by the same names.
+GRPO_CONFIG_KEYS = (
+    "num_generations",
+    "temperature",
+    "max_completion_length",
+    "loss_type",
+    "beta",
+    "epsilon_high",
+    "mask_truncated_completions",
+    "cast_lm_head_to_fp32",
+)
+
+
 class FilteringGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer, with groups whose rewards did not vary taken out of the loss (filter_zero_std_groups).
 
@@ -68,17 +81,7 @@ def taught_rows(advantages: torch.Tensor, group_size: int) -> torch.Tensor:
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
     method = method_args(request)
     dataset = Dataset.from_list([_row(row) for row in load_rows(request.dataset_path)])
-    config = GRPOConfig(
-        **args,
-        num_generations=method["num_generations"],
-        temperature=method["temperature"],
-        max_completion_length=method["max_completion_length"],
-        loss_type=method["loss_type"],
-        beta=method["beta"],
-        epsilon_high=method["epsilon_high"],
-        mask_truncated_completions=method["mask_truncated_completions"],
-        cast_lm_head_to_fp32=method["cast_lm_head_to_fp32"],
-    )
+    config = GRPOConfig(**args, **{key: method[key] for key in GRPO_CONFIG_KEYS})
     return FilteringGRPOTrainer(
         model=model,
         reward_funcs=[reward_function],

@@ -131,3 +131,27 @@ def test_a_campaign_is_validated_against_what_its_launches_would_reach(daemon: R
                 refusals = [f for f in checked["findings"] if f["code"] == "launch_refused"]
                 assert refusals and said in refusals[0]["message"] + refusals[0]["next_action"], checked["findings"]
                 assert not checked["ok"]
+
+
+def test_keeping_more_than_the_adapter_needs_its_right_and_full_run_an_audit(
+    daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    """`deployable` (a serving artifact made to leave) and `full_run` (everything, for audited or promoted work)
+    needed no authority: any launcher kept them."""
+    viewer_plus = issue_token(daemon, "vic", "viewer", capabilities=("training.launch",))
+    researcher = issue_token(daemon, "rae", "researcher")
+    data = sft_data(tmp_path)
+    deployable = training_request(tiny, data, max_steps=1, artifact_retention="deployable")
+    full = training_request(tiny, data, max_steps=1, artifact_retention="full_run")
+    with tenant(daemon, viewer_plus) as caller:
+        refused = caller.post("/v1/training/plan", json=deployable)
+        assert refused.status_code == 403 and "artifact.publish_private" in refused.text, refused.text
+    with tenant(daemon, researcher) as caller:
+        assert caller.post("/v1/training/plan", json=deployable).status_code == 200
+        refused = caller.post("/v1/training/start", json=full)
+        assert refused.status_code == 403 and "promotion.decide" in refused.text, refused.text
+    audited = {**full["tracking_context"], "metadata": {"audit": "release review 2026-12"}}
+    with daemon.client() as admin:
+        unaudited = admin.post("/v1/training/plan", json=full)
+        assert unaudited.status_code == 403 and "names no audit" in unaudited.text, unaudited.text
+        assert admin.post("/v1/training/plan", json={**full, "tracking_context": audited}).status_code == 200
