@@ -35,11 +35,15 @@ def rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return supervised, pairs
 
 
-def measure(model: Any, tokenizer: Any, data: list[dict[str, Any]]) -> tuple[dict[str, Any], float]:
+def measure(
+    model: Any, tokenizer: Any, data: list[dict[str, Any]], reference: Any = None
+) -> tuple[dict[str, Any], float]:
     from bashgym.trainers.heldout_eval import evaluate_rows
 
     started = time.perf_counter()
-    summary = evaluate_rows(model, tokenizer, data, max_new_tokens=16, emit=lambda *args, **fields: None)
+    summary = evaluate_rows(
+        model, tokenizer, data, max_new_tokens=16, emit=lambda *args, **fields: None, reference=reference
+    )
     return summary, len(data) / (time.perf_counter() - started)
 
 
@@ -68,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             model, placement = place(AutoModelForCausalLM.from_pretrained(directory), device)
             model.eval()
             generation, generation_rate = measure(model, tokenizer, supervised)
-            preference, preference_rate = measure(model, tokenizer, pairs)
+            # Full weights: the margin is against a frozen copy of the base, placed as the model is.
+            frozen, _ = place(AutoModelForCausalLM.from_pretrained(directory), device)
+            preference, preference_rate = measure(model, tokenizer, pairs, frozen.eval())
             sides[name] = {
                 "placement": placement.to_json(),
                 "generation": generation,

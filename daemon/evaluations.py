@@ -178,6 +178,7 @@ class EvaluationService:
             model=model,
             kind="heldout" if body.dataset_path else "terminal_tasks",
             dataset_path=body.dataset_path,
+            reference_model=await self._reference_of(ws, project, body) if body.dataset_path else None,
             samples=body.samples,
             split=body.split,
             limit_tasks=body.limit_tasks,
@@ -226,6 +227,14 @@ class EvaluationService:
 
     async def _ensure_suite(self, actor: Actor, ws: str, project: str, suite: SuiteDefinition) -> None:
         await self.ledger.register_eval_suite(actor, ws, project, terminal_suite_spec(suite))
+
+    async def _reference_of(self, ws: str, project: str, body: EvalRunBody) -> str | None:
+        """The frozen base a full-weights run moved from, for its held-out preference margin (an adapter's base is
+        itself with the adapter disabled)."""
+        if body.run_id is None:
+            return None
+        config = (await self.ledger.get_run(ws, project, body.run_id)).get("config") or {}
+        return None if config.get("use_lora", True) else config.get("base_model")
 
     async def _model_of(self, ws: str, project: str, body: EvalRunBody) -> tuple[str, str | None]:
         if body.gold:
@@ -429,6 +438,7 @@ class EvaluationService:
             "model": job["run_id"] or job["model_version_id"],
             "kind": summary["kind"],
             "dataset_sha256": data_sha,
+            "reference_model": summary.get("reference_model"),
             "cpu_threads": summary.get("cpu_threads"),
             "placement": summary.get("placement"),
             "per_task": {

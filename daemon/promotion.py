@@ -322,6 +322,8 @@ def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding
             "No preference accuracy or reward margin was logged.",
             "Check the DPO run's metrics.",
         )
+    if method == "dpo":
+        found += _heldout_preference_checks(e, completed)
     if method == "distillation":
         found += _distillation_checks(e)
     if method == "session_distillation" and not any(m.startswith("train.session_distillation_") for m in metrics):
@@ -413,3 +415,26 @@ def _holdout_against_baselines(e: Evidence) -> list[Finding]:
                 )
             )
     return found
+
+
+def _heldout_preference_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding]:
+    """DPO ships on pairs it never trained on: a held-out preference evaluation whose data is not the training
+    data (training-time accuracy only says the pairs were fitted)."""
+    trained_on = (e.run.get("config") or {}).get("dataset_sha256")
+    held_out = [r for r in completed if (e.suites.get(r["suite_id"]) or {}).get("kind") == "heldout_preference"]
+    unseen = [r for r in held_out if (r.get("details") or {}).get("dataset_sha256") != trained_on]
+    if unseen:
+        return []
+    if held_out:
+        message = "The held-out preference evaluation used the training pairs themselves."
+    else:
+        message = "No held-out preference evaluation: DPO's training-time accuracy only says the pairs were fitted."
+    return [
+        Finding(
+            "heldout_preference_missing",
+            "fail",
+            message,
+            "bashgym eval run --run RUN --dataset-path PAIRS with pairs never trained on, and compare it with the "
+            "base or SFT model on the same pairs.",
+        )
+    ]

@@ -34,6 +34,9 @@ class EvalRequest(BaseModel):
     model: str  # a model or adapter directory, or "gold" for the suite's own solutions
     kind: Literal["terminal_tasks", "heldout"] = "terminal_tasks"
     dataset_path: str | None = None  # held-out rows, for kind "heldout"
+    # The frozen model a full-weights policy's preference margin is measured against (its base model): DPO's
+    # implicit reward is a log-ratio to the reference. An adapter's reference is its base, adapter disabled.
+    reference_model: str | None = None
     suite_path: str | None = None  # a suite JSON; None is the shipped bash-tasks suite
     samples: int = Field(1, ge=1, le=64)
     max_new_tokens: int = Field(48, ge=1, le=1024)
@@ -90,7 +93,13 @@ def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[st
     rows = load_rows(request.dataset_path)[: request.limit_tasks]
     model, tokenizer, placement = _load(request)
     emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run", placement=placement.device)
-    summary = evaluate_rows(model, tokenizer, rows, max_new_tokens=request.max_new_tokens, emit=emit)
+    reference = None
+    if request.reference_model:
+        reference, _, _ = _load(request.model_copy(update={"model": request.reference_model}))
+    summary = evaluate_rows(
+        model, tokenizer, rows, max_new_tokens=request.max_new_tokens, emit=emit, reference=reference
+    )
+    summary["reference_model"] = request.reference_model
     summary["cpu_threads"] = _torch_threads()
     summary["placement"] = placement.to_json()
     (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))

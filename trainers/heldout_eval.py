@@ -3,8 +3,9 @@ preference accuracy and reward margin for pairs, masked-token KL/CE for session 
 
 Rows take the dataset contracts' shapes: `messages` (the last assistant turn is the reference),
 `prompt` with `completion` or `teacher_response`, `text` (loss only), and `prompt` with `chosen`
-and `rejected` (preference). For an adapter, the reward margin is against the base model with the
-adapter disabled, as DPO's implicit reward is; for full weights it is the raw log-likelihood margin.
+and `rejected` (preference). The reward margin is DPO's implicit reward, a log-ratio to a frozen reference: for
+an adapter its base model with the adapter disabled, for full weights a frozen copy of the base model passed as
+`reference`. Full weights without one are refused: a margin against nothing measures raw likelihood.
 The model may sit on a GPU in bfloat16 (`placement.place`): inputs go to its device, and log-probabilities
 are taken in float32.
 """
@@ -38,11 +39,16 @@ def split_row(row: dict[str, Any]) -> tuple[list[dict[str, str]] | None, str | N
 
 
 def evaluate_rows(
-    model: Any, tokenizer: Any, rows: list[dict[str, Any]], *, max_new_tokens: int, emit: Emit
+    model: Any, tokenizer: Any, rows: list[dict[str, Any]], *, max_new_tokens: int, emit: Emit, reference: Any = None
 ) -> dict[str, Any]:
     import torch
 
     is_preference = all({"prompt", "chosen", "rejected"} <= set(row) for row in rows)
+    if is_preference and reference is None and getattr(model, "disable_adapter", None) is None:
+        raise ValueError(
+            "Preference pairs on full weights need the frozen reference the policy moved from (its base model): "
+            "evaluate a run, whose base the daemon names, or an adapter."
+        )
     if all("target_span" in row for row in rows):
         return _session_rows(model, tokenizer, rows, emit)
     per_task: dict[str, dict[str, Any]] = {}
@@ -51,7 +57,7 @@ def evaluate_rows(
         task_id = f"row-{index:05d}"
         with torch.no_grad():
             if is_preference:
-                per_task[task_id] = _preference(model, tokenizer, row)
+                per_task[task_id] = _preference(model, tokenizer, row, reference)
                 losses.append(per_task[task_id]["chosen_nll"])
             else:
                 per_task[task_id] = _supervised(model, tokenizer, row, max_new_tokens)
@@ -137,7 +143,7 @@ def _supervised(model: Any, tokenizer: Any, row: dict[str, Any], max_new_tokens:
     }
 
 
-def _preference(model: Any, tokenizer: Any, row: dict[str, Any]) -> dict[str, Any]:
+def _preference(model: Any, tokenizer: Any, row: dict[str, Any], frozen: Any = None) -> dict[str, Any]:
     prompt = [{"role": "user", "content": str(row["prompt"])}]
     prefix = str(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False))
     start = tokenizer(prefix, return_tensors="pt", add_special_tokens=False)["input_ids"].shape[1]
@@ -147,9 +153,10 @@ def _preference(model: Any, tokenizer: Any, row: dict[str, Any]) -> dict[str, An
         for side in ("chosen", "rejected")
     }
     policy = {side: -_nll(model, ids[side], start, mean=False) for side in ids}
-    reference = dict.fromkeys(ids, 0.0)
-    disable = getattr(model, "disable_adapter", None)
-    if disable is not None:  # DPO's implicit reward: the policy's log-ratio to its base model
+    if frozen is not None:  # full weights: a frozen copy of the base model
+        reference = {side: -_nll(frozen, ids[side].to(device_of(frozen)), start, mean=False) for side in ids}
+    else:  # an adapter: its base model, the adapter disabled
+        disable = model.disable_adapter
         with disable() if callable(disable) else contextlib.nullcontext():
             reference = {side: -_nll(model, ids[side], start, mean=False) for side in ids}
     margin = (policy["chosen"] - reference["chosen"]) - (policy["rejected"] - reference["rejected"])

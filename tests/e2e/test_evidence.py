@@ -292,3 +292,27 @@ def test_session_records_are_scored_on_the_masked_target_span(
     metrics = result["metrics"]
     assert metrics["masked_kl"] >= 0 and metrics["masked_ce"] > 0 and metrics["masked_tokens"] > 0
     assert 0 < metrics["target_likelihood"] <= 1
+
+
+@pytest.mark.timeout(900)
+def test_a_full_weights_preference_margin_is_measured_against_its_frozen_base(
+    evidence_daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """Without an adapter the reference log-probabilities were the constant 0.0, so "preference accuracy" measured
+    raw likelihood: now the run's base model is loaded frozen beside it."""
+    tiny = build_tiny(tmp_path / "model")
+    request = training_request(tiny, sft_data(tmp_path), max_steps=2, use_lora=False)
+    with evidence_daemon.client() as client:
+        started = client.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        run_id = str(started.json()["run_id"])
+        deadline = time.monotonic() + 240
+        while client.get(f"/v1/projects/{PROJECT}/runs/{run_id}").json()["status"] not in {"completed", "failed"}:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    pairs = tmp_path / "pairs.jsonl"
+    pair = {"prompt": "Count the lines in a.txt", "chosen": "wc -l a.txt", "rejected": "ls"}
+    pairs.write_text(json.dumps(pair) + "\n")
+    preference = evaluate(evidence_daemon, "--run", run_id, "--dataset-path", str(pairs))
+    assert preference["details"]["reference_model"] == str(tiny)
+    assert "reward_margin" in preference["metrics"]

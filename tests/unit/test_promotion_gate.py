@@ -73,6 +73,11 @@ def shipping(method: str = "sft") -> Evidence:
         suites={"bash-tasks-v1": {"suite_id": "bash-tasks-v1", "kind": "terminal_tasks", "scoring_contract": CONTRACT}},
         runcards=[],
     )
+    if method == "dpo":  # held-out pairs the run never trained on (their digest is not the training data's)
+        evidence.results.append(
+            {**result("held", 0.7), "suite_id": "heldout-preference-p", "details": {"dataset_sha256": "2" * 64}}
+        )
+        evidence.suites["heldout-preference-p"] = {"suite_id": "heldout-preference-p", "kind": "heldout_preference"}
     card = build_runcard(evidence, claim_tier="narrow", decision="pending", limitations=["tiny suite"], creator="a")
     evidence.runcards = [{"card_id": "c1", "claim_tier": "narrow", "card": card}]
     return evidence
@@ -116,6 +121,7 @@ BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
     "canaries_unguarded": ("rlvr", _set("results.0.details.canaries", {"guard_rate": 0.8})),
     "reward_diagnostics_missing": ("grpo", lambda e: e.run["metric_summary"].pop("train.reward_std")),
     "preference_metrics_missing": ("dpo", lambda e: e.run["metric_summary"].pop("train.dpo_accuracy")),
+    "heldout_preference_missing": ("dpo", _set("results.1.details.dataset_sha256", "1" * 64)),  # the training pairs
     "distillation_student_baseline_missing": ("distillation", _set("baselines.base-1.model_version_id", "mv-x")),
     "distillation_teacher_baseline_missing": ("distillation", lambda e: e.comparisons.pop()),
     "distillation_teacher_unnamed": ("distillation", _set("run.config.teacher_model", None)),
