@@ -273,16 +273,27 @@ def resolve_gradient_checkpointing(
 ) -> Choice:
     if choice := forced(requested):
         return choice
-    if strategy not in SFT_PATH:
-        # Pairs, generations and teachers multiply a step's memory in ways the estimate does not model.
-        return Choice("auto", True, f"TRL's default for {strategy}")
-    need = estimate_training_bytes(shape, tokens, checkpointing=False)
+    factor, why = STEP_TOKENS.get(strategy, (1, ""))
+    need = estimate_training_bytes(shape, tokens * factor, checkpointing=False)
     budget = int(machine.memory_bytes * CHECKPOINTING_MEMORY_SHARE)
     where = "GPU" if machine.cuda else "host"
     fits = need <= budget
     verdict = "fits" if fits else "exceeds"
-    reason = f"~{need / 1024**3:.1f} GiB without it {verdict} {CHECKPOINTING_MEMORY_SHARE:.0%} of {where} memory"
+    counted = f" (x{factor}: {why})" if why else ""
+    reason = (
+        f"~{need / 1024**3:.1f} GiB without it{counted} {verdict} {CHECKPOINTING_MEMORY_SHARE:.0%} of {where} memory"
+    )
     return Choice("auto", not fits, reason)
+
+
+# How many sequences of the batch's length a step of each strategy holds activations for, beside SFT's one.
+STEP_TOKENS: dict[str, tuple[int, str]] = {
+    "dpo": (2, "chosen and rejected"),
+    "distillation": (2, "the teacher's logits beside the student's"),
+    "session_distillation": (2, "the student's and the hinted teacher's passes"),
+    "grpo": (2, "prompt and completion"),
+    "rlvr": (2, "prompt and completion"),
+}
 
 
 def resolve_compile(requested: object, machine: Machine, strategy: str, *, steps: int | None = None) -> Choice:
