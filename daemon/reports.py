@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,9 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
                 "rationale": it["rationale"],
                 "stage": it["stage"],
                 "metric": (result or {}).get("metrics", {}).get(spec["primary_metric"]),
+                # The families the suite holds out, scored apart (terminal-task suites).
+                "holdout_metric": (result or {}).get("metrics", {}).get(f"holdout.{spec['primary_metric']}"),
+                "samples": (result or {}).get("sample_count"),
                 "delta": (comparison or {}).get("delta"),
                 "ci": [(comparison or {}).get("ci_low"), (comparison or {}).get("ci_high")] if comparison else None,
                 "decision": it["decision"],
@@ -200,20 +204,7 @@ def _charts(s: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    paths = []
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    points = [(r["iteration"], r["metric"]) for r in s["iterations"] if r["metric"] is not None]
-    baseline = next((r["metric"] for r in s["iterations"] if r["kind"] == "baseline" and r["metric"] is not None), None)
-    if points:
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label="iteration")
-    if baseline is not None:
-        ax.axhline(baseline, linestyle="--", color="grey", label="baseline")
-    ax.set(title=f"{s['primary_metric']} per iteration", xlabel="iteration", ylabel=s["primary_metric"])
-    if not points:
-        ax.text(0.5, 0.5, "no evaluated iterations yet", ha="center", va="center", transform=ax.transAxes)
-    if points or baseline is not None:
-        ax.legend(loc="best")
-    paths.append(_save(fig, out / "metric.png"))
+    paths = [_save(_metric_chart(plt, s), out / "metric.png")]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for label, curve in s["loss_curves"].items():
         ax.plot(curve["steps"], curve["values"], label=label)
@@ -223,17 +214,92 @@ def _charts(s: dict[str, Any], out: Path) -> list[Path]:
     else:
         ax.legend(loc="best")
     paths.append(_save(fig, out / "loss.png"))
+    paths.append(_save(_budget_chart(plt, s), out / "budget.png"))
+    return paths
+
+
+MARKERS = {"baseline": ("s", "grey"), "keep": ("^", "tab:green"), "discard": ("x", "tab:red")}
+
+
+def _metric_chart(plt: Any, s: dict[str, Any]) -> Any:
+    """The primary metric per iteration (integer iterations), each candidate's 95% CI of its gain over the
+    incumbent as whiskers, the baseline as a band (its binomial 95% interval), keep and discard markers, and the
+    held-out families as their own series."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    used, series = 0, []
+    rows = [r for r in s["iterations"] if r["metric"] is not None]
+    base = next((r for r in rows if r["kind"] == "baseline"), None)
+    if base is not None:
+        low, high = _binomial_band(base["metric"], base.get("samples"))
+        ax.axhline(base["metric"], linestyle="--", color="grey", linewidth=1)
+        if high > low:
+            ax.axhspan(low, high, color="grey", alpha=0.15, label="baseline 95% interval")
+    if rows:
+        ax.plot([r["iteration"] for r in rows], [r["metric"] for r in rows], color="tab:blue", alpha=0.5)
+    for decision, (marker, colour) in MARKERS.items():
+        chosen = [r for r in rows if (r["decision"] or r["kind"]) == decision]
+        if chosen:
+            ax.scatter([r["iteration"] for r in chosen], [r["metric"] for r in chosen], marker=marker, color=colour,
+                       zorder=3, label=decision)  # fmt: skip
+    whiskers = [r for r in rows if r["ci"] and None not in r["ci"] and r["delta"] is not None]
+    if whiskers:
+        ax.errorbar(
+            [r["iteration"] for r in whiskers],
+            [r["metric"] for r in whiskers],
+            yerr=[[r["delta"] - r["ci"][0] for r in whiskers], [r["ci"][1] - r["delta"] for r in whiskers]],
+            fmt="none", ecolor="tab:blue", capsize=4, label="95% CI of the gain",
+        )  # fmt: skip
+    held = [r for r in rows if r.get("holdout_metric") is not None]
+    if held:
+        ax.plot([r["iteration"] for r in held], [r["holdout_metric"] for r in held], linestyle=":", marker=".",
+                color="tab:purple", label="held-out families")  # fmt: skip
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title=f"{s['primary_metric']} per iteration", xlabel="iteration", ylabel=s["primary_metric"])
+    if rows:
+        ax.legend(loc="best", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no evaluated iterations yet", ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def _binomial_band(rate: float, samples: int | None) -> tuple[float, float]:
+    """A 95% normal-approximation interval of a pass rate over `samples` attempts (none without a count)."""
+    if not samples or not 0.0 <= rate <= 1.0:
+        return rate, rate
+    half = 1.96 * math.sqrt(rate * (1 - rate) / samples)
+    return max(0.0, rate - half), min(1.0, rate + half)
+
+
+def _budget_chart(plt: Any, s: dict[str, Any]) -> Any:
+    """Runs settled against the campaign's limit, over time."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    times, spent, limits = [], [], []
+    used, limit = 0, None
     for entry in s["budget_entries"]:
         if entry["kind"] == "settle":
             used += entry["runs"]
-        series.append(used)
-    if series:
-        ax.step(range(len(series)), series, where="post")
-    ax.set(title="runs settled against the campaign budget", xlabel="budget entry", ylabel="runs")
-    paths.append(_save(fig, out / "budget.png"))
-    return paths
+        elif entry["kind"] == "limit":
+            limit = entry["runs"]
+        elif entry["kind"] == "amend" and limit is not None:
+            limit += entry["runs"]
+        times.append(datetime.fromisoformat(str(entry["created_at"]).replace("Z", "+00:00")))
+        spent.append(used)
+        limits.append(limit)
+    if times:
+        ax.step(times, spent, where="post", label="runs settled")
+        if any(v is not None for v in limits):
+            ax.step(times, [v if v is not None else float("nan") for v in limits], where="post", linestyle="--",
+                    color="tab:red", label="limit")  # fmt: skip
+        ax.legend(loc="best", fontsize="small")
+        fig.autofmt_xdate()
+    else:
+        ax.text(0.5, 0.5, "no budget entries yet", ha="center", va="center", transform=ax.transAxes)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title="runs settled against the campaign budget", xlabel="time", ylabel="runs")
+    return fig
 
 
 def _save(fig: Any, path: Path) -> Path:
