@@ -19,7 +19,7 @@ demo: $(STAMP)  # the whole loop on a fresh demo home, 3 to 6 minutes on 2 cores
 	$(BIN)/bashgym demo $(DEMO_ARGS)
 
 # Two workers, one test file each at a time (a file's tests share module fixtures and run in order):
-# 9 to 18 minutes on 2 cores (16:06 and 17:41 on 2026-12-02; tests/conftest.py gives torch one thread per process).
+# 8 to 11 minutes on 2 cores (8:09 and 10:10 on 2026-12-05; tests/conftest.py gives torch one thread per process).
 # TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 
@@ -27,7 +27,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Acceptance checks that train for minutes (CI runs them after the suite), one test file per worker as `test` does:
-# each process trains with one torch thread (tests/conftest.py), so two files at once use both cores.
+# each process trains with one torch thread (tests/conftest.py), so two files at once use both cores: 13 to 18
+# minutes on 2 cores (13:04 and 17:50 on 2026-12-05; it was 17:50 to 34:17 one file at a time).
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile
 
