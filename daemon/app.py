@@ -23,7 +23,7 @@ from bashgym.daemon.training import TrainingService
 from bashgym.ledger import Ledger
 from bashgym.ledger.access import REQUEST_CLAIM, UNANSWERED, IdempotencyClaim
 from bashgym.ledger.errors import BashGymError, RateLimited
-from bashgym.ledger.redaction import REDACTED, contains_secret, redact_text
+from bashgym.ledger.redaction import REDACTED, contains_secret, redact_text, redact_values
 from bashgym.ledger.validation import IDENTIFIER_RE
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -97,7 +97,7 @@ def error_response(
     if reference:
         error["reference"] = reference
     if details:
-        error["details"] = details
+        error["details"] = redact_values(details)  # they may quote the request back, as the message does
     return json_response({"error": error}, status, headers)
 
 

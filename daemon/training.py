@@ -344,7 +344,8 @@ class TrainingService:
         if lane_ok:
             await attempt(lambda: self._check_command_checks(workspace, request, device))
             await attempt(lambda: self._check_trainer_would_take(workspace, request, device))
-        return {"ready": not reasons, "reasons": reasons, "hints": hints}
+        # A reason may quote the request back (a model path): credential-shaped parts are redacted, as in errors.
+        return {"ready": not reasons, "reasons": redact_values(reasons), "hints": hints}
 
     async def _check_trainer_would_take(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
         """What the trainer would refuse on the lane's machines, found before anything is queued."""
