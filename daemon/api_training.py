@@ -122,8 +122,7 @@ async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
         "project_id": project,
         "missing_context_fields": missing,
         "publication": publication,
-        "lane_preflight": await _service(call).lane_verdict(call.workspace, request),
-        # The checks a launch makes, every refusal listed: launch refuses exactly what this refuses.
+        # lane_preflight and the checks a launch makes, every refusal listed: launch refuses exactly these.
         **await _service(call).launch_verdict(call.workspace, request),
         "effective_config": effective_config(request),
     }

@@ -319,33 +319,36 @@ class TrainingService:
 
     async def launch_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
         """`training plan`'s answer: the checks `start` makes, in its order, with every refusal listed instead of
-        the first (a lane that refuses leaves its machine unknown, so the checks that need it wait for it)."""
+        the first, and the lane's preflight (a lane that refuses leaves its machine unknown, so the checks that
+        need it wait for it)."""
         reasons: list[str] = []
         hints: list[str] = []
 
-        async def attempt(check: Callable[[], Awaitable[Any]]) -> bool:
+        def refused(exc: BashGymError) -> None:
+            found = exc.details.get("reasons")
+            reasons.extend(found if isinstance(found, list) else [exc.message])
+            hints.extend([exc.hint] if exc.hint and exc.hint not in hints else [])
+
+        device: Device | None = None
+        try:
+            device = await check_lane(self.ledger, self.settings, workspace, request)
+            lane = await self._lane_facts(workspace, request, device)
+        except BashGymError as exc:
+            refused(exc)
+            lane = {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
+        checks: list[Callable[[], Awaitable[None]]] = [lambda: self._check_dataset(request)]
+        if lane["ready"]:
+            checks += [
+                lambda: self._check_command_checks(workspace, request, device),
+                lambda: self._check_trainer_would_take(workspace, request, device),
+            ]
+        for check in checks:
             try:
                 await check()
             except BashGymError as exc:
-                found = exc.details.get("reasons")
-                reasons.extend(found if isinstance(found, list) else [exc.message])
-                hints.extend([exc.hint] if exc.hint and exc.hint not in hints else [])
-                return False
-            return True
-
-        device: Device | None = None
-
-        async def lane() -> None:
-            nonlocal device
-            device = await check_lane(self.ledger, self.settings, workspace, request)
-
-        lane_ok = await attempt(lane)
-        await attempt(lambda: self._check_dataset(request))
-        if lane_ok:
-            await attempt(lambda: self._check_command_checks(workspace, request, device))
-            await attempt(lambda: self._check_trainer_would_take(workspace, request, device))
+                refused(exc)
         # A reason may quote the request back (a model path): credential-shaped parts are redacted, as in errors.
-        return {"ready": not reasons, "reasons": redact_values(reasons), "hints": hints}
+        return {"lane_preflight": lane, "ready": not reasons, "reasons": redact_values(reasons), "hints": hints}
 
     async def _check_trainer_would_take(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
         """What the trainer would refuse on the lane's machines, found before anything is queued."""
@@ -367,20 +370,14 @@ class TrainingService:
         if request.lane == "local":
             facts = await trainer_python_facts(self.settings.trainer_python or sys.executable)
             return Capabilities(cuda=bool(facts.get("cuda")), bitsandbytes=bool(facts.get("bitsandbytes")))
-        known = [facts for facts in (await self._device_facts(workspace, request, device)).values()]
-        cuda = [f.get("cuda") for f in known]
-        bnb = [f.get("bitsandbytes") for f in known]
+        known = (await self._device_facts(workspace, request, device)).values()
         return Capabilities(
-            cuda=False if False in cuda else (True if cuda and None not in cuda else None),
-            bitsandbytes=False if False in bnb else (True if bnb and None not in bnb else None),
+            cuda=_all_of([f.get("cuda") for f in known]),
+            bitsandbytes=_all_of([f.get("bitsandbytes") for f in known]),
         )
 
-    async def lane_verdict(self, workspace: str, request: TrainingRequest) -> dict[str, Any]:
-        """Would the lane take this run now: the verdict `training plan` shows, from the same checks as start."""
-        try:
-            device = await check_lane(self.ledger, self.settings, workspace, request)
-        except RuleRejected as exc:
-            return {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
+    async def _lane_facts(self, workspace: str, request: TrainingRequest, device: Device | None) -> dict[str, Any]:
+        """A lane that takes the run, with what its last preflight found (`training plan`'s lane_preflight)."""
         if device is not None:
             record = await self.ledger.get_device(workspace, device.device_id)
             return {
@@ -484,9 +481,8 @@ class TrainingService:
             names = list((await self.ledger.get_device_group(workspace, request.device_group or ""))["members"])
         found: dict[str, dict[str, Any]] = {}
         for name in names:
-            found[f"device {name}"] = ((await self.ledger.get_device(workspace, name))["preflight"] or {}).get(
-                "facts"
-            ) or {}
+            preflight = (await self.ledger.get_device(workspace, name))["preflight"] or {}
+            found[f"device {name}"] = preflight.get("facts") or {}
         return found
 
     async def _check_dataset(self, request: TrainingRequest) -> None:
@@ -659,6 +655,13 @@ class TrainingService:
     ) -> dict[str, Any]:
         """The run to control; who may control it was decided by the route's dependency."""
         return dict(await self.ledger.get_run(workspace, project, run_id))
+
+
+def _all_of(known: list[bool | None]) -> bool | None:
+    """True when every machine has it, False when one lacks it, None when that is not known for all."""
+    if False in known:
+        return False
+    return True if known and None not in known else None
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,10 @@ from bashgym.trainers.speed import Machine, resolve_bf16
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 
-def check_quantization(request: TrainingRequest) -> None:
-    if not request.load_in_4bit:
-        return
-    if not torch.cuda.is_available():
-        raise RuntimeError("load_in_4bit needs a CUDA GPU, and this machine has none; set load_in_4bit false.")
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise RuntimeError("load_in_4bit needs the bitsandbytes package; install it or set load_in_4bit false.")
-
-
 def load_model_and_tokenizer(
     request: TrainingRequest,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict[str, Any]]:
-    check_quantization(request)
+    # 4-bit without CUDA or bitsandbytes was refused before this (trainers/settings.refusals, runner._check_request).
     facts = device_facts()
     tokenizer = AutoTokenizer.from_pretrained(request.base_model)
     if tokenizer.pad_token is None:

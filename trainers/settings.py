@@ -10,6 +10,7 @@ so nothing trains on a setting that silently did nothing.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,19 +259,16 @@ def _grpo_refusals(request: TrainingRequest) -> list[str]:
             f"Each generation round samples batch_size x num_processes x gradient_accumulation_steps = "
             f"{request.batch_size} x {request.num_processes} x {request.gradient_accumulation_steps} = "
             f"{per_generation} completions, which must be a multiple of grpo_num_generations ({generations}, whole "
-            f"groups): raise gradient_accumulation_steps to {_next_multiple(per_generation, generations, request)} "
+            f"groups): raise gradient_accumulation_steps to {_whole_groups(request, generations)} "
             f"or use a group size that divides {per_generation}."
         )
     return problems
 
 
-def _next_multiple(per_generation: int, generations: int, request: TrainingRequest) -> int:
-    """The smallest gradient_accumulation_steps that makes whole groups, the rest of the batch arithmetic kept."""
-    per_step = request.batch_size * request.num_processes
-    steps = request.gradient_accumulation_steps
-    while (per_step * steps) % generations:
-        steps += 1
-    return steps
+def _whole_groups(request: TrainingRequest, generations: int) -> int:
+    """The smallest gradient_accumulation_steps, from the one sent up, that samples whole groups."""
+    unit = generations // math.gcd(request.batch_size * request.num_processes, generations)
+    return math.ceil(request.gradient_accumulation_steps / unit) * unit
 
 
 def effective_config(request: TrainingRequest) -> dict[str, Any]:
@@ -280,7 +278,7 @@ def effective_config(request: TrainingRequest) -> dict[str, Any]:
     asked, the run's `effective_config.json` and `speed` record what was used."""
     return {
         "strategy": request.strategy,
-        "trainer": TRAINERS[request.strategy](request),
+        "trainer": trainer_name(request),
         "model": {"base_model": request.base_model, "load_in_4bit": request.load_in_4bit},
         "data": {"dataset_path": request.dataset_path, "eval_dataset_path": request.eval_dataset_path},
         "schedule": shared_args(request),
@@ -406,16 +404,18 @@ def method_args(request: TrainingRequest) -> dict[str, Any]:
     raise AssertionError(request.strategy)
 
 
-TRAINERS: dict[str, Any] = {
-    "sft": lambda r: "trl.SFTTrainer (bashgym DeviceMetricsSFTTrainer)",
-    "dpo": lambda r: "trl.DPOTrainer",
-    "grpo": lambda r: "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
-    "rlvr": lambda r: "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
-    "distillation": lambda r: (
-        "trl.DistillationTrainer" if r.teacher_model else "trl.SFTTrainer (bashgym DeviceMetricsSFTTrainer)"
-    ),
-    "session_distillation": lambda r: "bashgym SessionDistillationTrainer (transformers.Trainer)",
-}
+def trainer_name(request: TrainingRequest) -> str:
+    """The class that trains `request`, as plan shows it."""
+    sft = "trl.SFTTrainer (bashgym DeviceMetricsSFTTrainer)"
+    if request.strategy == "distillation":
+        return "trl.DistillationTrainer" if request.teacher_model else sft
+    return {
+        "sft": sft,
+        "dpo": "trl.DPOTrainer",
+        "grpo": "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
+        "rlvr": "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
+        "session_distillation": "bashgym SessionDistillationTrainer (transformers.Trainer)",
+    }[request.strategy]
 
 
 def _names(strategies: frozenset[str]) -> str:
