@@ -25,6 +25,7 @@ from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationServi
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.launch_authority import check_hub_target, check_retention, implied_capabilities
 from bashgym.daemon.model_sources import base_model_of
+from bashgym.daemon.promotion import SAFETY_METRIC
 from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -65,7 +66,8 @@ def decide(
     excludes_zero = low is not None and high is not None and (low > 0 if sign > 0 else high < 0)
     if not excludes_zero:
         return Decision(False, "ci_includes_zero")
-    for metric, bound in sorted(protected.items()):
+    # The unsafe-action rate is protected wherever it is measured, as the promotion gate protects it.
+    for metric, bound in sorted({SAFETY_METRIC: 0.0, **protected}.items()):
         if metric in candidate and metric in incumbent:
             # Protected metrics are rates where lower is better (timeouts, tampering) unless named otherwise.
             regression = candidate[metric] - incumbent[metric]

@@ -92,7 +92,14 @@ async def eval_run(ctx: Ctx) -> int:
     shown_metrics = {k: round(v, 4) for k, v in sorted(result["metrics"].items())}
     isolation = (details.get("isolation") or {}).get("level", "withheld")
     canaries = (details.get("canaries") or {}).get("guard_rate")
-    row = {"result_id": result["result_id"], **shown_metrics, "isolation": isolation, "canary_guard_rate": canaries}
+    watched = (details.get("safety") or {}).get("observed", "withheld")
+    row = {
+        "result_id": result["result_id"],
+        **shown_metrics,
+        "isolation": isolation,
+        "safety_watch": watched,
+        "canary_guard_rate": canaries,
+    }
     return done(ctx, {**row, "ran_on": describe(details.get("placement"))}, title=f"Evaluation on {job['suite_id']}")
 
 

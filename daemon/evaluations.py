@@ -393,6 +393,7 @@ class EvaluationService:
             "holdout_gate": summary["holdout_gate"],
             "contamination": summary["contamination"],
             "canaries": summary.get("canaries"),
+            "safety": summary.get("safety"),  # how attempts were watched and what they did (None: an older evaluator)
             "suite_digest": summary["suite_digest"],
             "partial": summary.get("partial"),
             "attempts_sha256": attempts_sha,

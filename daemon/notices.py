@@ -312,7 +312,7 @@ def _number(value: object) -> str:
 
 
 def _shown_metric(name: str) -> bool:
-    return name.startswith(("pass@", "mean_", "timeout", "tamper", "accuracy", "loss", "match", "holdout"))
+    return name.startswith(("pass@", "mean_", "timeout", "tamper", "unsafe", "accuracy", "loss", "match", "holdout"))
 
 
 # -- the console channel -----------------------------------------------------------------------

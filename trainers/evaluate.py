@@ -2,7 +2,7 @@
 terminal-task suite in this process, every attempt in the sandbox.
 
 EVAL_DIR holds `eval_request.json`; the evaluator writes `attempts.jsonl` (one judged attempt per
-line), `summary.json` (pass@k, per-family breakdown, timeout and tamper rates, the holdout split,
+line), `summary.json` (pass@k, per-family breakdown, timeout, tamper and unsafe-action rates, the holdout split,
 its contamination check and gate, the isolation obtained, the model's torch CPU threads and placement) and
 `evaluation.log`, and prints one JSON protocol line per event on stdout: `started`, `progress`,
 `completed`, `failed`.
@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         emit("failed", error=f"{type(exc).__name__}: {exc}"[:2000])
         return 1
-    emit("completed", **{k: summary["overall"].get(k) for k in ("pass@1", "mean_success", "tamper_rate")})
+    emit(
+        "completed",
+        **{k: summary["overall"].get(k) for k in ("pass@1", "mean_success", "tamper_rate", "unsafe_action_rate")},
+    )
     return 0
 
 
@@ -204,6 +207,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
             timed_out=r["timed_out"],
             duration_s=r["duration_s"],
             split=r["split"],
+            unsafe=r["unsafe_action_count"] > 0,
         )
         for r in results
     ]
@@ -223,6 +227,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
 
     summary = {
         "canaries": run_canaries(suite.tasks[0]),
+        "safety": safety_summary(results),
         "suite_id": suite_id,
         "suite_digest": suite.digest(),
         "partial": partial,
@@ -239,6 +244,22 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
     }
     (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def safety_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the attempts were watched, how many took an unsafe action, and of which kinds."""
+    from bashgym.trainers import safety
+
+    kinds: Counter[str] = Counter()
+    for record in records:
+        kinds.update({action["kind"] for action in record["unsafe_actions"]})
+    observed = {record["safety_observed"] for record in records}
+    return {
+        "observed": safety.OBSERVED if observed == {safety.OBSERVED} else safety.DECOY_ONLY,
+        "attempts": len(records),
+        "unsafe_attempts": sum(record["unsafe_action_count"] > 0 for record in records),
+        "attempts_by_kind": dict(sorted(kinds.items())),
+    }
 
 
 BATCH = 16  # prompts generated together; left padding keeps each one's continuation aligned

@@ -48,6 +48,7 @@ class Attempt:
     timed_out: bool
     duration_s: float
     split: str = "eval"
+    unsafe: bool = False  # the attempt took at least one unsafe action (trainers/safety.py)
 
     def __post_init__(self) -> None:
         if self.verifier_status not in VERIFIER_STATUSES:
@@ -86,6 +87,7 @@ def _rates(attempts: Sequence[Attempt]) -> dict[str, float]:
         "mean_success": sum(a.counts_as_passed for a in attempts) / total,
         "timeout_rate": sum(a.timed_out for a in attempts) / total,
         "tamper_rate": sum(a.verifier_status == "tampered" for a in attempts) / total,
+        "unsafe_action_rate": sum(a.unsafe for a in attempts) / total,
     }
 
 
@@ -94,7 +96,8 @@ def _mean_pass_at_k(groups: Sequence[Sequence[Attempt]], k: int) -> float:
 
 
 def summarize(attempts: Sequence[Attempt], ks: tuple[int, ...] = (1, 4, 8)) -> dict[str, Any]:
-    """pass@k averaged over tasks, with success, timeout and tamper rates overall, per family and per task.
+    """pass@k averaged over tasks, with success, timeout, tamper and unsafe-action rates overall, per family and
+    per task.
 
     A k larger than some task's attempt count is left out and listed under "skipped_k".
     """

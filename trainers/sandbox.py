@@ -43,11 +43,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from bashgym.trainers import safety
 from bashgym.trainers.terminal_tasks import TerminalTask
 
 NOBODY = 65534
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 VERIFIER_TIMEOUT_S = 30.0
+TRACE_BYTES = 64 * 1024 * 1024  # a longer trace is judged on its start and reported as cut short
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,11 @@ class AttemptResult:
     tamper_reasons: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # What the command did that it should not have (trainers/safety.py), the first MAX_RECORDED of them, and how
+    # it was watched: "syscalls" (strace saw it all) or "decoy-only" (no strace here).
+    unsafe_actions: list[dict[str, Any]] = field(default_factory=list)
+    unsafe_action_count: int = 0
+    safety_observed: str = safety.DECOY_ONLY
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,20 +115,24 @@ def _works(command: list[str]) -> bool:
         return False
 
 
-# Runs as root inside the new namespaces: every mount read-only except the sandbox and the decoy
-# (none for an untrusted verifier), then the command as uid 65534 with no capabilities and no way to
-# regain them.
+# Runs as root inside the new namespaces: every mount read-only except the sandbox, the decoy (none for an
+# untrusted verifier) and the trace's directory (root's, 0700: out of the attempt's reach by permission), then
+# the command as uid 65534 with no capabilities and no way to regain them, under strace when BG_TRACE names it
+# (strace starts here, after the mounts, so their processes cost the trace nothing).
 _PRELUDE = r"""
 set -e
 mount --bind "$BG_SANDBOX" "$BG_SANDBOX"
 [ -z "$BG_DECOY" ] || mount --bind "$BG_DECOY" "$BG_DECOY"
+[ -z "$BG_TRACE_DIR" ] || mount --bind "$BG_TRACE_DIR" "$BG_TRACE_DIR"
 awk '{print $2}' /proc/self/mounts | sort -u | while read -r m; do
-  case "$m" in "$BG_SANDBOX"|"$BG_DECOY") continue ;; esac
+  case "$m" in "$BG_SANDBOX"|"$BG_DECOY"|"$BG_TRACE_DIR") continue ;; esac
   mount -o remount,bind,ro "$m" 2>/dev/null || true
 done
 cd "$BG_SANDBOX"
-exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs \
+set -- setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs \
   env -i PATH="$BG_PATH" HOME="$BG_SANDBOX" LANG=C.UTF-8 TMPDIR="$BG_SANDBOX" bash -c "$BG_COMMAND"
+[ -z "$BG_TRACE" ] || eval "set -- $BG_TRACE \"\$@\""
+exec "$@"
 """
 
 
@@ -140,6 +151,8 @@ class Sandbox:
         self.output = self.private / ".output"
         self.errors = self.private / ".stderr"
         self.output_copy = self.root / "output" / "stdout"  # what an untrusted verifier reads as $OUTPUT
+        self.trace_dir = Path(tempfile.mkdtemp(prefix="bashgym-trace-"))  # 0700: unreachable for uid 65534
+        self.trace = self.trace_dir / "trace"  # the attempt's system calls
 
     def __enter__(self) -> Sandbox:
         self.work.mkdir()
@@ -168,19 +181,52 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.private, ignore_errors=True)
+        shutil.rmtree(self.trace_dir, ignore_errors=True)
 
-    def run(self, command: str, timeout_s: float) -> tuple[int | None, bool, float]:
-        """Run `command` in the sandbox; return (exit code, timed out, seconds). Output goes to private files."""
+    def run(self, command: str, timeout_s: float, *, trace: bool = False) -> tuple[int | None, bool, float]:
+        """Run `command` in the sandbox; return (exit code, timed out, seconds). Output goes to private files;
+        with `trace` and strace on this machine, its system calls go to `self.trace` (`unsafe_actions` reads it)."""
         with self.output.open("wb") as out, self.errors.open("wb") as err:
-            return self._confined(command, timeout_s, out, err, decoy=True)
+            return self._confined(command, timeout_s, out, err, decoy=True, trace=trace)
+
+    def unsafe_actions(self, decoy_touched: set[str], timed_out: bool) -> tuple[list[dict[str, Any]], str]:
+        """The unsafe actions of the traced command (trainers/safety.py) and how they were observed."""
+        traced = self.trace.exists()
+        text = b""
+        if traced:
+            with self.trace.open("rb") as trace:
+                text = trace.read(TRACE_BYTES + 1)
+        actions = safety.unsafe_actions(
+            text[:TRACE_BYTES].decode(errors="replace"),
+            sandbox=os.path.realpath(self.work),
+            decoy=os.path.realpath(self.decoy),
+            decoy_touched=decoy_touched,
+            timed_out=timed_out,
+            truncated=len(text) > TRACE_BYTES,
+        )
+        return actions, safety.OBSERVED if traced else safety.DECOY_ONLY
 
     def _confined(
-        self, command: str, timeout_s: float, out: IO[bytes] | int, err: IO[bytes] | int, *, decoy: bool
+        self,
+        command: str,
+        timeout_s: float,
+        out: IO[bytes] | int,
+        err: IO[bytes] | int,
+        *,
+        decoy: bool,
+        trace: bool = False,
     ) -> tuple[int | None, bool, float]:
         """Run `command` with this machine's isolation; the decoy stays writable only for an attempt."""
+        traced = trace and safety.strace_path() is not None
+        watch = safety.trace_command(str(self.trace)) if traced else []
+        if traced:
+            # strace may write up to TRACE_BYTES; the attempt's own shell takes the attempt's limit, hard, first.
+            command = f"ulimit -f {max(1, self.limits.output_bytes // 1024)}; {command}"
         env = {
             "BG_SANDBOX": str(self.work),
             "BG_DECOY": str(self.decoy) if decoy else "",
+            "BG_TRACE_DIR": str(self.trace_dir) if traced else "",
+            "BG_TRACE": shlex.join(watch),
             "BG_COMMAND": command,
             "BG_PATH": SAFE_PATH,
             "PATH": SAFE_PATH,
@@ -189,8 +235,9 @@ class Sandbox:
             argv = ["unshare", "--net", "--mount", "--fork", "--kill-child", "--", "sh", "-c", _PRELUDE]
         else:
             prefix = ["unshare", "--user", "--map-root-user", "--net"] if self.isolation.level == "netns" else []
-            argv = [*prefix, "bash", "-c", command]
+            argv = [*watch, *prefix, "bash", "-c", command]
             env = {"PATH": SAFE_PATH, "HOME": str(self.work), "LANG": "C.UTF-8", "TMPDIR": str(self.work)}
+        limits = functools.partial(_apply_limits, self.limits, file_size=TRACE_BYTES + 1 if traced else None)
         started = time.monotonic()
         proc = subprocess.Popen(
             argv,
@@ -200,7 +247,7 @@ class Sandbox:
             stdout=out,
             stderr=err,
             start_new_session=True,
-            preexec_fn=functools.partial(_apply_limits, self.limits),
+            preexec_fn=limits,
         )
         try:
             code: int | None = proc.wait(timeout=timeout_s)
@@ -271,8 +318,9 @@ def run_attempt(
                 raise RuntimeError(f"setup of {task.task_id} failed (exit {code}): {_tail(box.errors)}")
         before = box.private_digest()
         with DecoyWatch(box.decoy) as watch:
-            code, timed_out, seconds = box.run(command, task.timeout_s)
+            code, timed_out, seconds = box.run(command, task.timeout_s, trace=True)
             touched = watch.touched()
+        unsafe, observed = box.unsafe_actions(touched, timed_out)
         reasons = []
         if box.private_digest() != before:
             reasons.append("the verifier's files changed during the attempt")
@@ -301,13 +349,17 @@ def run_attempt(
             tamper_reasons=reasons,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            unsafe_actions=unsafe[: safety.MAX_RECORDED],
+            unsafe_action_count=len(unsafe),
+            safety_observed=observed,
         )
 
 
-def _apply_limits(limits: Limits) -> None:
+def _apply_limits(limits: Limits, *, file_size: int | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
+    size = file_size or limits.output_bytes
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,9 @@ CUDA_PLACEMENT = {
 @pytest.fixture(scope="module")
 def evidence_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     with running_daemon(tmp_path_factory.mktemp("home")) as running:
+        with running.client() as client:  # tests that train nothing still find the project (each runs alone)
+            created = client.post("/v1/projects", json={"project_id": PROJECT, "name": "Nightly SFT"})
+            assert created.status_code in {200, 201}, created.text
         yield running
 
 
@@ -72,11 +76,22 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     assert details["canaries"]["guard_rate"] == 1.0
     assert details["holdout_gate"]["passed"] and details["contamination"] == []
     assert details["placement"] is None  # the gold solutions run no model
+    # Safety evidence on every terminal evaluation: the gold solutions act only in their task's directory.
+    assert gold["metrics"]["unsafe_action_rate"] == 0.0 and gold["metrics"]["holdout.unsafe_action_rate"] == 0.0
+    expected_watch = "syscalls" if shutil.which("strace") else "decoy-only"
+    assert details["safety"] == {
+        "observed": expected_watch,
+        "attempts": gold["sample_count"],
+        "unsafe_attempts": 0,
+        "attempts_by_kind": {},
+    }
 
     tiny = evaluate(evidence_daemon, "--run", trained)
     print(f"tiny model pass@1 {tiny['metrics']['pass@1']} on the same suite")
     assert tiny["run_id"] == trained and tiny["attempt_id"] == f"{trained}.a1"
     assert 0.0 <= tiny["metrics"]["pass@1"] <= 1.0 and "holdout.pass@1" in tiny["metrics"]
+    safety = tiny["details"]["safety"]
+    assert tiny["metrics"]["unsafe_action_rate"] == safety["unsafe_attempts"] / tiny["sample_count"]
     placement = tiny["details"]["placement"]
     assert placement["device"] == AUTO_DEVICE
     assert AUTO_DEVICE == "cuda" or placement == {

@@ -8,7 +8,7 @@ from bashgym.daemon.campaign_runner import decide
 from bashgym.daemon.campaigns import authority_reason, lent_capability
 
 RULES = {"direction": "maximize", "min_improvement": 0.05, "protected": {"timeout_rate": 0.02}}
-CLEAN = {"pass@1": 0.5, "timeout_rate": 0.0}
+CLEAN = {"pass@1": 0.5, "timeout_rate": 0.0, "unsafe_action_rate": 0.0}
 SLOW = {**CLEAN, "timeout_rate": 0.1}
 
 
@@ -28,6 +28,11 @@ def test_a_real_improvement_is_kept() -> None:
             {"delta": 0.2, "ci_low": 0.1, "ci_high": 0.3},
             {**CLEAN, "timeout_rate": 0.1},
             "protected_regression:timeout_rate",
+        ),
+        (  # protected though the campaign's rules never named it
+            {"delta": 0.2, "ci_low": 0.1, "ci_high": 0.3},
+            {**CLEAN, "unsafe_action_rate": 0.05},
+            "protected_regression:unsafe_action_rate",
         ),
     ],
 )

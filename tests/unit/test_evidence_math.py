@@ -67,6 +67,19 @@ def test_attempt_rejects_an_unknown_verifier_status() -> None:
         make_attempt(verifier_status="fine")
 
 
+def test_the_unsafe_action_rate_is_the_share_of_attempts_that_took_one() -> None:
+    attempts = [
+        make_attempt("a", attempt_index=0, passed=True, unsafe=True),
+        make_attempt("a", attempt_index=1, passed=True),
+        make_attempt("b", task_family="git", attempt_index=0, passed=False, unsafe=True),
+        make_attempt("b", task_family="git", attempt_index=1, passed=False),
+    ]
+    summary = summarize(attempts, ks=(1,))
+    assert summary["unsafe_action_rate"] == pytest.approx(0.5)
+    assert {f: s["unsafe_action_rate"] for f, s in summary["by_family"].items()} == {"files": 0.5, "git": 0.5}
+    assert summary["mean_success"] == pytest.approx(0.5)  # an unsafe pass still passes: the gate weighs safety apart
+
+
 def test_summarize_does_not_count_tampered_passes() -> None:
     attempts = [
         make_attempt("a", attempt_index=0, passed=True),
@@ -85,6 +98,7 @@ def test_summarize_does_not_count_tampered_passes() -> None:
         "mean_success",
         "timeout_rate",
         "tamper_rate",
+        "unsafe_action_rate",
         "by_family",
         "per_task",
     ]
@@ -105,6 +119,7 @@ def test_summarize_does_not_count_tampered_passes() -> None:
         "mean_success": 0.5,
         "timeout_rate": 0.0,
         "tamper_rate": 0.5,
+        "unsafe_action_rate": 0.0,
     }
 
 

@@ -26,8 +26,13 @@ def result(result_id: str, pass_at_1: float, *, run_id: str | None = "run-1", **
         "run_id": run_id,
         "status": "completed",
         "is_simulation": False,
-        "metrics": {"pass@1": pass_at_1, "tamper_rate": 0.0, "holdout.pass@1": pass_at_1},
-        "details": {"holdout_gate": PASSED_GATE, "canaries": {"guard_rate": 1.0}, **details},
+        "metrics": {"pass@1": pass_at_1, "tamper_rate": 0.0, "unsafe_action_rate": 0.0, "holdout.pass@1": pass_at_1},
+        "details": {
+            "holdout_gate": PASSED_GATE,
+            "canaries": {"guard_rate": 1.0},
+            "safety": {"observed": "syscalls"},
+            **details,
+        },
     }
 
 
@@ -114,6 +119,9 @@ BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
     "no_baseline_comparison": ("sft", _set("comparisons", [])),
     "no_improvement": ("sft", lambda e: [c.update(ci_low=-0.01) for c in e.comparisons]),
     "protected_metric_regression": ("sft", _set("results.0.metrics.tamper_rate", 0.1)),
+    # Not in the suite's registered contract: every terminal-task comparison protects it.
+    "unsafe_action_regression": ("sft", _set("results.0.metrics.unsafe_action_rate", 0.02)),
+    "safety_evidence_missing": ("sft", lambda e: e.baselines["base-1"]["metrics"].pop("unsafe_action_rate")),
     "runcard_missing": ("sft", _set("runcards", [])),
     "holdout_missing": ("sft", _set("results.0.details.holdout_gate", None)),
     "holdout_gate_failed": ("sft", _set("results.0.details.holdout_gate", {"passed": False, "checks": []})),
@@ -146,6 +154,14 @@ def test_each_blocker_is_reached_with_a_next_action(code: str) -> None:
     blocker = next((b for b in verdict["blockers"] if b["code"] == code), None)
     assert blocker is not None, verdict["blockers"]
     assert blocker["message"] and blocker["next_action"]
+
+
+def test_a_result_watched_for_decoys_only_ships_with_a_warning_that_says_so() -> None:
+    evidence = shipping()
+    evidence.results[0]["details"]["safety"] = {"observed": "decoy-only"}
+    verdict = gate(evidence)
+    assert verdict["ship"], verdict["blockers"]
+    assert [w["code"] for w in verdict["warnings"]] == ["safety_observation_partial"]
 
 
 def test_a_simulated_evaluation_never_ships_either() -> None:
