@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.daemon.host_paths import check_device_reach
+from bashgym.daemon.nemo import TRAINING_TYPES
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.ledger import Ledger
@@ -17,8 +18,9 @@ from bashgym.ledger.errors import NotFound, RuleRejected
 from bashgym.trainers.distributed import DistributedRefused, check_strategy
 from bashgym.trainers.specs import TrainingRequest
 
-# NeMo Customizer fine-tunes supervised chat data; every other method needs a lane that runs our trainers.
-NEMO_STRATEGIES = frozenset({"sft"})
+# NeMo Customizer runs supervised fine-tuning and DPO (LoRA or full weights) on data the launch uploads; every other
+# method needs a lane that runs our trainers.
+NEMO_STRATEGIES = frozenset(TRAINING_TYPES)
 _NEVER_CHECKED = {"reasons": ["it has never been preflighted"]}
 # What the local trainer's Python offers a scaled-out run; run only for strategies other than ddp (torch's
 # import takes seconds).
@@ -125,6 +127,7 @@ async def check_local_strategy(settings: Settings, request: TrainingRequest) -> 
 
 
 async def check_nemo(settings: Settings, request: TrainingRequest) -> None:
+    """The lane is configured, runs the method, and trains a Customizer config; the upload comes at launch."""
     if not settings.nemo_base_url:
         raise RuleRejected(
             "The cloud:nemo-customizer lane is not configured on this daemon.",
@@ -132,8 +135,14 @@ async def check_nemo(settings: Settings, request: TrainingRequest) -> None:
         )
     if request.strategy not in NEMO_STRATEGIES:
         raise RuleRejected(
-            f"NeMo Customizer does not run strategy `{request.strategy}`; it fine-tunes with sft only.",
-            hint="Use compute_target `local` or `ssh:<device_id>` for this method.",
+            f"The cloud:nemo-customizer lane does not run strategy `{request.strategy}`: it runs sft and dpo, with a "
+            "LoRA adapter or all weights (use_lora), on NeMo Customizer.",
+            hint="Use compute_target `local`, `ssh:<device_id>` or `ssh-group:<group_id>` for this method.",
+        )
+    if request.num_epochs != int(request.num_epochs):
+        raise RuleRejected(
+            f"num_epochs {request.num_epochs:g}: NeMo Customizer trains whole epochs.",
+            hint="Send a whole number of epochs, or bound the run with max_steps.",
         )
     if await asyncio.to_thread(Path(request.base_model).exists):
         raise RuleRejected(

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncssh
 from bashgym.daemon.background import until_stored
-from bashgym.daemon.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
+from bashgym.daemon.nemo import PAUSE_REFUSED, TERMINAL_STATUSES, NemoCustomizer, NemoError
 from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
 from bashgym.daemon.supervisor import RunHandle, Supervisor, read_request, topology_record
 from bashgym.ledger import Ledger
@@ -343,9 +343,10 @@ class NemoSupervisor(Supervisor):
         await self.ledger.register_artifact(self.actor, h.workspace, h.project, spec)
 
     async def pause(self) -> None:
+        """Refused before anything is sent: the job keeps running (training plan says so for this lane)."""
         raise Conflict(
-            "NeMo Customizer jobs cannot pause; its API offers only cancel.",
-            hint="Stop the run (bashgym training stop) and start a new one later.",
+            f"Run {self.handle.run_id} runs on NeMo Customizer, and {PAUSE_REFUSED}; nothing was changed.",
+            hint="Let it finish, or stop it (bashgym training stop), which cancels the job.",
         )
 
     async def stop(self) -> None:

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
         "", description="NeMo Customizer base URL; empty leaves the cloud:nemo-customizer lane off."
     )
     nemo_api_key_env: str = Field("NGC_API_KEY", description="Name of the environment variable holding the NeMo key.")
+    nemo_datastore_url: str = Field(
+        "", description="NeMo Data Store base URL (its Hugging Face API under /v1/hf); empty: nemo_base_url."
+    )
+    nemo_entity_store_url: str = Field(
+        "", description="NeMo Entity Store base URL, where uploaded datasets are registered; empty: nemo_base_url."
+    )
     nemo_namespace: str = Field("default", description="NeMo Data Store namespace of datasets named by digest.")
     nemo_poll_s: float = Field(5.0, gt=0, description="Seconds between status polls of a NeMo Customizer job.")
     nemo_gpus: int = Field(1, ge=0, le=1024, description="GPUs a NeMo Customizer job occupies, for GPU-hours.")

@@ -18,7 +18,15 @@ from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
-from bashgym.daemon.nemo import NemoCustomizer, NemoError, job_body
+from bashgym.daemon.nemo import (
+    LANE_CAPABILITIES,
+    NemoCustomizer,
+    NemoDataset,
+    NemoError,
+    customizer_dataset,
+    job_body,
+    job_hyperparameters,
+)
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
@@ -228,10 +236,10 @@ class TrainingService:
         request = request.model_copy(update={"hf_repo_owner": f"{workspace}/{project}"})
         if not may_exceed_budget:
             await self._check_budget(workspace, project)
-        run_id, job = None, None
+        run_id, job, uploaded = None, None, None
         if request.lane == "nemo":
             run_id = new_id("run")
-            job = await self._submit_nemo_job(run_id, request, dataset_sha256)
+            job, uploaded = await self._submit_nemo_job(run_id, request)
         registration = RunRegistration(
             run_id=run_id,
             source_system="nemo-customizer" if job else "bashgym",
@@ -239,7 +247,12 @@ class TrainingService:
             method=request.strategy,
             tracking_context=request.tracking_context,
             compute_target=request.compute_target,
-            config={**request.model_dump(mode="json", exclude={"tracking_context"}), "dataset_sha256": dataset_sha256},
+            config={
+                **request.model_dump(mode="json", exclude={"tracking_context"}),
+                "dataset_sha256": dataset_sha256,
+                # The NeMo Data Store dataset the job trains on, and the digest of the bytes uploaded there.
+                **({"nemo_upload": uploaded.record()} if uploaded else {}),
+            },
             recipe_digest=sha256_text(canonical_json(request.model_dump(mode="json", exclude={"correlation_id"}))),
             correlation_id=request.correlation_id or actor.correlation_id,
         )
@@ -278,8 +291,10 @@ class TrainingService:
                 await lane.update(lane="ssh", device_id=device.device_id)
             if request.device_group is not None:
                 await lane.update(lane="ssh-group", group_id=request.device_group)
-            if job is not None:
-                await lane.update(lane="nemo", job_id=job["id"], output_model=job.get("output_model"))
+            if job is not None and uploaded is not None:
+                await lane.update(
+                    lane="nemo", job_id=job["id"], output_model=job.get("output_model"), dataset=uploaded.record()
+                )
             self._launch(handle, actor, resume=False)
         return {
             "run_id": handle.run_id,
@@ -348,7 +363,10 @@ class TrainingService:
             except BashGymError as exc:
                 refused(exc)
         # A reason may quote the request back (a model path): credential-shaped parts are redacted, as in errors.
-        return {"lane_preflight": lane, "ready": not reasons, "reasons": redact_values(reasons), "hints": hints}
+        verdict = {"lane_preflight": lane, "ready": not reasons, "reasons": redact_values(reasons), "hints": hints}
+        if request.lane == "nemo":  # stated, not a refusal: such a run can be stopped, never paused
+            verdict["lane_capabilities"] = LANE_CAPABILITIES
+        return verdict
 
     async def _check_trainer_would_take(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
         """What the trainer would refuse on the lane's machines, found before anything is queued."""
@@ -388,7 +406,7 @@ class TrainingService:
                 **record["preflight"],
             }
         if request.lane == "nemo":
-            return {"lane": "nemo", "ready": True, "reasons": [], "facts": {"base_url": self.settings.nemo_base_url}}
+            return {"lane": "nemo", "ready": True, "reasons": [], "facts": self._nemo_facts(request)}
         if request.lane == "ssh-group":
             group = await self.ledger.get_device_group(workspace, request.device_group or "")
             return {
@@ -401,27 +419,45 @@ class TrainingService:
         facts = {"slots": self.settings.local_slots, "busy": len(self._active), "gpus": self.settings.local_gpus}
         return {"lane": "local", "ready": True, "reasons": [], "facts": facts}
 
-    async def _submit_nemo_job(self, run_id: str, request: TrainingRequest, dataset_sha256: str) -> dict[str, Any]:
-        namespace, _, name = (request.nemo_dataset or f"{self.settings.nemo_namespace}/").partition("/")
+    def _nemo_facts(self, request: TrainingRequest) -> dict[str, Any]:
+        """Where a nemo launch uploads and trains, and the job's hyperparameters (`training plan` shows them)."""
+        settings = self.settings
+        named = request.nemo_dataset or f"{settings.nemo_namespace}/bashgym-<sha256[:12] of the uploaded training file>"
+        return {
+            "base_url": settings.nemo_base_url,
+            "datastore_url": settings.nemo_datastore_url or settings.nemo_base_url,
+            "entity_store_url": settings.nemo_entity_store_url or settings.nemo_base_url,
+            "dataset": named,
+            "hyperparameters": job_hyperparameters(request),
+        }
+
+    async def _submit_nemo_job(self, run_id: str, request: TrainingRequest) -> tuple[dict[str, Any], NemoDataset]:
+        """Upload the validated dataset to the NeMo Data Store, register it, then create the job that names it."""
+        dataset = await asyncio.to_thread(customizer_dataset, request, namespace=self.settings.nemo_namespace)
         body = job_body(
             config=request.base_model,
-            dataset_namespace=namespace,
-            dataset_name=name or f"bashgym-{dataset_sha256[:12]}",
-            finetuning_type="lora" if request.use_lora else "all_weights",
-            epochs=max(1, round(request.num_epochs)),
-            batch_size=request.batch_size,
-            learning_rate=request.learning_rate,
-            adapter_dim=request.lora_rank,
-            adapter_dropout=request.lora_dropout,
+            dataset_namespace=dataset.namespace,
+            dataset_name=dataset.name,
+            hyperparameters=job_hyperparameters(request),
             name=run_id,
             description=f"BashGym run {run_id}",
             output_model=None,
         )
-        try:
-            async with self._nemo() as client:
-                return await client.create_job(body)
-        except NemoError as exc:
-            raise RuleRejected(f"NeMo Customizer refused the job: {exc.message}", hint="Nothing was launched.") from exc
+        async with self._nemo() as client:
+            try:
+                await client.publish_dataset(dataset, description=f"BashGym {request.strategy} data for run {run_id}")
+            except NemoError as exc:
+                raise RuleRejected(
+                    f"The dataset could not be published to NeMo: {exc.message}",
+                    hint="Nothing was launched and no run was registered.",
+                ) from exc
+            try:
+                return await client.create_job(body), dataset
+            except NemoError as exc:
+                raise RuleRejected(
+                    f"NeMo Customizer refused the job: {exc.message}",
+                    hint=f"Nothing was launched; dataset {dataset.dataset_id} stays in the Data Store.",
+                ) from exc
 
     async def _cancel_orphan(self, job_id: str) -> None:
         try:
@@ -431,7 +467,13 @@ class TrainingService:
             pass  # best effort: the job was never recorded as a run
 
     def _nemo(self) -> NemoCustomizer:
-        return NemoCustomizer(self.settings.nemo_base_url, self._nemo_key)
+        settings = self.settings
+        return NemoCustomizer(
+            settings.nemo_base_url,
+            self._nemo_key,
+            datastore_url=settings.nemo_datastore_url,
+            entity_store_url=settings.nemo_entity_store_url,
+        )
 
     async def _check_budget(self, workspace: str, project: str) -> None:
         try:

@@ -1,8 +1,14 @@
-"""A loopback stand-in of NVIDIA NeMo Customizer's v1 jobs API (create, status, cancel).
+"""A loopback stand-in of NVIDIA NeMo Customizer's v1 jobs API (create, status, cancel), with the two
+stores a job trains from: the Entity Store's dataset routes on the same port (POST /v1/datasets,
+GET /v1/datasets/{namespace}/{name}) and the Data Store, tests/hub_standin.py serving the Hugging Face API
+under /v1/hf on a port of its own (`datastore_url`).
 
-It records every request, keeps jobs in memory, and answers unknown routes with a loud 404 naming
-the method and path (facts in PROTOCOLS.md). A job advances one stage on each GET of its status, not
-with wall time, so a test that polls N times knows exactly what it sees:
+It records every request, keeps jobs and datasets in memory, and answers unknown routes with a loud 404
+naming the method and path (facts in PROTOCOLS.md and daemon/nemo.py). A job is created only for a
+dataset registered in the Entity Store whose files the Data Store holds, in the format its training_type
+needs; its hyperparameters are checked as the Customizer documents them (422 naming what is wrong).
+A job advances one stage on each GET of its status, not with wall time, so a test that polls N times
+knows exactly what it sees:
 
     created -> pending -> running (step 1) -> ... -> running (step steps-1) -> completed (step steps)
 
@@ -27,7 +33,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests.hub_standin import HubStandIn, Repo
+
 JOBS = "/v1/customization/jobs"
+DATASETS = "/v1/datasets"
+TRAINING_TYPES = ("sft", "dpo")
+HYPERPARAMETERS = {"training_type", "finetuning_type", "epochs", "batch_size", "learning_rate", "max_steps", "seed"}
+LORA_KEYS = {"adapter_dim", "adapter_dropout", "alpha"}
+DPO_KEYS = {"ref_policy_kl_penalty", "preference_loss_weight", "preference_average_log_probs", "sft_loss_weight"}
 OUTCOMES = ("completed", "failed")
 TERMINAL = ("completed", "failed", "cancelled")
 VAL_EVERY_STEPS = 2
@@ -50,6 +63,9 @@ class NemoStandIn:
         self._next_outcome: str | None = None
         self.requests: list[tuple[str, str, dict[str, Any] | None]] = []
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.datasets: dict[str, dict[str, Any]] = {}  # the Entity Store, by "<namespace>/<name>"
+        self.datastore = HubStandIn(prefix="/v1/hf", api_key=api_key)
+        self.datastore_url = self.datastore.url
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
@@ -77,6 +93,7 @@ class NemoStandIn:
         self._next_outcome = None if value is None else _checked_outcome(value)
 
     def __enter__(self) -> NemoStandIn:
+        self.datastore.__enter__()
         self._thread.start()
         deadline = time.monotonic() + 10
         # uvicorn exposes `started` as a flag, not an event, so poll it briefly.
@@ -92,6 +109,22 @@ class NemoStandIn:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self._sock.close()
+        self.datastore.__exit__()
+
+    def seed_dataset(self, dataset_id: str, rows: list[dict[str, Any]], **custom_fields: str) -> None:
+        """A dataset someone else uploaded and registered: its training file in the Data Store, its entity here."""
+        content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        self.datastore.state.repos[dataset_id] = Repo(
+            dataset_id, private=False, files={"training/training.jsonl": content}, repo_type="dataset"
+        )
+        namespace, name = dataset_id.split("/")
+        self.datasets[dataset_id] = _entity(
+            {"name": name, "namespace": namespace, "files_url": f"hf://datasets/{dataset_id}"}, custom_fields
+        )
+
+    def uploaded(self, dataset_id: str) -> dict[str, bytes]:
+        """The files the Data Store holds for a dataset."""
+        return dict(self.datastore.state.repos[dataset_id].files)
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -104,6 +137,13 @@ class NemoStandIn:
         parts = path.rstrip("/").split("/")
         if method == "POST" and path.rstrip("/") == JOBS:
             return self._create(body)
+        if method == "POST" and path.rstrip("/") == DATASETS:
+            return self._register(body)
+        if method == "GET" and len(parts) == 5 and "/".join(parts[:3]) == DATASETS:
+            found = self.datasets.get(f"{parts[3]}/{parts[4]}")
+            if found is None:
+                return _reply(404, {"detail": f"Dataset {parts[3]}/{parts[4]} not found."})
+            return _reply(200, copy.deepcopy(found))
         if len(parts) == 6 and "/".join(parts[:4]) == JOBS:
             job_id, action = parts[4], parts[5]
             if (method, action) == ("GET", "status"):
@@ -118,10 +158,23 @@ class NemoStandIn:
             return _reply(404, {"detail": f"Customization job {job_id} not found."})
         return handle(job)
 
+    def _register(self, body: Any) -> JSONResponse:
+        problem = _entity_problem(body)
+        if problem:
+            return _reply(422, {"detail": problem})
+        dataset_id = f"{body['namespace']}/{body['name']}"
+        if dataset_id in self.datasets:
+            return _reply(409, {"detail": f"Dataset {dataset_id} already exists."})
+        self.datasets[dataset_id] = _entity(body, body.get("custom_fields") or {})
+        return _reply(200, copy.deepcopy(self.datasets[dataset_id]))
+
     def _create(self, body: Any) -> JSONResponse:
         problem = _problem_with(body)
         if problem:
             return _reply(422, {"detail": problem})
+        missing, problem = self._dataset_problem(body["dataset"], body["hyperparameters"].get("training_type", "sft"))
+        if missing or problem:
+            return _reply(404 if missing else 422, {"detail": missing or problem})
         job_id = f"cust-{secrets.token_hex(8)}"
         outcome = self._next_outcome or self.outcome
         self._next_outcome = None
@@ -163,6 +216,22 @@ class NemoStandIn:
             return _reply(409, {"detail": detail})
         _log(job, "cancelled", "Job cancelled on request; no checkpoint was uploaded.")
         return _reply(200, _public(job))
+
+    def _dataset_problem(self, dataset: dict[str, str], training_type: str) -> tuple[str | None, str | None]:
+        """(what is missing, what is wrong) with the dataset a job names: registered, uploaded, in its format."""
+        dataset_id = f"{dataset['namespace']}/{dataset['name']}"
+        if dataset_id not in self.datasets:
+            return f"Dataset {dataset_id} is not registered in the Entity Store; upload and register it first.", None
+        repo = self.datastore.state.repos.get(dataset_id)
+        training = {p: b for p, b in (repo.files if repo else {}).items() if p.startswith("training/")}
+        if not training:
+            return f"Dataset {dataset_id} has no files under training/ in the Data Store; upload them first.", None
+        for path, content in sorted(training.items()):
+            for number, line in enumerate(content.decode().splitlines(), start=1):
+                problem = _row_problem(json.loads(line), training_type)
+                if problem:
+                    return None, f"{dataset_id} {path} line {number}: {problem}"
+        return None, None
 
 
 def nemo_standin(*, api_key: str | None = "k", steps: int = 6, outcome: str = "completed") -> NemoStandIn:
@@ -260,15 +329,66 @@ def _problem_with(body: Any) -> str | None:
         return "dataset is required: an object with string fields name and namespace."
     hyper = body.get("hyperparameters")
     if not isinstance(hyper, dict):
-        return "hyperparameters is required: an object with training_type 'sft'."
-    if hyper.get("training_type") != "sft":
-        return f"hyperparameters.training_type must be 'sft', got {hyper.get('training_type')!r}."
-    if hyper.get("finetuning_type", "lora") not in ("lora", "all_weights"):
-        return f"hyperparameters.finetuning_type must be 'lora' or 'all_weights', got {hyper['finetuning_type']!r}."
-    epochs = hyper.get("epochs", 1)
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        return f"hyperparameters.epochs must be a positive integer, got {epochs!r}."
+        return "hyperparameters is required: an object with training_type 'sft' or 'dpo'."
+    return _hyperparameter_problem(hyper)
+
+
+def _hyperparameter_problem(hyper: dict[str, Any]) -> str | None:
+    unknown = sorted(set(hyper) - HYPERPARAMETERS - {"lora", "dpo"})
+    if unknown:
+        return f"hyperparameters has unknown fields {unknown}."
+    training_type, finetuning_type = hyper.get("training_type", "sft"), hyper.get("finetuning_type")
+    if training_type not in TRAINING_TYPES:
+        return f"hyperparameters.training_type must be one of {', '.join(TRAINING_TYPES)} here, got {training_type!r}."
+    if finetuning_type not in ("lora", "all_weights"):
+        return f"hyperparameters.finetuning_type must be 'lora' or 'all_weights', got {finetuning_type!r}."
+    if "lora" in hyper and (finetuning_type != "lora" or not set(hyper["lora"]) <= LORA_KEYS):
+        return (
+            f"hyperparameters.lora ({sorted(hyper['lora'])}) goes only with finetuning_type 'lora', keys {LORA_KEYS}."
+        )
+    if "dpo" in hyper and (training_type != "dpo" or not set(hyper["dpo"]) <= DPO_KEYS):
+        return f"hyperparameters.dpo ({sorted(hyper['dpo'])}) goes only with training_type 'dpo', keys {DPO_KEYS}."
+    for name in ("epochs", "batch_size", "max_steps", "seed"):
+        value = hyper.get(name, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or (value < 1 and name != "max_steps"):
+            return f"hyperparameters.{name} must be a positive integer, got {value!r}."
     return None
+
+
+def _row_problem(row: Any, training_type: str) -> str | None:
+    """A training row in the format the Customizer documents for `training_type`."""
+    if not isinstance(row, dict):
+        return "a row must be a JSON object."
+    if training_type == "dpo":
+        missing = [k for k in ("prompt", "chosen_response", "rejected_response") if k not in row]
+        return f"a dpo row needs prompt, chosen_response and rejected_response; missing {missing}." if missing else None
+    if isinstance(row.get("messages"), list) or {"prompt", "completion"} <= set(row):
+        return None
+    return f"an sft row needs messages, or prompt and completion; got keys {sorted(row)}."
+
+
+def _entity_problem(body: Any) -> str | None:
+    if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in ("name", "namespace", "files_url")):
+        return "A dataset needs string fields name, namespace and files_url."
+    expected = f"hf://datasets/{body['namespace']}/{body['name']}"
+    if body["files_url"] != expected:
+        return f"files_url must name the Data Store repository {expected!r}, got {body['files_url']!r}."
+    fields = body.get("custom_fields") or {}
+    if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
+        return "custom_fields must map names to strings."
+    return None
+
+
+def _entity(body: dict[str, Any], custom_fields: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": f"dataset-{secrets.token_hex(8)}",
+        "name": body["name"],
+        "namespace": body["namespace"],
+        "description": body.get("description"),
+        "files_url": body["files_url"],
+        "custom_fields": dict(custom_fields),
+        "created_at": _now(),
+    }
 
 
 async def _json_body(request: Request) -> Any:

@@ -73,6 +73,18 @@ LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout")
 TEACHER_FIELDS = ("teacher_temperature", "distillation_alpha", "distillation_max_completion_length")
 # Speed settings whose "auto" every strategy accepts (it resolves to "not applied" outside SFT).
 AUTO_ANYWHERE = frozenset({"compile", "packing", "liger"})
+# The methods the cloud:nemo-customizer lane runs (its admission refuses the others, naming these), and the fields
+# it reads: the job it creates carries them (daemon/nemo.py job_hyperparameters; `training plan` shows them). NeMo
+# Customizer runs its own trainer, so any other training field sent for one of these methods is refused.
+NEMO_METHODS = ("sft", "dpo")
+NEMO_READS = frozenset(
+    {
+        *("strategy", "base_model", "dataset_path", "eval_dataset_path", "compute_target", "nemo_dataset"),
+        *("num_epochs", "max_steps", "batch_size", "learning_rate", "seed", "dpo_beta"),
+        *("use_lora", "lora_rank", "lora_alpha", "lora_dropout"),
+        *("tracking_context", "correlation_id", "hf_repo_owner"),
+    }
+)
 
 # A profile is a named set of values; a field the request sets itself wins over its profile's value.
 PROFILES: dict[str, dict[str, Any]] = {
@@ -121,6 +133,13 @@ def unread_fields(request: TrainingRequest) -> list[str]:
             f"`{field}` shapes a LoRA adapter, and use_lora is false; drop it or set use_lora true."
             for field in LORA_FIELDS
             if field in request.model_fields_set
+        ]
+    if request.lane == "nemo" and request.strategy in NEMO_METHODS:
+        problems += [
+            f"`{field}` is not sent to NeMo Customizer, which runs its own trainer; drop it for "
+            "`cloud:nemo-customizer` (training plan shows the job's hyperparameters), or train on `local`."
+            for field in sorted(request.model_fields_set - NEMO_READS)
+            if getattr(request, field) != "auto"  # "auto" leaves the choice to whoever trains
         ]
     if request.strategy == "distillation" and not request.teacher_model:
         problems += [
