@@ -106,3 +106,61 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
         assert "the run learned nothing" in run["attempts"][-1]["status_reason"], run["attempts"][-1]
     config = next(a for a in artifacts if a["kind"] == "config")
     assert config["sha256"] == __import__("hashlib").sha256(written.read_bytes()).hexdigest()
+
+
+RECIPES = Path(__file__).resolve().parents[2] / "skills" / "training" / "references" / "launch-recipes.md"
+
+
+def storage_block() -> dict[str, Any]:
+    """The storage block every routine run starts with, read from the skill bundle as users copy it."""
+    text = RECIPES.read_text()
+    block = text.split("## The storage block every routine run starts with", 1)[1].split("```json", 1)[1]
+    return dict(json.loads(block.split("```", 1)[0]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_launch_recipe_as_documented_plans_and_trains_with_its_own_arithmetic(
+    daemon: RunningDaemon, models: dict[str, Path], tmp_path: Path, strategy: str
+) -> None:
+    """The recipe as the skill bundle gives it: the storage block, the CLI's strategy, model, data and context,
+    and every method field at its documented default. Plan says ready and it trains, or plan refuses with the
+    reason, and the change the reason names makes it ready and train."""
+    rows = rows_for(strategy)[:1] if strategy in {"grpo", "rlvr"} else rows_for(strategy)
+    data = tmp_path / f"{strategy}.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    digest = __import__("hashlib").sha256(data.read_bytes()).hexdigest()
+    context = tracking_context(
+        experiment_id=f"recipe-{strategy}".replace("_", "-"),
+        dataset_version_id=f"recipe-{strategy}-{digest[:12]}".replace("_", "-"),
+        dataset_content_digest=digest,
+    )
+    request: dict[str, Any] = {
+        **storage_block(),
+        "strategy": strategy,
+        "base_model": str(models["student"]),
+        "dataset_path": str(data),
+        "tracking_context": context,
+        **({"teacher_model": str(models["teacher"])} if strategy == "distillation" else {}),
+    }
+    with daemon.client() as admin:
+        plan = admin.post("/v1/training/plan", json=request).json()
+        if strategy in {"grpo", "rlvr"}:
+            # 32 generations a group, batch 1 and 8 accumulation steps leave no whole group per optimizer step.
+            assert not plan["ready"], plan
+            reason = " ".join(plan["reasons"])
+            assert "gradient_accumulation_steps" in reason and "32" in reason, reason
+            request["gradient_accumulation_steps"] = 32
+            plan = admin.post("/v1/training/plan", json=request).json()
+        assert plan["ready"], plan["reasons"]
+        assert plan["effective_config"]["schedule"]["gradient_accumulation_steps"] == request.get(
+            "gradient_accumulation_steps", 8
+        )
+        started = admin.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        run = wait_for_run(admin, "nightly", started.json()["run_id"], TERMINAL, timeout_s=540)
+    log = (daemon.home / "runs" / run["run_id"] / "training.log").read_text()[-3000:]
+    assert run["status"] == "completed", (run["attempts"][-1]["error_summary"], log)
+    assert run["config"]["artifact_retention"] == "adapter_only" and run["config"]["checkpoint_limit"] == 1
+    assert {a["kind"] for a in run["artifacts"]} >= {"adapter", "config"}
