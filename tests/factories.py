@@ -70,6 +70,16 @@ def sft_data(tmp: Path, rows: int = 16) -> Path:
     return path
 
 
+def grpo_data(tmp: Path, rows: int = 8) -> Path:
+    """GRPO/RLVR prompts with an inline exact_match verifier (it runs no shell code)."""
+    path = tmp / "grpo.jsonl"
+    verifier = {"kind": "exact_match", "expected": "wc -l notes.txt"}
+    path.write_text(
+        "".join(json.dumps({"prompt": f"Count notes.txt ({i})", "verifier": verifier}) + "\n" for i in range(rows))
+    )
+    return path
+
+
 def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
     # An official run names the exact data it trains on: the context's digest is the file's.
     digest = hashlib.sha256(data.read_bytes()).hexdigest()

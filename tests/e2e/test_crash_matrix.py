@@ -24,7 +24,7 @@ from bashgym.trainers.rundir import CHECKPOINT_COMPLETE
 from bashgym.trainers.tiny import build_tiny
 
 from tests.discord_standin import CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
-from tests.factories import sft_data, training_request
+from tests.factories import grpo_data, sft_data, training_request
 from tests.helpers import RunningDaemon, cli, cli_async, running_daemon, start_daemon
 
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -237,6 +237,37 @@ def test_trainer_running_a_kill_resolves_the_run_exactly_once(
         assert stopped.code == 0, stopped.stderr
         assert run_of(second, run_id)["status"] == "cancelled"
         check_invariants(second, before)  # the stopped run's reservation is settled too
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_grpo_run_pauses_resumes_outlives_a_daemon_kill_and_stops(tiny: Path, home: Path, tmp_path: Path) -> None:
+    """The lifecycle SFT's tests walk, on GRPO: its generation step pauses and resumes, a kill -9 of the daemon
+    leaves it training and followed (not relaunched), and stop ends it cancelled."""
+    first = start_daemon(home)
+    request = training_request(tiny, grpo_data(tmp_path), strategy="grpo", max_steps=5000, save_steps=1000)
+    run_id = start_run(first, request)
+    env = first.env()
+    wait_status(first, run_id, {"running"})
+    assert cli(env, "training", "pause", run_id, "--project", "nightly", "--json").code == 0
+    wait_status(first, run_id, {"paused"})
+    assert list((home / "runs" / run_id).glob("checkpoint-*")), "a paused GRPO run checkpointed"
+    assert cli(env, "training", "resume", run_id, "--project", "nightly").code == 0
+    wait_status(first, run_id, {"running"})
+    pid = trainer_pid(first, run_id)
+    before = acknowledged(first)
+    sigkill(first)
+    assert is_alive(pid), "the trainer outlives its daemon"
+    with running_daemon(home) as second:
+        assert run_of(second, run_id)["status"] == "running"
+        stopped = cli(second.env(), "training", "stop", run_id, "--project", "nightly", "--yes", "--json")
+        assert stopped.code == 0, stopped.stderr
+        run = wait_status(second, run_id, TERMINAL)
+        events = check_invariants(second, before)
+    assert run["status"] == "cancelled"
+    assert events_of(events, run_id).count("run.started") == 1, "followed after the restart, never relaunched"
+    assert events_of(events, run_id).count("run.paused") == 1 and events_of(events, run_id).count("run.resumed") == 1
+    poll("the trainer gone", lambda: not is_alive(pid), timeout_s=60)
 
 
 @pytest.mark.timeout(300)
