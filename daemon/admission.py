@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.daemon.host_paths import check_device_reach
-from bashgym.daemon.nemo import TRAINING_TYPES
+from bashgym.daemon.nemo_data import TRAINING_TYPES
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.ledger import Ledger

@@ -18,15 +18,8 @@ from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.group_lane import GroupSupervisor
 from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
-from bashgym.daemon.nemo import (
-    LANE_CAPABILITIES,
-    NemoCustomizer,
-    NemoDataset,
-    NemoError,
-    customizer_dataset,
-    job_body,
-    job_hyperparameters,
-)
+from bashgym.daemon.nemo import LANE_CAPABILITIES, PAUSE_REFUSED, NemoCustomizer, NemoError
+from bashgym.daemon.nemo_data import NemoDataset, customizer_dataset, job_body, job_hyperparameters
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.ssh import Device
 from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
@@ -623,6 +616,11 @@ class TrainingService:
 
     async def pause(self, principal: Principal, workspace: str, project: str, run_id: str) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.control")
+        if run.get("source_system") == "nemo-customizer":  # whatever its status: the lane never pauses
+            raise Conflict(
+                f"Run {run_id} runs on NeMo Customizer, and {PAUSE_REFUSED}; nothing was changed.",
+                hint="Let it finish, or stop it (bashgym training stop), which cancels the job.",
+            )
         supervisor = self._active_of(workspace, project, run_id)
         if run["status"] != "running" or supervisor is None:
             raise Conflict(f"Run {run_id} is {run['status']}; only a running run can pause.")

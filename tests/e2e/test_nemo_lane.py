@@ -159,6 +159,8 @@ async def test_plan_says_a_nemo_run_cannot_pause_and_pause_is_refused_naming_why
     nemo.steps = 100_000
     info = (await api.post("/v1/training/start", json=nemo_request(tmp_path))).json()
     project, run_id = info["project_id"], info["run_id"]
+    early = await api.post(f"/v1/projects/{project}/runs/{run_id}/pause")  # queued or preparing: the same reason
+    assert early.status_code == 409 and "cannot pause" in early.json()["error"]["message"], early.text
     await wait_for_status(api, project, run_id, {"running"})
     paused = await api.post(f"/v1/projects/{project}/runs/{run_id}/pause")
     assert paused.status_code == 409

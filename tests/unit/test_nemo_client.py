@@ -12,15 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.daemon.nemo import (
-    TERMINAL_STATUSES,
-    NemoCustomizer,
-    NemoError,
-    customizer_dataset,
-    customizer_rows,
-    job_body,
-    job_hyperparameters,
-)
+from bashgym.daemon.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
+from bashgym.daemon.nemo_data import customizer_dataset, customizer_rows, job_body, job_hyperparameters
 from bashgym.trainers.specs import InvalidRequest, TrainingRequest
 
 from tests.nemo_standin import NemoStandIn, nemo_standin
