@@ -1,0 +1,135 @@
+"""/run: training runs, launched, watched and controlled for the person who typed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import discord
+from bashgym.bot.commands.shared import (
+    STRATEGIES,
+    Interaction,
+    call,
+    projects_ac,
+    read_json_attachment,
+    rows_of,
+    runs_ac,
+    targets_ac,
+)
+from bashgym.bot.core import (
+    Reply,
+    answer,
+    confirm_first,
+    embed,
+    fields_embed,
+    show,
+    table,
+)
+from bashgym.daemon.wire_errors import ApiError
+from discord import app_commands
+
+# -- /run ---------------------------------------------------------------------------------------
+
+
+RUN_KEYS = ["run_id", "status", "method", "project_id", "model_version_id", "dataset_version_id", "launched_by"]
+
+
+class RunGroup(app_commands.Group, name="run", description="Training runs"):
+    @app_commands.command(name="start", description="Launch a training run (training.launch)")
+    @app_commands.describe(
+        model="base model: a hub id or a path on the daemon's host",
+        dataset="a registered dataset version id of the project",
+        target="local, ssh:<device>, ssh-group:<group> or cloud:nemo-customizer",
+        config="JSON of method fields, optionally with tracking_context (never strategy, model, data, target)",
+    )
+    @app_commands.autocomplete(project=projects_ac, target=targets_ac)
+    async def start(
+        self,
+        interaction: Interaction,
+        project: str,
+        strategy: STRATEGIES,
+        model: str,
+        dataset: str,
+        target: str = "local",
+        config: discord.Attachment | None = None,
+    ) -> None:
+        async def work() -> Reply:
+            body: dict[str, Any] = await read_json_attachment(config, "config") if config else {}
+            if not isinstance(body, dict):
+                raise ApiError(422, "invalid_input", "The config attachment must hold a JSON object of request fields.")
+            body.update(strategy=strategy, base_model=model, compute_target=target)
+            params = {"dataset_version": dataset, "dataset_project": project}
+            started = await call(interaction, "POST", "/v1/training/start", body=body, params=params)
+            made = fields_embed("Run queued", started, ["run_id", "project_id", "status", "compute_target"])
+            return Reply(embed=made)
+
+        await answer(interaction, work())
+
+    @app_commands.command(name="status", description="A run's state, ids and latest metrics")
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def status(self, interaction: Interaction, project: str, run: str) -> None:
+        async def work() -> Reply:
+            data = await call(interaction, "GET", f"/v1/projects/{project}/runs/{run}")
+            made = fields_embed(f"Run {run}", data, RUN_KEYS)
+            for metric, summary in sorted((data.get("metric_summary") or {}).items())[:8]:
+                made.add_field(name=metric, value=f"{show(summary.get('latest'))} @ {summary.get('last_step')}")
+            return Reply(embed=made)
+
+        await answer(interaction, work())
+
+    @app_commands.command(name="list", description="Recent runs of a project")
+    @app_commands.autocomplete(project=projects_ac)
+    async def list_(self, interaction: Interaction, project: str, status: str | None = None) -> None:
+        async def work() -> Reply:
+            data = await call(interaction, "GET", f"/v1/projects/{project}/runs", params={"status": status})
+            rows = rows_of(data, "runs")
+            return Reply(embed=embed(f"Runs of {project}", description=table(rows, ["run_id", "status", "method"])))
+
+        await answer(interaction, work())
+
+    @app_commands.command(name="log", description="The last lines of a run's training log")
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def log(self, interaction: Interaction, project: str, run: str, lines: int = 20) -> None:
+        async def work() -> Reply:
+            data = await call(interaction, "GET", f"/v1/projects/{project}/runs/{run}/log", params={"tail": lines})
+            text = "\n".join(data.get("lines", []))[-1800:] or "(empty)"
+            return Reply(content=f"```\n{text}\n```")
+
+        await answer(interaction, work())
+
+    @app_commands.command(name="metrics", description="A metric of a run: first, latest, min, max")
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def metrics(self, interaction: Interaction, project: str, run: str, metric: str = "train.loss") -> None:
+        async def work() -> Reply:
+            params = {"metric": metric, "run": run}
+            data = await call(interaction, "GET", f"/v1/projects/{project}/trend", params=params)
+            summary = data.get("summary") or {}
+            return Reply(embed=fields_embed(f"{metric} of {run}", summary, list(summary)))
+
+        await answer(interaction, work())
+
+    async def _control(self, interaction: Interaction, project: str, run: str, action: str) -> None:
+        async def work() -> Reply:
+            data = await call(interaction, "POST", f"/v1/projects/{project}/runs/{run}/{action}")
+            return Reply(embed=fields_embed(f"Run {run}: {action}", data, ["run_id", "status", "detail"]))
+
+        await answer(interaction, work())
+
+    @app_commands.command(name="pause", description="Pause a run at its next step (training.control)")
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def pause(self, interaction: Interaction, project: str, run: str) -> None:
+        await self._control(interaction, project, run, "pause")
+
+    @app_commands.command(name="resume", description="Resume a paused run (training.control)")
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def resume(self, interaction: Interaction, project: str, run: str) -> None:
+        await self._control(interaction, project, run, "resume")
+
+    @app_commands.command(name="stop", description="Stop a run (asks to confirm)")
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def stop(self, interaction: Interaction, project: str, run: str) -> None:
+        async def act() -> Reply:
+            data = await call(interaction, "POST", f"/v1/projects/{project}/runs/{run}/stop")
+            return Reply(embed=fields_embed(f"Run {run}: stop", data, ["run_id", "status", "detail"]))
+
+        summary = embed(f"Stop run {run}?", outcome="warning", description=f"Project {project}. It cannot be resumed.")
+        await confirm_first(interaction, summary, act)

@@ -1,0 +1,103 @@
+"""What every slash group shares: the daemon call made for the person who typed, attachments, and the
+autocompletes whose choices come from the daemon, filtered to what the user may see."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from typing import Any, Literal
+
+import discord
+from bashgym.bot.core import (
+    Daemon,
+)
+from bashgym.daemon.wire_errors import ApiError
+from discord import app_commands
+
+Interaction = discord.Interaction[Any]
+STRATEGIES = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+MAX_ATTACHMENT_BYTES = 1024 * 1024
+
+
+def daemon_of(interaction: Interaction) -> Daemon:
+    return interaction.client.daemon  # type: ignore[no-any-return]
+
+
+def call(interaction: Interaction, method: str, path: str, **kw: Any) -> Awaitable[Any]:
+    return daemon_of(interaction).call(interaction, method, path, **kw)
+
+
+def no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; write a finite number")
+
+
+async def read_json_attachment(attachment: discord.Attachment, what: str) -> Any:
+    if attachment.size > MAX_ATTACHMENT_BYTES:
+        raise ApiError(413, "too_large", f"The {what} attachment is {attachment.size} bytes; the limit is 1 MiB.")
+    raw = await attachment.read()
+    try:
+        return json.loads(raw, parse_constant=no_constant)
+    except ValueError as exc:
+        raise ApiError(
+            422, "invalid_input", f"The {what} attachment is not valid JSON: {exc}.", "Attach a .json file."
+        ) from exc
+
+
+# -- autocomplete: choices come from the daemon, filtered to what the user may see ----------------
+
+
+def choices_of(values: list[str], current: str) -> list[app_commands.Choice[str]]:
+    matches = [v for v in values if current.lower() in v.lower()]
+    return [app_commands.Choice(name=v[:100], value=v[:100]) for v in matches[:25]]
+
+
+async def listed(interaction: Interaction, path: str, key: str, id_field: str, current: str) -> list[Any]:
+    try:
+        data = await call(interaction, "GET", path)
+    except ApiError:
+        return []
+    return choices_of([str(r[id_field]) for r in rows_of(data, key) if id_field in r], current)
+
+
+async def projects_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    return await listed(interaction, "/v1/projects", "projects", "project_id", current)
+
+
+def project_of(interaction: Interaction) -> str:
+    return str(getattr(interaction.namespace, "project", "") or "unassigned")
+
+
+async def runs_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    return await listed(interaction, f"/v1/projects/{project_of(interaction)}/runs", "runs", "run_id", current)
+
+
+async def campaigns_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    path = f"/v1/projects/{project_of(interaction)}/campaigns"
+    return await listed(interaction, path, "campaigns", "campaign_id", current)
+
+
+async def suites_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    path = f"/v1/projects/{project_of(interaction)}/evaluations"
+    return await listed(interaction, path, "suites", "suite_id", current)
+
+
+async def devices_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    return await listed(interaction, "/v1/devices", "devices", "device_id", current)
+
+
+async def targets_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    devices = [c.value for c in await devices_ac(interaction, "")]
+    groups = [c.value for c in await listed(interaction, "/v1/device-groups", "groups", "group_id", "")]
+    targets = ["local", *(f"ssh:{d}" for d in devices), *(f"ssh-group:{g}" for g in groups), "cloud:nemo-customizer"]
+    return choices_of(targets, current)
+
+
+def rows_of(data: Any, key: str) -> list[dict[str, Any]]:
+    """A listing's rows, whether the daemon answers a bare list or an object holding one under `key`."""
+    rows = data if isinstance(data, list) else data.get(key, []) if isinstance(data, dict) else []
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def written(data: Any) -> dict[str, Any]:
+    record = data.get("record", data) if isinstance(data, dict) else {}
+    return dict(record) if isinstance(record, dict) else {}
