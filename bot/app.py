@@ -14,7 +14,7 @@ from typing import Any
 import discord
 import yarl
 from bashgym.bot.commands import GROUPS
-from bashgym.bot.core import Daemon, Reply, send, unexpected_reply
+from bashgym.bot.core import Daemon, Reply, answer_stale_confirmation, send, unexpected_reply
 from bashgym.bot.notifier import DiscordNotifier
 from bashgym.bot.settings import BotConfigError, BotSettings, load_bot_settings
 from bashgym.daemon.client_aiohttp import AioDaemonClient
@@ -98,6 +98,9 @@ class BashGymBot(discord.Client):
 
     async def on_ready(self) -> None:
         log.info("Connected to Discord as %s", self.user)
+
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        await answer_stale_confirmation(interaction)
 
     async def close(self) -> None:
         if self._notifier_task is not None:

@@ -258,10 +258,51 @@ async def confirm_first(
     summary: discord.Embed,
     action: Callable[[], Awaitable[Reply]],
     *,
+    authority: Authority,
     timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> None:
+    """Ask the daemon whether this person may do it at all, refusing privately and at once if not; only then
+    show the summary with Confirm and Cancel. The daemon checks the confirmed request again."""
+    daemon: Daemon = interaction.client.daemon
+    params = {"capability": authority.capability, "project": authority.project, "run": authority.run}
+    try:
+        await daemon.call(interaction, "GET", "/v1/auth/check", params={k: v for k, v in params.items() if v})
+    except ApiError as exc:
+        await send(interaction, error_reply(exc))
+        return
     view = Confirm(interaction.user.id, action, timeout_s=timeout_s)
     await interaction.response.send_message(
         content="Confirm within a minute; only you can press these.", embed=summary, view=view
     )
     view.message = await interaction.original_response()
+    live_confirmations(interaction.client).add(view.message.id)
+
+
+@dataclass(frozen=True)
+class Authority:
+    """What a confirmed command will need: a capability in a project (on a run, for run control)."""
+
+    capability: str
+    project: str | None = None
+    run: str | None = None
+
+
+def live_confirmations(client: discord.Client) -> set[int]:
+    """Messages whose Confirm/Cancel this bot showed (a closed view disables its buttons, so only these can be
+    pressed while it runs); a press on any other, from before the bot restarted, is answered by
+    `answer_stale_confirmation` instead of failing silently."""
+    shown: set[int] = client.__dict__.setdefault("_bashgym_confirmations", set())
+    return shown
+
+
+async def answer_stale_confirmation(interaction: discord.Interaction[Any]) -> bool:
+    """Answer a Confirm or Cancel press that no live view owns; True if it was one."""
+    data: dict[str, Any] = dict(interaction.data or {})
+    if interaction.type != discord.InteractionType.component or data.get("custom_id") not in ("confirm", "cancel"):
+        return False
+    if interaction.message is not None and interaction.message.id in live_confirmations(interaction.client):
+        return False
+    await interaction.response.send_message(
+        "This confirmation expired; run the command again. Nothing was sent to BashGym.", ephemeral=True
+    )
+    return True

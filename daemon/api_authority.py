@@ -8,7 +8,7 @@ from typing import Annotated
 from bashgym.daemon.api_models import GrantSpec, TokenIssue, TokenIssued, WhoAmI
 from bashgym.daemon.app import json_response
 from bashgym.daemon.authority import check_grantable, hash_token, new_token
-from bashgym.daemon.routing import AUTHENTICATED, Call, requires, written
+from bashgym.daemon.routing import AUTHENTICATED, Call, check_run_control, requires, written
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.tx import new_id, utc_iso
 from bashgym.ledger.validation import check_identifier, check_timestamp
@@ -35,6 +35,21 @@ def authority_routes() -> APIRouter:
                 project_id=p.project_id,
             )
         )
+
+    @router.get("/auth/check")
+    async def check(
+        call: AuthCall,
+        capability: Annotated[str, Query(min_length=1, max_length=64)],
+        project: Annotated[str | None, Query(max_length=128)] = None,
+        run: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> Response:
+        """Whether the caller may do what `capability` allows in `project` (on `run`, for run control): 200, or
+        the very refusal the action itself would meet. Adapters ask before they show a confirmation."""
+        if capability in ("training.control", "training.stop") and project and run:
+            await check_run_control(call.services.ledger, call.principal, capability, call.workspace, project, run)
+        else:
+            call.principal.require(capability, workspace_id=call.workspace, project_id=project)
+        return json_response({"capability": capability, "project": project, "run": run, "holds": True})
 
     @router.post("/auth/tokens", response_model=TokenIssued, status_code=201)
     async def issue_token(call: ManageCall, body: TokenIssue) -> Response:

@@ -10,10 +10,12 @@ from typing import Annotated, Any, Literal
 from bashgym.daemon.admission import shaped_for_lane
 from bashgym.daemon.app import json_response
 from bashgym.daemon.launch_authority import authorise_launch
-from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, confine_request
+from bashgym.daemon.launch_context import environment_id, named_experiment, registered_context
+from bashgym.daemon.model_sources import base_model_of
+from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, check_model_source, confine_request
 from bashgym.daemon.routing import Call, requires, requires_run_control, requires_somewhere
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.errors import InvalidInput, RuleRejected
+from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.lineage import context_in_workspace, run_project
 from bashgym.ledger.models import UNASSIGNED, BudgetEntrySpec
 from bashgym.ledger.redaction import redact_text
@@ -57,10 +59,15 @@ def parse_training_request(payload: dict[str, Any]) -> TrainingRequest:
 async def _request_of(call: Call, http: Request) -> TrainingRequest:
     """Parse the body, with every host path and blob it names confined to what the caller may reach.
 
-    `?dataset_version=` trains on a registered dataset version's stored content."""
+    `?dataset_version=` trains on a registered dataset version's stored content; `?project=` with
+    `model_version` and `dataset_version` (and optionally `experiment`) records the run under that project, its
+    tracking context composed from the project's records."""
     payload = read_payload(await http.body())
     if "hf_repo_owner" in payload:
         raise InvalidInput("`hf_repo_owner` is set by the daemon: the workspace and project the run is recorded under.")
+    named = "project" in http.query_params
+    if named:
+        payload = await _in_named_project(call, http, payload)
     project = run_project(_context_of(payload), call.workspace)
     version = http.query_params.get("dataset_version")
     if version:
@@ -69,8 +76,54 @@ async def _request_of(call: Call, http: Request) -> TrainingRequest:
         payload["dataset_path"] = await _dataset_version_path(call, http, payload, version)
     request = parse_training_request(payload)  # a malformed request is said first, then what it may not reach
     fields = {field: getattr(request, field) for field in (*DATA_FIELDS, *MODEL_FIELDS)}
-    confined = await confine_request(call.reach, fields, project, skip=("dataset_path",) if version else ())
+    # A registered version's content is the daemon's own: its stored path is not the caller's to confine.
+    skip = (*(("dataset_path",) if version else ()), *(("base_model",) if named else ()))
+    confined = await confine_request(call.reach, fields, project, skip=skip)
     return request.model_copy(update=confined)
+
+
+async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with the complete tracking context of the project the launch names, and the base model of the
+    registered model version it names: an explicit project is where the run is recorded, never `unassigned`."""
+    query = http.query_params
+    project = check_identifier(query["project"], field="project")
+    if _context_of(payload) is not None:
+        raise InvalidInput("Name the run's project with ?project= or in tracking_context, not both.")
+    missing = [name for name in ("model_version", "dataset_version") if not query.get(name)]
+    if missing:
+        raise InvalidInput(
+            f"A launch into project {project} names its registered versions; {' and '.join(missing)} missing.",
+            hint="Register them (bashgym model register, bashgym dataset register) and name them, so the run is "
+            "fully identified; or send a complete tracking_context instead.",
+        )
+    if payload.get("base_model"):
+        raise InvalidInput("base_model comes from model_version in a launch that names its project; drop it.")
+    call.principal.require("ledger.read", workspace_id=call.workspace, project_id=project)
+    ledger, ws = call.services.ledger, call.workspace
+    try:
+        model = await ledger.get_model_version(ws, project, query["model_version"])
+    except NotFound as exc:
+        raise NotFound(
+            exc.message,
+            hint=f"Register it first: bashgym model register --project {project} --model ID --version "
+            f"{query['model_version']} --hub-id HUB_ID (or --dir DIR), then launch with that version.",
+        ) from exc
+    try:
+        dataset = await ledger.get_dataset_version(ws, project, query["dataset_version"])
+    except NotFound as exc:
+        raise NotFound(
+            exc.message,
+            hint=f"Register it first: bashgym dataset register --project {project} --dataset ID --version "
+            f"{query['dataset_version']} --file FILE.",
+        ) from exc
+    await check_model_source(call.reach, project, model)
+    base_model = await asyncio.to_thread(base_model_of, call.services.settings, call.services.blobs, ws, project, model)
+    experiment = await named_experiment(ledger, ws, project, query.get("experiment"))
+    target = str(payload.get("compute_target") or "local")
+    context = await registered_context(
+        ledger, ws, project, model=model, dataset=dataset, experiment=experiment, environment=environment_id(target)
+    )
+    return {**payload, "base_model": base_model, "tracking_context": context}
 
 
 def _context_of(payload: dict[str, Any]) -> dict[str, Any] | None:

@@ -10,9 +10,7 @@ repeated; an evaluation interrupted by a restart runs again, since its result wa
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import platform
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,12 +22,12 @@ from bashgym.daemon.campaigns import authority_reason, in_training_window
 from bashgym.daemon.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.launch_authority import check_hub_target, check_retention, implied_capabilities
+from bashgym.daemon.launch_context import environment_id, registered_context
 from bashgym.daemon.model_sources import base_model_of
 from bashgym.daemon.promotion import SAFETY_METRIC
 from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
-from bashgym.daemon.version import bashgym_version
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, RuleRejected
 from bashgym.ledger.models import Actor, BudgetEntrySpec
@@ -378,28 +376,22 @@ class CampaignRunner(BackgroundLoop):
                 f"Dataset version {dataset_version} has no stored content to train on.",
                 hint="Register it with bashgym dataset register.",
             )
-        project_record = await self.ledger.get_project(ws, project)
-        runtime = hashlib.sha256(f"bashgym {bashgym_version()} python {platform.python_version()}".encode()).hexdigest()
-        context = {
-            "workspace_id": ws,
-            "project_id": project,
-            "project_display_name": project_record["name"],
+        experiment = {
             "experiment_id": f"campaign-{campaign['campaign_id']}"[:128],
-            "experiment_name": campaign["title"][:200],
+            "name": campaign["title"][:200],
             "objective": spec["objective"],
             "task_type": "campaign",
-            "model_id": model["model_id"],
-            "model_version_id": model["model_version_id"],
-            "model_source_uri": model["source_uri"],
-            "model_config_digest": model["config_digest"] or hashlib.sha256(model["source_uri"].encode()).hexdigest(),
-            "dataset_id": data["dataset_id"],
-            "dataset_version_id": data["dataset_version_id"],
-            "dataset_source_uri": data["source_uri"],
-            "dataset_content_digest": data["content_digest"],
-            "environment_id": f"campaign-{spec['compute_target'].replace(':', '-')}"[:128],
-            "environment_runtime_digest": runtime,
-            "campaign_id": campaign["campaign_id"],
         }
+        context = await registered_context(
+            self.ledger,
+            ws,
+            project,
+            model=model,
+            dataset=data,
+            experiment=experiment,
+            environment=environment_id(spec["compute_target"], prefix="campaign-"),
+        )
+        context["campaign_id"] = campaign["campaign_id"]
         reach = Reach(self.settings, self.ledger, self.blobs, ws)
         await check_model_source(reach, project, model)
         source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)

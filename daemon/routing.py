@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from bashgym.daemon.app import MUTATING, Services, json_response
 from bashgym.daemon.authority import Principal, resolve_request
 from bashgym.daemon.request_paths import Reach
+from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Unauthenticated
 from bashgym.ledger.models import Actor, WriteResult
 from bashgym.ledger.validation import check_identifier
@@ -92,6 +93,19 @@ def authorise(call: Call, project: str) -> None:
     call.principal.require(call.actor.capability, workspace_id=call.workspace, project_id=project)
 
 
+async def check_run_control(
+    ledger: Ledger, principal: Principal, capability: str, ws: str, project: str, run_id: str
+) -> None:
+    """Raise Forbidden unless `principal` may use `capability` (training.control or training.stop) on the run."""
+    if capability == "training.control":
+        principal.require("training.control", workspace_id=ws, project_id=project)
+    if not principal.holds("training.stop", project):
+        run = await ledger.get_run(ws, project, run_id)
+        is_own = run["launched_by"] == principal.actor_id
+        if not (is_own and principal.holds("training.control", project)):
+            principal.require("training.stop", workspace_id=ws, project_id=project)
+
+
 def requires_run_control(capability: str) -> Any:
     """Run control: `training.stop` acts on any run; `training.control` on the caller's own runs, or on any
     run for a principal who also holds `training.stop` ("own" = launched by the caller)."""
@@ -99,13 +113,7 @@ def requires_run_control(capability: str) -> Any:
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
         services, ws, principal = await _authenticate(request, workspace)
         project, run_id = request.path_params["project"], request.path_params["run_id"]
-        if capability == "training.control":
-            principal.require("training.control", workspace_id=ws, project_id=project)
-        if not principal.holds("training.stop", project):
-            run = await services.ledger.get_run(ws, project, run_id)
-            is_own = run["launched_by"] == principal.actor_id
-            if not (is_own and principal.holds("training.control", project)):
-                principal.require("training.stop", workspace_id=ws, project_id=project)
+        await check_run_control(services.ledger, principal, capability, ws, project, run_id)
         return _call(request, services, ws, principal, capability)
 
     authorise.capability = capability  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from bashgym.bot.commands.shared import (
     written,
 )
 from bashgym.bot.core import (
+    Authority,
     Reply,
     answer,
     confirm_first,
@@ -60,7 +61,12 @@ def _campaign_action(action: str, help_text: str, *, confirm: bool = False) -> A
             outcome="warning",
             description=f"Project {project}. This ends the campaign for good.",
         )
-        await confirm_first(interaction, summary, lambda: _campaign_act(interaction, project, campaign, action))
+        await confirm_first(
+            interaction,
+            summary,
+            lambda: _campaign_act(interaction, project, campaign, action),
+            authority=Authority("campaign.conclude" if action == "conclude" else "campaign.control", project),
+        )
 
     # discord.py passes the group as `self` only to callbacks whose qualname says they sit in a class.
     command.__qualname__ = f"CampaignGroup.{action}"

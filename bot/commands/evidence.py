@@ -7,6 +7,7 @@ from typing import Any, Literal
 import discord
 from bashgym.bot.commands.shared import Interaction, call, projects_ac, rows_of, runs_ac, suites_ac, written
 from bashgym.bot.core import (
+    Authority,
     Reply,
     answer,
     confirm_first,
@@ -183,4 +184,5 @@ class PromoteGroup(app_commands.Group, name="promote", description="The promotio
         note = f"Moves alias **{alias}** of project {project} to this run's model."
         if override_reason:
             note += f" Overrides the gate: {override_reason}"
-        await confirm_first(interaction, embed(f"Promote run {run}?", outcome="warning", description=note), act)
+        summary = embed(f"Promote run {run}?", outcome="warning", description=note)
+        await confirm_first(interaction, summary, act, authority=Authority("promotion.decide", project))

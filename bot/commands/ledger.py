@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bashgym.bot.commands.shared import Interaction, call, campaigns_ac, projects_ac, rows_of
 from bashgym.bot.core import (
+    Authority,
     Reply,
     answer,
     confirm_first,
@@ -95,4 +96,4 @@ class BudgetGroup(app_commands.Group, name="budget", description="GPU-hour and r
             outcome="warning",
             description=f"{runs:+d} runs, {gpu_hours:+.2f} GPU-hours in project {project}: {reason}",
         )
-        await confirm_first(interaction, summary, act)
+        await confirm_first(interaction, summary, act, authority=Authority("budget.amend", project))

@@ -9,6 +9,8 @@ from bashgym.bot.commands.shared import (
     STRATEGIES,
     Interaction,
     call,
+    dataset_versions_ac,
+    model_versions_ac,
     projects_ac,
     read_json_attachment,
     rows_of,
@@ -16,6 +18,7 @@ from bashgym.bot.commands.shared import (
     targets_ac,
 )
 from bashgym.bot.core import (
+    Authority,
     Reply,
     answer,
     confirm_first,
@@ -34,14 +37,19 @@ RUN_KEYS = ["run_id", "status", "method", "project_id", "model_version_id", "dat
 
 
 class RunGroup(app_commands.Group, name="run", description="Training runs"):
-    @app_commands.command(name="start", description="Launch a training run (training.launch)")
+    @app_commands.command(name="start", description="Launch a training run in a project (training.launch)")
     @app_commands.describe(
-        model="base model: a hub id or a path on the daemon's host",
-        dataset="a registered dataset version id of the project",
+        project="the project the run is recorded under; your authority is judged there",
+        strategy="the training method",
+        model="a registered model version of the project (bashgym model register)",
+        dataset="a registered dataset version of the project (bashgym dataset register)",
         target="local, ssh:<device>, ssh-group:<group> or cloud:nemo-customizer",
-        config="JSON of method fields, optionally with tracking_context (never strategy, model, data, target)",
+        experiment="the experiment the run belongs to (default: the project's ad-hoc runs)",
+        config="JSON of method fields (never strategy, model, data, target or tracking_context)",
     )
-    @app_commands.autocomplete(project=projects_ac, target=targets_ac)
+    @app_commands.autocomplete(
+        project=projects_ac, model=model_versions_ac, dataset=dataset_versions_ac, target=targets_ac
+    )
     async def start(
         self,
         interaction: Interaction,
@@ -50,17 +58,22 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
         model: str,
         dataset: str,
         target: str = "local",
+        experiment: str | None = None,
         config: discord.Attachment | None = None,
     ) -> None:
         async def work() -> Reply:
             body: dict[str, Any] = await read_json_attachment(config, "config") if config else {}
             if not isinstance(body, dict):
                 raise ApiError(422, "invalid_input", "The config attachment must hold a JSON object of request fields.")
-            body.update(strategy=strategy, base_model=model, compute_target=target)
-            params = {"dataset_version": dataset, "dataset_project": project}
+            body.update(strategy=strategy, compute_target=target)
+            # The run is recorded under the chosen project: the daemon composes its tracking context from the
+            # project's registered model and dataset versions, and judges the launch there.
+            params = {"project": project, "model_version": model, "dataset_version": dataset}
+            if experiment:
+                params["experiment"] = experiment
             started = await call(interaction, "POST", "/v1/training/start", body=body, params=params)
-            made = fields_embed("Run queued", started, ["run_id", "project_id", "status", "compute_target"])
-            return Reply(embed=made)
+            keys = ["run_id", "project_id", "experiment_id", "status", "context_status", "lane"]
+            return Reply(embed=fields_embed("Run queued", started, keys))
 
         await answer(interaction, work())
 
@@ -132,4 +145,4 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
             return Reply(embed=fields_embed(f"Run {run}: stop", data, ["run_id", "status", "detail"]))
 
         summary = embed(f"Stop run {run}?", outcome="warning", description=f"Project {project}. It cannot be resumed.")
-        await confirm_first(interaction, summary, act)
+        await confirm_first(interaction, summary, act, authority=Authority("training.stop", project, run))

@@ -81,6 +81,23 @@ async def suites_ac(interaction: Interaction, current: str) -> list[app_commands
     return await listed(interaction, path, "suites", "suite_id", current)
 
 
+async def _lineage(interaction: Interaction, kind: str, id_field: str, current: str) -> list[Any]:
+    try:
+        data = await call(interaction, "GET", f"/v1/projects/{project_of(interaction)}/context")
+    except ApiError:
+        return []
+    rows = rows_of((data.get("lineage") or {}) if isinstance(data, dict) else {}, kind)
+    return choices_of([str(r[id_field]) for r in rows if id_field in r], current)
+
+
+async def model_versions_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    return await _lineage(interaction, "model_versions", "model_version_id", current)
+
+
+async def dataset_versions_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    return await _lineage(interaction, "dataset_versions", "dataset_version_id", current)
+
+
 async def devices_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
     return await listed(interaction, "/v1/devices", "devices", "device_id", current)
 

@@ -6,7 +6,6 @@ duplicates a post across a crash."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,7 +31,7 @@ from tests.discord_standin import (
     discord_standin,
     running_client,
 )
-from tests.factories import sft_data, tracking_context
+from tests.factories import sft_data
 from tests.helpers import RunningDaemon, cli_async, start_daemon
 
 pytestmark = pytest.mark.anyio
@@ -105,16 +104,19 @@ async def test_commands_answer_with_the_daemons_word_and_a_discord_run_posts_its
 
         # A run launched from Discord: the daemon checks the person, then the channel gets its milestones.
         tiny = await asyncio.to_thread(build_tiny, w.tmp / "tiny")
+        model = await cli_async(
+            w.daemon.env(), "model", "register", "--project", "nightly", "--model", "tiny", "--version", "tiny-v1",
+            "--dir", str(tiny),
+        )  # fmt: skip
+        assert model.code == 0, model.stderr
         data = sft_data(w.tmp, rows=8)
         registered = await cli_async(
             w.daemon.env(), "dataset", "register", "--project", "nightly", "--dataset", "traces",
             "--version", "traces-v1", "--file", str(data),
         )  # fmt: skip
         assert registered.code == 0, registered.stderr
-        context = tracking_context(dataset_content_digest=hashlib.sha256(data.read_bytes()).hexdigest())
-        config = {"max_steps": 4, "batch_size": 4, "learning_rate": 5e-3, "max_seq_length": 128,
-                  "save_steps": 2, "tracking_context": context}  # fmt: skip
-        launch = {"project": "nightly", "strategy": "sft", "model": str(tiny), "dataset": "traces-v1",
+        config = {"max_steps": 4, "batch_size": 4, "learning_rate": 5e-3, "max_seq_length": 128, "save_steps": 2}
+        launch = {"project": "nightly", "strategy": "sft", "model": "tiny-v1", "dataset": "traces-v1",
                   "config": ("config.json", json.dumps(config).encode())}  # fmt: skip
         refused = await w.slash("run start", user_id=BOB_ID, **launch)
         assert refused["flags"] & EPHEMERAL

@@ -1,0 +1,110 @@
+"""A run started from Discord keeps the project its user chose: recorded there with a complete tracking context
+composed from the project's registered versions, judged against that project's grants, found by `/run status`
+and announced in that project's channel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from bashgym.trainers.tiny import build_tiny
+
+from tests.discord_standin import BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
+from tests.e2e.test_discord_bot import World, running_bot, text_of, world
+from tests.factories import sft_data
+from tests.helpers import cli_async
+
+pytestmark = pytest.mark.anyio
+CONFIG = {"max_steps": 2, "batch_size": 4, "learning_rate": 5e-3, "max_seq_length": 128, "save_steps": 2}
+
+
+async def register_versions(w: World) -> None:
+    env = w.daemon.env()
+    tiny = await asyncio.to_thread(build_tiny, w.tmp / "tiny")
+    model = await cli_async(
+        env, "model", "register", "--project", "nightly", "--model", "tiny", "--version", "tiny-v1", "--dir", str(tiny)
+    )
+    assert model.code == 0, model.stderr
+    data = sft_data(w.tmp, rows=8)
+    dataset = await cli_async(
+        env, "dataset", "register", "--project", "nightly", "--dataset", "traces", "--version", "traces-v1",
+        "--file", str(data),
+    )  # fmt: skip
+    assert dataset.code == 0, dataset.stderr
+
+
+def field(message: dict[str, object], name: str) -> str:
+    embeds = message["embeds"]
+    assert isinstance(embeds, list)
+    return str(next(f["value"] for f in embeds[0]["fields"] if f["name"] == name))
+
+
+@pytest.mark.timeout(300)
+async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_that_project_only(
+    tmp_path: Path,
+) -> None:
+    async with world(tmp_path) as w, running_bot(w):
+        await register_versions(w)
+        env = w.daemon.env()
+        # Bob may launch in nightly and nowhere else; nightly's notices go to the runs channel.
+        granted = await cli_async(
+            env, "authority", "grant", "--discord-user", str(BOB_ID), "--profile", "researcher", "--project", "nightly"
+        )
+        assert granted.code == 0, granted.stderr
+        async with w.admin() as admin:
+            routed = await admin.put("/v1/projects/nightly/channel", json={"channel_id": str(RUNS_CHANNEL_ID)})
+            assert routed.is_success, routed.text
+
+        launch = {"project": "nightly", "strategy": "sft", "model": "tiny-v1", "dataset": "traces-v1",
+                  "config": ("config.json", json.dumps(CONFIG).encode())}  # fmt: skip
+        queued = await w.slash("run start", user_id=BOB_ID, **launch)
+        assert not queued["flags"] & EPHEMERAL, text_of(queued)
+        run_id = field(queued, "run_id")
+        assert (field(queued, "project_id"), field(queued, "context_status")) == ("nightly", "verified")
+        assert field(queued, "experiment_id") == "adhoc"
+
+        status = await w.slash("run status", user_id=BOB_ID, project="nightly", run=run_id)
+        assert run_id in text_of(status) and "No run" not in text_of(status)
+        started = await w.standin.wait_for_message(
+            RUNS_CHANNEL_ID, lambda m: f"Run started: {run_id}" in text_of(m), timeout_s=60
+        )
+        assert "tiny-v1" in text_of(started) and "traces-v1" in text_of(started)
+        notices = [text_of(m) for m in w.standin.messages(CHANNEL_ID) if "Run started" in text_of(m)]
+        assert not any(run_id in n for n in notices), "not in the default channel"
+
+        async with w.admin() as admin:
+            run = (await admin.get(f"/v1/projects/nightly/runs/{run_id}")).json()
+        assert (run["model_version_id"], run["dataset_version_id"]) == ("tiny-v1", "traces-v1")
+        assert run["launched_by"] == f"discord:{BOB_ID}"
+
+        # /project context: what a lead wants at a glance, every part filled from the daemon's answer.
+        context = await w.slash("project context", user_id=BOB_ID, project="nightly")
+        fields = {f["name"]: f["value"] for f in context["embeds"][0]["fields"]}
+        assert set(fields) == {
+            "Health", "Inventory", "Latest runs", "Champion and aliases", "Open campaigns", "Last decisions"
+        }  # fmt: skip
+        assert run_id in fields["Latest runs"] and "sft" in fields["Latest runs"]
+        assert "1 runs" in fields["Inventory"] and "model versions" in fields["Inventory"]
+        assert fields["Champion and aliases"] == "no alias yet" and fields["Open campaigns"] == "none"
+        assert context["embeds"][0]["title"] == "Project Nightly SFT (nightly)"
+        print("\n" + context["embeds"][0]["title"] + "\n" + "\n".join(f"{k}: {v}" for k, v in fields.items()))
+
+
+@pytest.mark.timeout(300)
+async def test_a_launch_that_cannot_be_identified_is_refused_saying_what_to_register(tmp_path: Path) -> None:
+    async with world(tmp_path) as w, running_bot(w):
+        await register_versions(w)
+        unknown = await w.slash("run start", project="nightly", strategy="sft", model="org/llama", dataset="traces-v1")
+        assert unknown["flags"] & EPHEMERAL
+        assert "org/llama" in text_of(unknown) and "register" in text_of(unknown)
+        with_context = {"tracking_context": {"project_id": "other"}}
+        both = await w.slash(
+            "run start", project="nightly", strategy="sft", model="tiny-v1", dataset="traces-v1",
+            config=("config.json", json.dumps(with_context).encode()),
+        )  # fmt: skip
+        assert both["flags"] & EPHEMERAL and "not both" in text_of(both)
+        async with w.admin() as admin:
+            runs = (await admin.get("/v1/projects/nightly/runs")).json()
+        assert runs == [] or runs.get("runs") == [], "nothing was launched"
