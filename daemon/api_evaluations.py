@@ -12,6 +12,7 @@ from bashgym.daemon.request_paths import data_reference
 from bashgym.daemon.routing import Call, ReadCall, requires, written
 from bashgym.ledger.errors import NotFound, RuleRejected
 from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
+from bashgym.ledger.validation import canonical_json, check_identifier, sha256_text
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -35,6 +36,28 @@ class DecideBody(BaseModel):
     alias: str = "champion"
     model_version_id: str | None = None
     override_reason: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
+
+
+def evidence_digest(evidence: Evidence, verdict: dict[str, Any]) -> str:
+    """What the gate read, as ids and states: equal digests mean the same evidence and so the same verdict."""
+    read = {
+        "run": [evidence.run["run_id"], evidence.run["status"], evidence.run.get("is_simulation")],
+        "results": sorted([r["result_id"], r["status"]] for r in evidence.results),
+        "comparisons": sorted(c["comparison_id"] for c in evidence.comparisons),
+        "runcards": sorted(card["card_id"] for card in evidence.runcards),
+        "verdict": [verdict["ship"], sorted(f["code"] for f in [*verdict["blockers"], *verdict["warnings"]])],
+    }
+    return sha256_text(canonical_json(read))
+
+
+async def _record_gate(
+    call: Call, project: str, run_id: str, evidence: Evidence, verdict: dict[str, Any], asked_by: str
+) -> dict[str, Any]:
+    asked = check_identifier(asked_by[:64], field="asked_by")
+    written_gate = await call.services.ledger.record_gate(
+        call.actor, call.workspace, project, run_id, verdict, evidence_digest(evidence, verdict), asked
+    )
+    return {**written_gate.record, "replayed": written_gate.replayed}
 
 
 async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
@@ -122,13 +145,18 @@ def evaluation_routes() -> APIRouter:
         )
 
     @router.get("/projects/{project}/runs/{run_id}/gate")
-    async def promotion_gate(call: ReadCall, project: str, run_id: str) -> Response:
-        return json_response(gate(await gather_evidence(call, project, run_id)))
+    async def promotion_gate(call: ReadCall, project: str, run_id: str, asked_by: str = "gate") -> Response:
+        """The gate's verdict, recorded as `gate.evaluated` (once per state of the evidence) so channels see it."""
+        evidence = await gather_evidence(call, project, run_id)
+        verdict = gate(evidence)
+        recorded = await _record_gate(call, project, run_id, evidence, verdict, asked_by)
+        return json_response({**verdict, "recorded": recorded})
 
     @router.post("/projects/{project}/runs/{run_id}/promote", status_code=201)
     async def promotion_decide(call: DecideCall, project: str, run_id: str, body: DecideBody) -> Response:
         evidence = await gather_evidence(call, project, run_id)
         verdict = gate(evidence)
+        await _record_gate(call, project, run_id, evidence, verdict, "decide")
         if not verdict["ship"] and body.override_reason is None:
             raise RuleRejected(
                 f"The promotion gate blocks run {run_id}: {', '.join(b['code'] for b in verdict['blockers'])}.",

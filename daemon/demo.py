@@ -401,7 +401,7 @@ class Demo:
         # No claim tier: the daemon gives the one the evidence supports (a short run or a partial suite: local_smoke).
         body = {"decision": "pending", "known_limitations": limitations}
         card = await self.client.request("POST", f"{self.base}/runs/{run_id}/runcards", body=body)
-        gate = await self.client.request("GET", f"{self.base}/runs/{run_id}/gate")
+        gate = await self.client.request("GET", f"{self.base}/runs/{run_id}/gate", params={"asked_by": "demo"})
         promoted = None
         if gate["ship"]:
             moved = await self.client.request("POST", f"{self.base}/runs/{run_id}/promote", body={"alias": "champion"})

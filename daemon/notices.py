@@ -181,6 +181,21 @@ class NoticeRenderer:
         title = f"{d['decision_type'].capitalize()} decision: {d['outcome']}"
         return outcome, title, d["rationale"], fields
 
+    async def _gate(self, event: Event) -> Rendered:
+        """Green for a run that ships; otherwise each blocker with what to do next."""
+        verdict = event.payload
+        run = event.run_id or ""
+        asked = {"gate": "a look at the gate", "decide": "a promotion decision"}.get(verdict["asked_by"])
+        fields = [("run", run), ("asked by", f"{event.actor} ({asked or verdict['asked_by']})")]
+        if verdict["ship"]:
+            fields += [
+                (f"warning: {w['code']}", f"{w['message']} Next: {w['next_action']}") for w in verdict["warnings"]
+            ]
+            return "success", f"Gate: run {run} ships", "Every check the method needs passed.", fields
+        fields += [(b["code"], f"{b['message']} Next: {b['next_action']}") for b in verdict["blockers"][:20]]
+        count = len(verdict["blockers"])
+        return "failure", f"Gate: run {run} is blocked", f"{count} blocker{'s' if count != 1 else ''}.", fields
+
     async def _runcard(self, event: Event) -> Rendered | None:
         card = await self._entity(event, "runcard")
         if card is None:
@@ -280,6 +295,7 @@ _HANDLERS: dict[str, Callable[[NoticeRenderer, Event], Awaitable[Rendered | None
     "eval_result.recorded": NoticeRenderer._evaluation,
     "comparison.recorded": NoticeRenderer._comparison,
     "decision.recorded": NoticeRenderer._decision,
+    "gate.evaluated": NoticeRenderer._gate,
     "runcard.created": NoticeRenderer._runcard,
     "campaign.transitioned": NoticeRenderer._campaign_moved,
     "campaign.stage": NoticeRenderer._campaign_stage,

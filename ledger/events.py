@@ -81,6 +81,22 @@ class Annotation(_Payload):
     text: str
 
 
+class GateFinding(_Payload):
+    code: str
+    message: str
+    next_action: str
+
+
+class GateEvaluated(_Payload):
+    """The promotion gate's verdict on a run, as asked for by a person, a campaign or the demo."""
+
+    ship: bool
+    blockers: list[GateFinding]
+    warnings: list[GateFinding]
+    evidence_digest: str  # of what the gate read: a second evaluation of the same evidence records nothing
+    asked_by: str  # "gate" (a look), "decide" (a promotion decision) or a campaign/demo name
+
+
 class DevicePreflight(_Payload):
     device_id: str
     ready: bool
@@ -179,6 +195,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "sink.added": EntityRegistered,
     "sink.removed": EntityRegistered,
     "promotion.gated": EntityRegistered,
+    "gate.evaluated": GateEvaluated,
     "run.remote_log": RemoteLog,
     "blob.held": EntityRegistered,
     "consumer.cursor_moved": ConsumerCursorMoved,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bashgym.ledger.errors import InvalidInput, NotFound
@@ -354,3 +355,30 @@ def add_annotation(tx: Tx, ws: str, project: str, spec: AnnotationSpec) -> tuple
     )
     text = redact_text(spec.text)
     return {"cursor": cursor, "text": text, "run_id": spec.run_id, "experiment_id": spec.experiment_id}, False
+
+
+def record_gate(
+    tx: Tx, ws: str, project: str, run_id: str, verdict: dict[str, Any], evidence_digest: str, asked_by: str
+) -> tuple[dict[str, Any], bool]:
+    """A `gate.evaluated` event for the run, unless its latest one already judged this very evidence (replayed)."""
+    get_run_row(tx.conn, ws, project, run_id)
+    last = tx.conn.execute(
+        "SELECT cursor, payload_json FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        "AND event_type = 'gate.evaluated' ORDER BY cursor DESC LIMIT 1",
+        (ws, project, run_id),
+    ).fetchone()
+    if last is not None and json.loads(last[1])["evidence_digest"] == evidence_digest:
+        return {"cursor": int(last[0]), "evidence_digest": evidence_digest}, True
+
+    def findings(kind: str) -> list[dict[str, str]]:
+        return [{k: str(f[k]) for k in ("code", "message", "next_action")} for f in verdict.get(kind, [])]
+
+    payload = {
+        "ship": bool(verdict["ship"]),
+        "blockers": findings("blockers"),
+        "warnings": findings("warnings"),
+        "evidence_digest": evidence_digest,
+        "asked_by": asked_by,
+    }
+    cursor = tx.append_event("gate.evaluated", workspace_id=ws, project_id=project, run_id=run_id, payload=payload)
+    return {"cursor": cursor, "evidence_digest": evidence_digest}, False

@@ -272,6 +272,20 @@ class Ledger:
     async def add_annotation(self, actor: Actor, ws: str, project: str, spec: AnnotationSpec) -> WriteResult:
         return await self._put(actor, lambda tx: evidence.add_annotation(tx, ws, project, spec))
 
+    async def record_gate(
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        run_id: str,
+        verdict: dict[str, Any],
+        evidence_digest: str,
+        asked_by: str,
+    ) -> WriteResult:
+        return await self._put(
+            actor, lambda tx: evidence.record_gate(tx, ws, project, run_id, verdict, evidence_digest, asked_by)
+        )
+
     async def _put(self, actor: Actor, fn: Callable[[Tx], tuple[dict[str, Any], bool]]) -> WriteResult:
         def run(tx: Tx) -> WriteResult:
             record, replayed = fn(tx)

@@ -89,6 +89,25 @@ async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_
         assert "1 runs" in fields["Inventory"] and "model versions" in fields["Inventory"]
         assert fields["Champion and aliases"] == "no alias yet" and fields["Open campaigns"] == "none"
         assert context["embeds"][0]["title"] == "Project Nightly SFT (nightly)"
+
+        # A gate verdict asked for in Discord is recorded and posted in the project's channel, once per evidence.
+        await w.standin.wait_for_message(
+            RUNS_CHANNEL_ID, lambda m: f"Run completed: {run_id}" in text_of(m), timeout_s=120
+        )
+        asked = await w.slash("promote gate", user_id=BOB_ID, project="nightly", run=run_id)
+        assert "blocked" in text_of(asked)
+        posted = await w.standin.wait_for_message(
+            RUNS_CHANNEL_ID, lambda m: f"Gate: run {run_id} is blocked" in text_of(m), timeout_s=30
+        )
+        assert "no_evaluation" in text_of(posted) and "Next: bashgym eval run" in text_of(posted)
+        print("\n" + text_of(posted))
+        assert f"discord:{BOB_ID} (a look at the gate)" in text_of(posted)
+        await w.slash("promote gate", user_id=BOB_ID, project="nightly", run=run_id)
+        async with w.admin() as admin:
+            events = (await admin.get("/v1/projects/nightly/events", params={"type": "gate.evaluated"})).json()
+        same = [e for e in events["events"] if e["run_id"] == run_id]
+        assert len(same) == 1, "a second look at the same evidence records nothing new"
+        assert same[0]["payload"]["ship"] is False and same[0]["payload"]["asked_by"] == "gate"
         print("\n" + context["embeds"][0]["title"] + "\n" + "\n".join(f"{k}: {v}" for k, v in fields.items()))
 
 

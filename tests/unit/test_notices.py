@@ -108,3 +108,35 @@ async def test_a_comparison_across_placements_says_where_each_side_ran(
     await ledger.record_comparison(actor, "default", "nightly", spec)
     (notice,) = [n for n in await notices(ledger, tmp_path) if n.title == "Comparison on s"]  # type: ignore[attr-defined]
     assert [(f.name, f.value) for f in notice.fields if f.name == "ran on"] == shown
+
+
+async def test_a_gate_verdict_is_recorded_once_per_evidence_and_posted_green_or_with_its_blockers(
+    ledger: Ledger, actor: Actor, tmp_path: Path
+) -> None:
+    from bashgym.ledger.models import RunRegistration
+
+    run = (await ledger.register_run(actor, "default", RunRegistration(method="sft"))).record
+    ship = {
+        "ship": True,
+        "blockers": [],
+        "warnings": [{"code": "limitations_empty", "message": "m", "next_action": "n"}],
+    }
+    blocked = {
+        "ship": False,
+        "blockers": [{"code": "no_evaluation", "message": "The run has no completed evaluation.", "next_action": "x"}],
+        "warnings": [],
+    }
+    first = await ledger.record_gate(actor, "default", "unassigned", run["run_id"], blocked, "d1", "gate")
+    again = await ledger.record_gate(actor, "default", "unassigned", run["run_id"], blocked, "d1", "decide")
+    later = await ledger.record_gate(actor, "default", "unassigned", run["run_id"], ship, "d2", "demo")
+    assert (first.replayed, again.replayed, later.replayed) == (False, True, False)
+    assert again.record["cursor"] == first.record["cursor"]
+
+    gates = [n for n in await notices(ledger, tmp_path) if n.event_type == "gate.evaluated"]  # type: ignore[attr-defined]
+    assert [(g.outcome, g.title) for g in gates] == [  # type: ignore[attr-defined]
+        ("failure", f"Gate: run {run['run_id']} is blocked"),
+        ("success", f"Gate: run {run['run_id']} ships"),
+    ]
+    fields = {f.name: f.value for f in gates[0].fields}  # type: ignore[attr-defined]
+    assert fields["no_evaluation"] == "The run has no completed evaluation. Next: x"
+    assert {f.name for f in gates[1].fields} >= {"warning: limitations_empty", "asked by"}  # type: ignore[attr-defined]
