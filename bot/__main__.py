@@ -1,4 +1,4 @@
-"""`python -m bashgym.bot`: run the Discord bot (what `bashgym bot` and `bashgym up` start)."""
+"""`python -m bashgym.bot`: run the Discord bot (what `bashgym bot` becomes by exec, and `bashgym up` starts)."""
 
 import os
 import sys

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -18,11 +20,12 @@ from bashgym.bot.core import Daemon, Reply, answer_stale_confirmation, send, une
 from bashgym.bot.notifier import DiscordNotifier
 from bashgym.bot.settings import BotConfigError, BotSettings, load_bot_settings
 from bashgym.daemon.client_aiohttp import AioDaemonClient
-from bashgym.daemon.wire_errors import ApiError
+from bashgym.daemon.wire_errors import EXIT_CONFLICT, ApiError
 from discord import app_commands
 
 log = logging.getLogger("bashgym.bot")
 DAEMON_WAIT_S = 60.0
+LEASE_REQUEST_TIMEOUT_S = 10.0
 
 
 class CommandTree(app_commands.CommandTree["BashGymBot"]):
@@ -42,7 +45,7 @@ class CommandTree(app_commands.CommandTree["BashGymBot"]):
 
 
 class BashGymBot(discord.Client):
-    def __init__(self, settings: BotSettings) -> None:
+    def __init__(self, settings: BotSettings, *, lease: CursorLease | None = None) -> None:
         intents = discord.Intents.none()
         intents.guilds = True
         super().__init__(
@@ -52,6 +55,7 @@ class BashGymBot(discord.Client):
             guild_ready_timeout=0.5,
         )
         self.settings = settings
+        self.lease = lease
         self.tree = CommandTree(self)
         for group in GROUPS:
             self.tree.add_command(group())
@@ -69,6 +73,9 @@ class BashGymBot(discord.Client):
 
     async def setup_hook(self) -> None:
         await self._wait_for_daemon()
+        if self.lease is not None:
+            # Once Discord took the token, before the commands sync or the notifier follows the cursor.
+            await self.lease.take()
         for guild_id in self.settings.guild_ids:
             guild = discord.Object(guild_id)
             self.tree.copy_global_to(guild=guild)
@@ -110,22 +117,140 @@ class BashGymBot(discord.Client):
         await self.api.aclose()
 
 
+class CursorHeld(Exception):
+    """Another bot follows this bot's notice cursor; the message names it and says what to do."""
+
+
+class CursorLease:
+    """The bot's lease on its notifier's consumer, in the daemon's ledger: taken once Discord accepted the token,
+    before the commands sync or the notifier starts; renewed every third of its TTL; released when the bot stops.
+    Two bots never follow one cursor, and one that was killed blocks the next for one TTL at most."""
+
+    def __init__(self, settings: BotSettings) -> None:
+        # A client of its own: the lease is released after the bot's client closed with discord.py.
+        self.daemon = AioDaemonClient(settings.api, settings.api_token, timeout_s=LEASE_REQUEST_TIMEOUT_S)
+        self.consumer = settings.notifier_consumer
+        self.path = f"/v1/consumers/{settings.notifier_consumer}/lease"
+        self.holder: dict[str, Any] = {"holder": settings.lease_holder, "pid": os.getpid()}
+        self.ask = {**self.holder, "host": socket.gethostname(), "ttl_s": settings.lease_ttl_s}
+        self.ttl_s = settings.lease_ttl_s
+        self.parent_pid = settings.parent_pid
+        self.has_asked = False
+        self.is_held = asyncio.Event()
+
+    async def __aenter__(self) -> CursorLease:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    async def take(self, *, may_take_over: bool = True) -> None:
+        """Take the lease; raises CursorHeld, naming the bot that holds it."""
+        try:
+            await self._ask()
+        except ApiError as exc:
+            if exc.status == 409 and may_take_over and await self._take_over_from_the_dead(exc.details or {}):
+                return await self.take(may_take_over=False)
+            if exc.status == 409:
+                raise CursorHeld(f"{exc.message}\n{exc.hint}".strip()) from exc
+            raise BotConfigError(
+                f"The daemon at {self.daemon.api} refused the bot's lease on {self.consumer}: {exc.message} {exc.hint}"
+            ) from exc
+        log.info("Holding the lease on consumer %s as %s", self.consumer, self.holder["holder"])
+        self.is_held.set()
+
+    async def _take_over_from_the_dead(self, held: dict[str, Any]) -> bool:
+        """A lease held by a bot on this host whose process is gone (killed, crashed) is released at once rather
+        than waited out; True when it was."""
+        pid = held.get("pid")
+        if held.get("host") != self.ask["host"] or not isinstance(pid, int) or pid == os.getpid() or _alive(pid):
+            return False
+        log.warning("The bot holding consumer %s (pid %s on this host) is gone; taking its lease", self.consumer, pid)
+        await self.daemon.raw("DELETE", self.path, params={"holder": held.get("holder"), "pid": pid})
+        return True
+
+    async def keep(self) -> None:
+        """Renew until cancelled. Raises CursorHeld when another bot took the lease (ours lapsed while the daemon
+        was out of reach); returns when the `bashgym up` that started this bot is gone."""
+        await self.is_held.wait()
+        pause_s = self.ttl_s / 3
+        while True:
+            await asyncio.sleep(pause_s)
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                log.warning("The process that started this bot (pid %s) is gone; stopping", self.parent_pid)
+                return
+            try:
+                await self._ask()
+                pause_s = self.ttl_s / 3
+            except ApiError as exc:
+                if exc.status == 409:
+                    raise CursorHeld(f"This bot's lease lapsed and another bot holds it now. {exc.message}") from exc
+                log.warning("Could not renew the lease on consumer %s: %s; retrying", self.consumer, exc.message)
+                pause_s = min(1.0, pause_s)  # before the lease lapses, if the daemon comes back
+
+    async def release(self) -> None:
+        try:
+            if self.has_asked:
+                await self.daemon.raw("DELETE", self.path, params=self.holder)
+                log.info("Released the lease on consumer %s", self.consumer)
+        except ApiError as exc:  # the daemon is gone or refuses: the lease lapses after its TTL instead
+            log.warning("Could not release the lease on %s (%s); it expires within %.0f s", self.path, exc, self.ttl_s)
+        finally:
+            await self.daemon.aclose()
+
+    async def _ask(self) -> None:
+        # raw(): no Idempotency-Key, so a renewal every few seconds leaves no stored answer in the ledger
+        # (asking again only renews again).
+        self.has_asked = True
+        await self.daemon.raw("POST", self.path, params=self.ask)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
+
+
 async def run_bot(settings: BotSettings) -> int:
-    bot = BashGymBot(settings)
-    loop = asyncio.get_running_loop()
+    """Run the bot until SIGTERM or SIGINT (then 0), holding its notifier's lease throughout. Raises CursorHeld
+    when another bot follows the same cursor, and whatever else stopped discord.py."""
     stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(RuntimeError, ValueError):  # only the main thread may; elsewhere the host stops us
             loop.add_signal_handler(sig, stopping.set)
-    async with bot:
-        runner = asyncio.create_task(bot.start(settings.discord_token))
+    async with CursorLease(settings) as lease, BashGymBot(settings, lease=lease) as bot:
+        runner = asyncio.create_task(bot.start(settings.discord_token), name="discord")
+        keeper = asyncio.create_task(lease.keep(), name="lease")
         waiter = asyncio.create_task(stopping.wait())
-        await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if runner.done():
-            runner.result()  # raise what stopped it
-        await bot.close()
+        try:
+            done, _ = await asyncio.wait({runner, keeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (runner, keeper):
+                if task in done:
+                    task.result()  # raise what stopped it
+        finally:
+            keeper.cancel()
+            waiter.cancel()
+            await bot.close()
+            runner.cancel()  # still in its setup when the bot was asked to stop
+            await asyncio.gather(runner, keeper, waiter, return_exceptions=True)
     return 0
+
+
+def end_with_parent(parent_pid: int) -> None:
+    """End this bot when `parent_pid` (`bashgym up`) ends, even by SIGKILL (Linux: PR_SET_PDEATHSIG), so no bot
+    outlives the daemon it came with. As trainers.signals.end_with_parent, which the bot may not import."""
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent was gone before the request above was made
+        os._exit(1)
 
 
 def point_at(settings: BotSettings) -> None:
@@ -141,11 +266,16 @@ def main(environ: Mapping[str, str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_bot_settings(environ)
+        if settings.parent_pid is not None:
+            end_with_parent(settings.parent_pid)
         point_at(settings)
         return asyncio.run(run_bot(settings))
     except BotConfigError as exc:
         print(f"bashgym bot: {exc}", file=sys.stderr)
         return 2
+    except CursorHeld as exc:
+        print(f"bashgym bot: {exc}", file=sys.stderr)
+        return EXIT_CONFLICT
     except discord.LoginFailure:
         print(
             "bashgym bot: Discord refused the bot token (401). Copy it again from the Developer Portal "

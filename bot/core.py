@@ -41,6 +41,8 @@ class Reply:
     embed: discord.Embed | None = None
     files: list[discord.File] = field(default_factory=list)
     ephemeral: bool = False
+    # Work that ends later: this reply shows at once, then is edited into what `then` answers.
+    then: Callable[[], Awaitable[Reply]] | None = None
 
 
 def identity_headers(interaction: discord.Interaction[Any]) -> dict[str, str]:
@@ -154,11 +156,70 @@ async def send(interaction: discord.Interaction[Any], reply: Reply) -> None:
 # -- rendering ----------------------------------------------------------------------------------
 
 
-def embed(title: str, *, outcome: str = "info", description: str = "", footer: str = "") -> discord.Embed:
-    made = discord.Embed(title=title[:256], description=description[:4000] or None, colour=COLOURS[outcome])
+# Discord refuses a whole message whose embed passes any of these limits (50035 Invalid Form Body).
+TITLE_LIMIT = 256
+DESCRIPTION_LIMIT = 4096
+FIELDS_LIMIT = 25
+FIELD_NAME_LIMIT = 256
+FIELD_VALUE_LIMIT = 1024
+FOOTER_LIMIT = 2048
+AUTHOR_LIMIT = 256
+EMBED_TOTAL_LIMIT = 6000  # title, description, field names and values, footer and author together
+CUT_MARK = "… (cut)"
+KEPT_DESCRIPTION = 1000  # over the total, fields are left out before the description is cut shorter than this
+
+Field = tuple[str, str, bool]
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters; a cut one ends with CUT_MARK, so a reader knows there was more."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - len(CUT_MARK), 0)] + CUT_MARK[:limit]
+
+
+def fit(made: discord.Embed) -> discord.Embed:
+    """`made`, changed to fit Discord's embed limits: long text cut with a visible mark, and fields past the
+    count or the total left out for a last field that says how many."""
+    title = cut(made.title or "", TITLE_LIMIT)
+    footer = cut(made.footer.text or "", FOOTER_LIMIT)
+    author = cut(made.author.name or "", AUTHOR_LIMIT)
+    description = cut(made.description or "", DESCRIPTION_LIMIT)
+    fields = [
+        (cut(f.name or "—", FIELD_NAME_LIMIT), cut(f.value or "—", FIELD_VALUE_LIMIT), bool(f.inline))
+        for f in made.fields
+    ]
+    room = EMBED_TOTAL_LIMIT - len(title) - len(footer) - len(author)
+    shown = _fitting_fields(fields, room - min(len(description), KEPT_DESCRIPTION))
+    description = cut(description, room - sum(len(name) + len(value) for name, value, _ in shown))
+    made.title, made.description = title or None, description or None
+    made.clear_fields()
+    for name, value, inline in shown:
+        made.add_field(name=name, value=value, inline=inline)
     if footer:
-        made.set_footer(text=footer[:2048])
+        made.set_footer(text=footer, icon_url=made.footer.icon_url)
+    if author:
+        made.set_author(name=author, url=made.author.url, icon_url=made.author.icon_url)
     return made
+
+
+def _fitting_fields(fields: list[Field], room: int) -> list[Field]:
+    """The first fields that fit Discord's count and `room` characters; a last one says how many were left out."""
+    kept = list(fields)
+    while True:
+        left_out = len(fields) - len(kept)
+        note = f"{left_out} more field{'s' if left_out > 1 else ''}, over Discord's limits"
+        shown = kept + ([("left out", note, False)] if left_out else [])
+        if len(shown) <= FIELDS_LIMIT and sum(len(name) + len(value) for name, value, _ in shown) <= room:
+            return shown
+        kept.pop()
+
+
+def embed(title: str, *, outcome: str = "info", description: str = "", footer: str = "") -> discord.Embed:
+    made = discord.Embed(title=title, description=description or None, colour=COLOURS[outcome])
+    if footer:
+        made.set_footer(text=footer)
+    return fit(made)
 
 
 def show(value: object) -> str:
@@ -178,7 +239,7 @@ def fields_embed(
     for key in keys:
         if key in data and data[key] not in (None, "", [], {}):
             made.add_field(name=key, value=show(data[key]), inline=True)
-    return made
+    return fit(made)
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: list[str], *, limit: int = 15) -> str:
@@ -233,9 +294,11 @@ class Confirm(discord.ui.View):
         except Exception:
             reply = unexpected_reply("confirmation")
         embeds = [reply.embed] if reply.embed is not None else []
-        await interaction.followup.send(
-            content=reply.content or discord.utils.MISSING, embeds=embeds, ephemeral=reply.ephemeral
+        shown = await interaction.followup.send(
+            content=reply.content or discord.utils.MISSING, embeds=embeds, ephemeral=reply.ephemeral, wait=True
         )
+        if reply.then is not None:
+            await _edit_when_done(shown, reply.then)
 
     @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary, custom_id="cancel")
     async def cancel(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Confirm]) -> None:
@@ -251,6 +314,16 @@ class Confirm(discord.ui.View):
                 await self.message.edit(content="Expired after a minute; nothing was sent. Run it again.", view=self)
             except discord.HTTPException:
                 log.info("Could not mark an expired confirmation")
+
+
+async def _edit_when_done(shown: discord.WebhookMessage, then: Callable[[], Awaitable[Reply]]) -> None:
+    try:
+        final = await then()
+    except ApiError as exc:
+        final = error_reply(exc)
+    except Exception:
+        final = unexpected_reply("a confirmed command")
+    await shown.edit(content=final.content or None, embeds=[final.embed] if final.embed is not None else [])
 
 
 async def confirm_first(
@@ -271,11 +344,12 @@ async def confirm_first(
         await send(interaction, error_reply(exc))
         return
     view = Confirm(interaction.user.id, action, timeout_s=timeout_s)
+    # Known before the prompt exists: a press can arrive before original_response() returns.
+    live_confirmations(interaction.client).add(interaction.id)
     await interaction.response.send_message(
         content="Confirm within a minute; only you can press these.", embed=summary, view=view
     )
     view.message = await interaction.original_response()
-    live_confirmations(interaction.client).add(view.message.id)
 
 
 @dataclass(frozen=True)
@@ -288,8 +362,8 @@ class Authority:
 
 
 def live_confirmations(client: discord.Client) -> set[int]:
-    """Messages whose Confirm/Cancel this bot showed (a closed view disables its buttons, so only these can be
-    pressed while it runs); a press on any other, from before the bot restarted, is answered by
+    """The commands (interaction ids) whose Confirm/Cancel this bot showed (a closed view disables its buttons, so
+    only these can be pressed while it runs); a press on any other, from before the bot restarted, is answered by
     `answer_stale_confirmation` instead of failing silently."""
     shown: set[int] = client.__dict__.setdefault("_bashgym_confirmations", set())
     return shown
@@ -300,7 +374,8 @@ async def answer_stale_confirmation(interaction: discord.Interaction[Any]) -> bo
     data: dict[str, Any] = dict(interaction.data or {})
     if interaction.type != discord.InteractionType.component or data.get("custom_id") not in ("confirm", "cancel"):
         return False
-    if interaction.message is not None and interaction.message.id in live_confirmations(interaction.client):
+    asked = interaction.message.interaction_metadata if interaction.message is not None else None
+    if asked is not None and asked.id in live_confirmations(interaction.client):
         return False
     await interaction.response.send_message(
         "This confirmation expired; run the command again. Nothing was sent to BashGym.", ephemeral=True

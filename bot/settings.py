@@ -9,21 +9,33 @@ BASHGYM_BOT_API_TOKEN            the bot's daemon token (default: the file $BASH
 BASHGYM_DISCORD_DEFAULT_CHANNEL  channel for notices of projects without one (default: none; they are skipped)
 BASHGYM_DISCORD_API_BASE         Discord's REST base (default https://discord.com/api/v10): a proxy or a local stand-in
 BASHGYM_DISCORD_GATEWAY          Discord's gateway (default wss://gateway.discord.gg/): a proxy or a local stand-in
+BASHGYM_BOT_LEASE_TTL_S          seconds the bot's lease on its notice cursor outlives its last renewal (default 30)
+BASHGYM_BOT_LEASE_HOLDER         the name the lease is held under (default: a fresh one per start); a bot started
+                                 under the holder's name takes the lease over at once (`bashgym up` names its bot
+                                 after its home)
+BASHGYM_BOT_PARENT_PID           set by `bashgym up`: the bot ends when that process does
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bashgym.daemon.client import resolve_api
 
 DEFAULT_PORT = 8321
+MAX_LEASE_TTL_S = 600  # the daemon's limit
 
 
 class BotConfigError(Exception):
     """The bot cannot start; the message says what to set."""
+
+
+def fresh_holder() -> str:
+    """A lease holder name of one bot start: no other bot takes its lease over."""
+    return f"bashgym-bot-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,9 @@ class BotSettings:
     gateway: str | None = None
     notifier_consumer: str = "discord-notifier"
     poll_wait_s: float = 10.0
+    lease_ttl_s: float = 30.0
+    lease_holder: str = field(default_factory=fresh_holder)
+    parent_pid: int | None = None  # `bashgym up`'s pid: the bot ends with it
 
     def __repr__(self) -> str:  # never print the tokens
         return f"BotSettings(application_id={self.application_id}, guild_ids={self.guild_ids}, api={self.api!r})"
@@ -82,6 +97,12 @@ def load_bot_settings(environ: Mapping[str, str]) -> BotSettings:
     gateway = environ.get("BASHGYM_DISCORD_GATEWAY", "").strip() or None
     if gateway and not gateway.startswith(("wss://", "ws://")):
         raise BotConfigError("BASHGYM_DISCORD_GATEWAY must be a ws(s) URL such as wss://gateway.discord.gg/.")
+    holder = environ.get("BASHGYM_BOT_LEASE_HOLDER", "").strip()
+    if len(holder) > 200 or not holder.isprintable():
+        raise BotConfigError("BASHGYM_BOT_LEASE_HOLDER must be a printable name of at most 200 characters.")
+    parent = environ.get("BASHGYM_BOT_PARENT_PID", "").strip()
+    if parent and not parent.isdigit():
+        raise BotConfigError("BASHGYM_BOT_PARENT_PID must be a process id (a number); `bashgym up` sets it.")
     return BotSettings(
         discord_token=discord_token,
         api_base=api_base,
@@ -91,4 +112,20 @@ def load_bot_settings(environ: Mapping[str, str]) -> BotSettings:
         api=resolve_api(environ.get("BASHGYM_API"), home / "daemon.json", DEFAULT_PORT),
         api_token=api_token,
         default_channel_id=int(default_channel) if default_channel else None,
+        lease_ttl_s=_lease_ttl_s(environ),
+        parent_pid=int(parent) if parent else None,
+        lease_holder=holder or fresh_holder(),
     )
+
+
+def _lease_ttl_s(environ: Mapping[str, str]) -> float:
+    raw = environ.get("BASHGYM_BOT_LEASE_TTL_S", "").strip() or "30"
+    try:
+        ttl_s = float(raw)
+    except ValueError:
+        ttl_s = 0.0
+    if not 1 <= ttl_s <= MAX_LEASE_TTL_S:
+        raise BotConfigError(
+            f"BASHGYM_BOT_LEASE_TTL_S is {raw!r}; it must be a number of seconds from 1 to {MAX_LEASE_TTL_S}."
+        )
+    return ttl_s

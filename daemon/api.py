@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from bashgym.daemon.api_authority import authority_routes
 from bashgym.daemon.api_campaigns import campaign_routes
+from bashgym.daemon.api_consumers import consumer_routes
 from bashgym.daemon.api_device_groups import device_group_routes
 from bashgym.daemon.api_devices import device_routes
 from bashgym.daemon.api_evaluations import evaluation_routes, withhold_protected
@@ -93,6 +94,7 @@ def register_routes(app: FastAPI) -> None:
         exchange_routes(),
         campaign_routes(),
         notice_routes(),
+        consumer_routes(),
         operator_routes(),
     )
     # Each router's routes already carry its prefix; adding them to the app's own router keeps them

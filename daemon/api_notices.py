@@ -1,19 +1,36 @@
-"""Notices (ledger events rendered for people) and the Discord channel each project's notices go to."""
+"""Notices (ledger events rendered for people), the Discord channel each project's notices go to, and the
+notices Discord refused for good."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from typing import Annotated
 
-from bashgym.daemon.api_models import ChannelSet, NoticePage
+from bashgym.daemon.api_models import ChannelSet, ConsumerCursor, NoticePage
 from bashgym.daemon.app import json_response
+from bashgym.daemon.authority import consumer_capability
 from bashgym.daemon.notices import NoticeRenderer
-from bashgym.daemon.routing import ReadCall, WriteCall, written
+from bashgym.daemon.routing import AUTHENTICATED, Call, ReadCall, WriteCall, requires, written
 from bashgym.ledger.errors import InvalidInput, NotFound
+from bashgym.ledger.validation import Identifier, check_identifier
 from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 MAX_WAIT_S = 30.0
+
+
+class NoticeFailure(BaseModel):
+    """A notice Discord refused for good (a 4xx other than 429), as the consumer that posted it reports it."""
+
+    model_config = ConfigDict(extra="forbid")
+    cursor: int = Field(ge=1, description="The notice's cursor (its event's).")
+    event_id: Identifier
+    channel_id: str = Field(pattern=r"^\d{1,25}$", description="The Discord channel that refused it.")
+    status: int = Field(ge=400, le=499, description="Discord's HTTP status.")
+    code: int = Field(0, ge=0, description="Discord's error code (50008, 50035, ...); 0 when it gave none.")
+    message: str = Field("", max_length=2000, description="Discord's message; stored redacted.")
 
 
 def notice_routes() -> APIRouter:
@@ -39,6 +56,18 @@ def notice_routes() -> APIRouter:
                 if page.notices or page.next_cursor != after_cursor or remaining <= 0:
                     return json_response(page)
                 await ledger.wait_for_events(max(head, after_cursor), remaining)
+
+    @router.post("/consumers/{name}/failures", response_model=ConsumerCursor, tags=["events"])
+    async def notice_failed(call: Annotated[Call, requires(AUTHENTICATED)], name: str, body: NoticeFailure) -> Response:
+        """Record a notice Discord refused for good as `notice.failed` and move the consumer's cursor past it, at
+        once; it needs what moving that cursor needs (consumer_capability)."""
+        check_identifier(name, field="name")
+        capability, project = consumer_capability(name)
+        call.principal.require(capability, workspace_id=call.workspace, project_id=project)
+        actor = call.principal.actor(capability, call.actor.correlation_id)
+        return json_response(
+            await call.services.ledger.record_notice_failure(actor, call.workspace, name, **body.model_dump())
+        )
 
     @router.put("/projects/{project}/channel", status_code=201)
     async def channel_set(call: WriteCall, project: str, body: ChannelSet) -> Response:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from bashgym.daemon.api_evaluations import withhold_protected
@@ -23,6 +24,8 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 BOT_SILENT_AFTER_S = 60.0  # the bot long-polls notices every ~10 s; a minute without a poll means it is gone
+NOTICE_FAILURES_WINDOW = timedelta(hours=24)  # a refusal fixed a day ago no longer needs anyone's attention
+NOTICE_FAILURES_SHOWN = 3
 
 
 def check(name: str, ready: bool, detail: str, *, required: bool = True, **facts: Any) -> dict[str, Any]:
@@ -110,6 +113,9 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         checks.append(check("discord", connected, detail, guilds=settings.discord_guild_ids))
     else:
         checks.append(check("discord", True, "not configured (optional); notices print on the console", required=False))
+    failures = await _notice_failures_check(services)
+    if failures is not None:
+        checks.append(failures)
     scheduler = services.scheduler
     running = scheduler is not None and scheduler.running
     jobs = len(scheduler.jobs()) if scheduler is not None and running else 0
@@ -121,6 +127,51 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         detail = f"{state.get('delivered', 0)} events delivered" if healthy else str(state["last_error"])
         checks.append(check(f"sink {sink['name']}", healthy, detail, required=False, url=redact_url(sink["url"])))
     return checks
+
+
+async def _notice_failures_check(services: Services) -> dict[str, Any] | None:
+    """Notices Discord refused for good in the last day (`notice.failed`), the latest with what to do."""
+    since = (datetime.now(UTC) - NOTICE_FAILURES_WINDOW).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    count, latest = await services.ledger.notice_failures(
+        services.settings.default_workspace, since=since, limit=NOTICE_FAILURES_SHOWN
+    )
+    if not count:
+        if not services.discord_configured:
+            return None
+        return check("discord notices", True, "Discord took every notice of the last 24 h", required=False)
+    shown = [{**f, "summary": notice_failure_summary(f), "advice": notice_failure_advice(f)} for f in latest]
+    noun = "notice" if count == 1 else "notices"
+    detail = f"{count} {noun} refused by Discord in the last 24 h; the latest: {shown[0]['advice']}"
+    return check("discord notices", False, detail, required=False, count=count, failures=shown)
+
+
+def notice_failure_summary(failure: dict[str, Any]) -> str:
+    code = f" code {failure['code']}" if failure.get("code") else ""
+    return (
+        f"notice #{failure['cursor']} ({failure['event_type']}, project {failure['project_id'] or '-'}) in channel "
+        f"{failure['channel_id']}: HTTP {failure['status']}{code} {failure.get('message') or ''}".rstrip()
+    )
+
+
+def notice_failure_advice(failure: dict[str, Any]) -> str:
+    """What to do about a notice Discord refused, from its status and Discord's error code."""
+    channel, project = failure["channel_id"], failure["project_id"] or "P"
+    set_one = f"`bashgym project channel {project} --channel ID` (or /project channel-set in that channel)"
+    match failure["status"], failure.get("code") or 0:
+        case (_, 50008):
+            return f"Channel {channel} is not a text channel (a category or forum?): set a text channel with {set_one}."
+        case (403, _) | (_, 50001) | (_, 50013):
+            return (
+                f"The bot may not post in channel {channel}: give it View Channels, Send Messages, Embed Links and "
+                f"Attach Files there, or set another with {set_one}."
+            )
+        case (404, _) | (_, 10003):
+            return f"Channel {channel} does not exist or the bot is not in its server: set another with {set_one}."
+        case (413, _) | (_, 40005):
+            return "Its files were over the server's upload limit; the report itself stays in the ledger."
+        case (_, 50035):
+            return f"Discord refused its content: a BashGym bug; report it with event {failure['event_id']}."
+    return f"Read Discord's message; if it is about the channel, set another with {set_one}."
 
 
 def _sink_status(forwarder: SinkForwarder | None, name: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from bashgym.ledger.validation import check_identifier
 
 if TYPE_CHECKING:
     from bashgym.daemon.client import DaemonClient
+    from bashgym.daemon.settings import Settings
 
 # -- the daemon itself --------------------------------------------------------------------------
 
@@ -66,15 +68,35 @@ async def up(ctx: Ctx) -> int:
         while not daemon.done() and not _announced_since(settings.endpoint_path, started):  # noqa: ASYNC110 - a file
             await asyncio.sleep(0.1)
         if not daemon.done():
-            env = {**ctx.environ, "BASHGYM_HOME": str(settings.home)}
-            env.setdefault("BASHGYM_DISCORD_TOKEN_ENV", settings.discord_token_env)
-            bot = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=env)
+            bot = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=_bot_env(ctx, settings))
             print(f"Discord bot started (pid {bot.pid}).", flush=True)
         return await daemon
     finally:
         if bot is not None and bot.returncode is None:
-            bot.terminate()
+            await _stop_bot(bot, grace_s=settings.grace_s)
+
+
+def _bot_env(ctx: Ctx, settings: Settings) -> dict[str, str]:
+    """The bot's environment under `up`: it ends with this process (BASHGYM_BOT_PARENT_PID), even one killed
+    outright, and holds its notice cursor's lease under this home's name. One `up` runs per home (the daemon's
+    lock), so the bot of the next `up` takes that lease over at once instead of waiting out its TTL."""
+    return {
+        **ctx.environ,
+        "BASHGYM_HOME": str(settings.home),
+        "BASHGYM_DISCORD_TOKEN_ENV": ctx.environ.get("BASHGYM_DISCORD_TOKEN_ENV", settings.discord_token_env),
+        "BASHGYM_BOT_PARENT_PID": str(os.getpid()),
+        "BASHGYM_BOT_LEASE_HOLDER": f"bashgym up {settings.home}",
+    }
+
+
+async def _stop_bot(bot: asyncio.subprocess.Process, *, grace_s: float) -> None:
+    bot.terminate()  # SIGTERM: the bot closes its Discord connection, then releases its lease if it can
+    try:
+        async with asyncio.timeout(grace_s):
             await bot.wait()
+    except TimeoutError:
+        bot.kill()  # a stuck bot must not hang the shutdown of `up`
+        await bot.wait()
 
 
 def _announced_since(path: Path, started: float) -> bool:
@@ -86,14 +108,11 @@ def _announced_since(path: Path, started: float) -> bool:
 
 @command("bot", help="run the Discord bot against the running daemon (token, application and guild ids set)")(no_args)
 async def bot(ctx: Ctx) -> int:
-    # The bot is its own process and package; the CLI only starts it (the daemon never imports the bot).
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=dict(ctx.environ))
-    try:
-        return await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            await proc.wait()
+    # The bot replaces this process (exec, same pid): a supervisor's SIGTERM or SIGKILL to this pid reaches the
+    # bot itself, and no child is left behind. Exec rather than import: the daemon package never imports the bot.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "bashgym.bot"], ctx.environ)
 
 
 @command("status", help="is the daemon reachable, which version, is the ledger healthy")(no_args)

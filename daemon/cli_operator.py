@@ -84,6 +84,8 @@ async def doctor(ctx: Ctx) -> int:
         for r in rows:
             mark = "ok " if r["ready"] else ("FAIL" if r["required"] else "warn")
             print(f"  [{mark:4}] {r['check']:<28} {r['detail']}")
+            for failure in r.get("facts", {}).get("failures", []):  # notices Discord refused: each, and what to do
+                print(f"{'':9}- {failure['summary']}\n{'':11}{failure['advice']}")
         print("Ready." if ready else "Not ready: fix the FAIL lines first.")
     if not ready:
         return EXIT_UNAVAILABLE if rows[0]["check"] == "daemon" and not rows[0]["ready"] else EXIT_RULE

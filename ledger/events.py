@@ -143,6 +143,21 @@ class ConsumerCursorMoved(_Payload):
     owner: str
 
 
+class NoticeFailed(_Payload):
+    """Discord refused a notice for good (a 4xx other than 429): recorded, and its consumer moved past it.
+
+    `cursor` and `event_id` name the notice's event; status, code and message are Discord's answer."""
+
+    consumer: str
+    cursor: int
+    event_id: str
+    event_type: str
+    channel_id: str
+    status: int
+    code: int = 0
+    message: str = ""
+
+
 # Every event type the ledger accepts, with the payload model it must validate against.
 EVENT_TYPES: dict[str, type[_Payload]] = {
     "project.created": EntityRegistered,
@@ -199,6 +214,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "run.remote_log": RemoteLog,
     "blob.held": EntityRegistered,
     "consumer.cursor_moved": ConsumerCursorMoved,
+    "notice.failed": NoticeFailed,
 }
 
 

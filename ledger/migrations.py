@@ -18,6 +18,7 @@ from bashgym.ledger import (
     schema_v8,
     schema_v9,
     schema_v10,
+    schema_v11,
 )
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
 
@@ -47,6 +48,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "run_source_unique_per_project", schema_v8.SQL, rebuilds_tables=True),
     Migration(9, "device_groups", schema_v9.SQL),
     Migration(10, "trust_boundaries", schema_v10.SQL),
+    Migration(11, "consumer_leases", schema_v11.SQL),
 )
 
 _RECORD_TABLE = """

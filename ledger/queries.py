@@ -617,6 +617,36 @@ def get_consumer_cursor(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
     return dict(row) if row else {"name": name, "cursor": 0, "updated_at": None, "owner": ""}
 
 
+def notice_event(conn: sqlite3.Connection, ws: str, cursor: int, event_id: str) -> dict[str, Any]:
+    """The event a notice was rendered from, checked against the event id its consumer reported."""
+    row = conn.execute(
+        "SELECT cursor, event_id, event_type, project_id FROM events WHERE cursor = ? AND workspace_id = ?",
+        (cursor, ws),
+    ).fetchone()
+    if row is None or row["event_id"] != event_id:
+        raise NotFound(
+            f"No event {event_id!r} at cursor {cursor} in workspace {ws!r}.",
+            hint="Report only notices received from GET /v1/notices, with their cursor and event_id.",
+        )
+    return dict(row)
+
+
+def notice_failures(conn: sqlite3.Connection, ws: str, *, since: str, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many `notice.failed` events workspace `ws` has since `since` (UTC), and the latest `limit` of them."""
+    # No index covers event_type: this scans the log, which a doctor's occasional call can afford.
+    where = "event_type = 'notice.failed' AND workspace_id = ? AND created_at >= ?"
+    count = conn.execute(f"SELECT COUNT(*) FROM events WHERE {where}", (ws, since)).fetchone()[0]
+    rows = conn.execute(
+        f"SELECT project_id, created_at, payload_json FROM events WHERE {where} ORDER BY cursor DESC LIMIT ?",
+        (ws, since, limit),
+    ).fetchall()
+    latest = [
+        {**json.loads(row["payload_json"]), "project_id": row["project_id"], "created_at": row["created_at"]}
+        for row in rows
+    ]
+    return int(count), latest
+
+
 def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every run a daemon may still own (queued, preparing, running, paused, unknown), with its latest attempt,
     oldest first: a restart must also start the runs that were still waiting for a slot, in their order."""

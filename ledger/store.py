@@ -19,6 +19,7 @@ from bashgym.ledger import (
     devices,
     evidence,
     integrity,
+    leases,
     lineage,
     queries,
     runcards,
@@ -464,26 +465,57 @@ class Ledger:
         """
         if actor is None:
             return await asyncio.shield(self._writer.run(lambda conn: self._ack(conn, name, cursor, "")))
+        return await self.write(actor, lambda tx: self._ack_as(tx, name, cursor, actor, ws))
+
+    async def record_notice_failure(
+        self,
+        actor: Actor,
+        ws: str,
+        consumer: str,
+        *,
+        cursor: int,
+        event_id: str,
+        channel_id: str,
+        status: int,
+        code: int,
+        message: str,
+    ) -> dict[str, Any]:
+        """Record that Discord refused the notice of event `cursor` for good (`notice.failed`, in the event's
+        project) and move `consumer`'s cursor past it, in one transaction: recorded once, never posted again.
+        A consumer already at or past `cursor` (a resend whose answer was lost) records nothing."""
 
         def run(tx: Tx) -> dict[str, Any]:
-            before = queries.get_consumer_cursor(tx.conn, name)
-            record = self._ack(tx.conn, name, cursor, actor.actor_id, in_transaction=True)
-            owner = str(before.get("owner") or "")
-            if owner and owner != actor.actor_id and record["cursor"] != before["cursor"]:
-                tx.append_event(
-                    "consumer.cursor_moved",
-                    workspace_id=ws,
-                    project_id=access.WORKSPACE_SCOPE,
-                    payload={
-                        "consumer": name,
-                        "cursor": record["cursor"],
-                        "previous_cursor": before["cursor"],
-                        "owner": owner,
-                    },
-                )
-            return record
+            event = queries.notice_event(tx.conn, ws, cursor, event_id)
+            stored = queries.get_consumer_cursor(tx.conn, consumer)
+            if stored["updated_at"] and stored["cursor"] >= cursor:
+                return stored
+            payload = {"consumer": consumer, "cursor": cursor, "event_id": event_id, "event_type": event["event_type"]}
+            payload |= {"channel_id": channel_id, "status": status, "code": code, "message": message}
+            tx.append_event("notice.failed", workspace_id=ws, project_id=event["project_id"], payload=payload)
+            return self._ack_as(tx, consumer, cursor, actor, ws)
 
         return await self.write(actor, run)
+
+    async def notice_failures(self, ws: str, *, since: str, limit: int = 5) -> tuple[int, list[dict[str, Any]]]:
+        return await self.read(lambda conn: queries.notice_failures(conn, ws, since=since, limit=limit))
+
+    def _ack_as(self, tx: Tx, name: str, cursor: int, actor: Actor, ws: str) -> dict[str, Any]:
+        before = queries.get_consumer_cursor(tx.conn, name)
+        record = self._ack(tx.conn, name, cursor, actor.actor_id, in_transaction=True)
+        owner = str(before.get("owner") or "")
+        if owner and owner != actor.actor_id and record["cursor"] != before["cursor"]:
+            tx.append_event(
+                "consumer.cursor_moved",
+                workspace_id=ws,
+                project_id=access.WORKSPACE_SCOPE,
+                payload={
+                    "consumer": name,
+                    "cursor": record["cursor"],
+                    "previous_cursor": before["cursor"],
+                    "owner": owner,
+                },
+            )
+        return record
 
     def _ack(
         self, conn: sqlite3.Connection, name: str, cursor: int, owner: str, *, in_transaction: bool = False
@@ -506,6 +538,28 @@ class Ledger:
             with write_transaction(conn, self.path):
                 conn.execute(statement, values)
         return queries.get_consumer_cursor(conn, name)
+
+    async def take_consumer_lease(self, name: str, claim: leases.LeaseClaim) -> dict[str, Any]:
+        """Take or renew the lease on consumer `name` (leases.take_lease) and answer its state; raises
+        ConsumerLeaseHeld while another holder has it."""
+
+        def run(conn: sqlite3.Connection) -> dict[str, Any]:
+            now = self._clock()
+            with write_transaction(conn, self.path):
+                return leases.lease_state(name, leases.take_lease(conn, name, claim, now=now), now)
+
+        return await asyncio.shield(self._writer.run(run))
+
+    async def release_consumer_lease(self, name: str, *, holder: str, pid: int) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            with write_transaction(conn, self.path):
+                return leases.release_lease(conn, name, holder=holder, pid=pid)
+
+        return await asyncio.shield(self._writer.run(run))
+
+    async def get_consumer_lease(self, name: str) -> dict[str, Any]:
+        now = self._clock()
+        return await self.read(lambda conn: leases.lease_state(name, leases.get_lease(conn, name), now))
 
     # -- blobs -----------------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ over the gateway, and the `wait_for_*` helpers return what the bot answered.
 
 Like Discord it enforces what a bot most often gets wrong: the 3 s deadline of the first answer to
 an interaction, one acknowledgement per interaction, message and embed length limits, command
-schemas, and the `nonce` + `enforce_nonce` de-duplication of channel posts.
+schemas, and the `nonce` + `enforce_nonce` de-duplication of channel posts. `refuse_posts` and
+`fail_posts` make one channel's posts meet a permanent refusal or a few server errors.
 """
 
 from __future__ import annotations
@@ -65,6 +66,18 @@ LOADING = 1 << 7
 EVERYONE_PERMISSIONS = (1 << 10) | (1 << 11) | (1 << 16) | (1 << 31)  # view, send, history, app commands
 APP_PERMISSIONS = (1 << 50) - 1
 ATTACHMENT_SIZE_LIMIT = 25 * 1024 * 1024
+CATEGORY = 4  # a channel type no message can be posted in
+# Discord's permanent refusals of a channel post, by error code: (HTTP status, message, errors).
+REFUSALS: dict[int, tuple[int, str, dict[str, Any] | None]] = {
+    50008: (400, "Cannot send messages in a non-text channel", None),
+    50035: (
+        400,
+        "Invalid Form Body",
+        {"embeds": {"0": {"description": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Too long."}]}}}},
+    ),
+    50013: (403, "Missing Permissions", None),
+    10003: (404, "Unknown Channel", None),
+}
 
 INTERACTION_APP_COMMAND, INTERACTION_COMPONENT, INTERACTION_AUTOCOMPLETE = 2, 3, 4
 MESSAGE_DEFAULT, MESSAGE_REPLY, MESSAGE_CHAT_INPUT = 0, 19, 20
@@ -220,6 +233,8 @@ class DiscordStandIn:
         self._nonces: dict[tuple[int, str], int] = {}
         self._files: dict[int, tuple[str, str, bytes]] = {}  # attachment id -> filename, content type, bytes
         self._rate_limits: list[_RateLimit] = []
+        self._refused_posts: dict[int, DiscordError] = {}  # channel id -> what every post there is answered
+        self._failing_posts: dict[int, list[int]] = {}  # channel id -> the 5xx statuses its next posts get
         self._session: _GatewaySession | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._changed = asyncio.Condition()
@@ -399,6 +414,19 @@ class DiscordStandIn:
     def rate_limit(self, method: str, path_regex: str, retry_after_s: float, *, times: int = 1) -> None:
         """Answer the next `times` requests matching method ("*": any) and path (searched under /api/v10) with 429."""
         self._rate_limits.append(_RateLimit(method.upper(), re.compile(path_regex), retry_after_s, times))
+
+    def refuse_posts(self, channel_id: int, *, code: int = 50008) -> None:
+        """Answer every post in `channel_id` with Discord's permanent refusal `code` (see REFUSALS: 50008 a
+        non-text channel, 50035 an invalid body, ...) until `accept_posts`."""
+        status, message, errors = REFUSALS[code]
+        self._refused_posts[channel_id] = DiscordError(status, message, code, errors)
+
+    def accept_posts(self, channel_id: int) -> None:
+        self._refused_posts.pop(channel_id, None)
+
+    def fail_posts(self, channel_id: int, times: int, *, status: int = 500) -> None:
+        """Answer the next `times` posts in `channel_id` with a server error `status`, then take them again."""
+        self._failing_posts.setdefault(channel_id, []).extend([status] * times)
 
     def messages(self, channel_id: int | None = None) -> list[dict[str, Any]]:
         """Messages that exist now, oldest first, ephemeral ones included (marked in flags)."""
@@ -804,7 +832,9 @@ class DiscordStandIn:
     async def _post_channel_message(
         self, request: web.Request, match: dict[str, str], rec: RecordedRequest
     ) -> web.Response:
-        channel_id = self._channel(int(match["channel"])).id
+        channel = self._channel(int(match["channel"]))
+        channel_id = channel.id
+        self._check_postable(channel)
         payload = rec.json if isinstance(rec.json, dict) else {}
         nonce = payload.get("nonce")
         key = (channel_id, str(nonce))
@@ -820,6 +850,16 @@ class DiscordStandIn:
         if self.on_channel_post is not None:
             self.on_channel_post(message)  # the message is stored; the bot has not had the answer yet
         return _json(200, message)
+
+    def _check_postable(self, channel: StandInChannel) -> None:
+        failing = self._failing_posts.get(channel.id)
+        if failing:
+            status = failing.pop(0)
+            raise DiscordError(status, f"{status}: Internal Server Error", 0)
+        if channel.id in self._refused_posts:
+            raise self._refused_posts[channel.id]
+        if channel.type == CATEGORY:
+            raise DiscordError(*REFUSALS[50008][:2], 50008)
 
     async def _get_channel_messages(
         self, request: web.Request, match: dict[str, str], _: RecordedRequest
@@ -1401,10 +1441,26 @@ def _check_form(payload: dict[str, Any]) -> None:
             for key, limit in (("name", 256), ("value", 1024)):
                 if error := _too_long(item.get(key), limit):
                     embed_errors.setdefault("fields", {}).setdefault(str(f_index), {})[key] = error
+        for key, limit in (("footer", 2048), ("author", 256)):
+            part = embed.get(key) or {}
+            if error := _too_long(part.get("text" if key == "footer" else "name"), limit):
+                embed_errors[key] = error
+        if len(embed.get("fields") or []) > 25:
+            embed_errors["fields"] = {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 25 or fewer."}]}
+        if _embed_size(embed) > 6000:
+            embed_errors["_errors"] = [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Embed size exceeds 6000."}]
         if embed_errors:
             errors.setdefault("embeds", {})[str(index)] = embed_errors
     if errors:
         raise DiscordError(400, "Invalid Form Body", 50035, errors)
+
+
+def _embed_size(embed: dict[str, Any]) -> int:
+    """The characters Discord counts against an embed's 6000: title, description, fields, footer, author."""
+    texts = [embed.get("title"), embed.get("description"), (embed.get("footer") or {}).get("text")]
+    texts += [(embed.get("author") or {}).get("name")]
+    texts += [item.get(key) for item in embed.get("fields") or [] for key in ("name", "value")]
+    return sum(len(text) for text in texts if isinstance(text, str))
 
 
 def _command_errors(commands: list[dict[str, Any]]) -> dict[str, Any]:

@@ -29,7 +29,12 @@ _counter = itertools.count()
 
 # Routes open to any principal whose handler then asks for the capability of the resource named: moving the
 # generic consumer `notifier`'s cursor needs ledger.write (daemon/authority.consumer_capability).
-DECIDED_IN_HANDLER = {("PUT", "/v1/consumers/{name}/cursor"): "ledger.write"}
+DECIDED_IN_HANDLER = {
+    ("PUT", "/v1/consumers/{name}/cursor"): "ledger.write",
+    ("POST", "/v1/consumers/{name}/failures"): "ledger.write",
+    ("POST", "/v1/consumers/{name}/lease"): "ledger.write",
+    ("DELETE", "/v1/consumers/{name}/lease"): "ledger.write",
+}
 
 
 def declared_capability(route: APIRoute) -> str | None:
@@ -257,6 +262,21 @@ async def case_blobs(h: Harness) -> tuple[str, dict[str, Any]]:
 
 async def case_cursor(h: Harness) -> tuple[str, dict[str, Any]]:
     return "/v1/consumers/notifier/cursor", {"json": {"cursor": 1}}
+
+
+async def case_notice_failure(h: Harness) -> tuple[str, dict[str, Any]]:
+    await h.admin_call("POST", "/v1/projects", json={"project_id": f"p{next(_counter)}", "name": "P"})
+    event = (await h.ledger.events_page("default", None, after_cursor=h.ledger.last_cursor - 1, limit=1)).events[0]
+    body = {"cursor": event.cursor, "event_id": event.event_id, "channel_id": "123", "status": 400, "code": 50008}
+    return "/v1/consumers/notifier/failures", {"json": body}
+
+
+async def case_lease_take(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/consumers/notifier/lease", {"params": {"holder": f"bot-{next(_counter)}", "pid": 1, "ttl_s": 30}}
+
+
+async def case_lease_release(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/consumers/notifier/lease", {"params": {"holder": "bot-1", "pid": 1}}
 
 
 async def case_issue_token(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -580,6 +600,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/reports"): case_campaign_report,
     ("POST", "/v1/projects/{project}/campaigns/{campaign_id}/schedule"): case_campaign_schedule,
     ("PUT", "/v1/projects/{project}/channel"): case_channel_set,
+    ("POST", "/v1/consumers/{name}/failures"): case_notice_failure,
+    ("POST", "/v1/consumers/{name}/lease"): case_lease_take,
+    ("DELETE", "/v1/consumers/{name}/lease"): case_lease_release,
 }
 
 
