@@ -24,7 +24,7 @@ demo: $(STAMP)  # the whole loop on a fresh demo home, 3 to 6 minutes on 2 cores
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Acceptance checks that train for minutes (CI runs them after the suite), one test file per worker as `test` does:
 # each process trains with one torch thread (tests/conftest.py), so two files at once use both cores: 13 to 18

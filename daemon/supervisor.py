@@ -135,6 +135,7 @@ class Supervisor:
         self._pid: int | None = None
         self._is_running = False
         self._is_stopping = False
+        self.stopped_by: str | None = None  # who asked for the stop, and how: the end's reason names them
         self._last_error = ""
         self._metrics_seen = False
         self._last_progress = time.monotonic()
@@ -280,6 +281,8 @@ class Supervisor:
         if status == "failed" and not error:
             error = self._error_summary(code)
         reason = f"trainer exited with code {code}"
+        if status == "cancelled" and self.stopped_by:
+            reason = f"stopped by {self.stopped_by}; {reason}"
         if status == "completed":
             h = self.handle
             nothing = learned_nothing(await self.ledger.get_run(h.workspace, h.project, h.run_id))

@@ -631,6 +631,10 @@ class TrainingService:
         self, principal: Principal, actor: Actor, workspace: str, project: str, run_id: str
     ) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.control")
+        task = self._tasks.get(run_id)
+        if task is not None and run["status"] == "paused":
+            # Paused is recorded before its supervisor finishes tidying up: a resume sent at once waits for that.
+            await asyncio.wait({task}, timeout=PAUSED_TIDY_S)
         if run_id in self._tasks or not (run["status"] == "paused" or await self._is_orphaned(run)):
             raise Conflict(
                 f"Run {run_id} is {run['status']}; only a paused run, or an `unknown` one whose local trainer is "
@@ -655,7 +659,9 @@ class TrainingService:
     ) -> dict[str, Any]:
         run = await self._controllable(principal, workspace, project, run_id, "training.stop")
         supervisor = self._active_of(workspace, project, run_id)
+        by = stopped_by(actor)
         if supervisor is not None:
+            supervisor.stopped_by = by
             await supervisor.stop()
         elif run["status"] in {"queued", "paused", "preparing"} or await self._is_orphaned(run):
             task = self._tasks.pop(run_id, None)
@@ -664,6 +670,7 @@ class TrainingService:
             reason = {"unknown": "stopped while unknown", "paused": "stopped while paused"}.get(
                 run["status"], "stopped before it ran"
             )
+            reason = f"{reason}, by {by}"
             handle = RunHandle(
                 workspace, project, run_id, run["attempts"][-1]["attempt_id"], self.settings.runs_dir / run_id,
                 run["method"],
@@ -711,6 +718,12 @@ def _read_state(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def stopped_by(actor: Actor) -> str:
+    """Who stopped a run and with which command, for its end's reason (and so the "Run cancelled" notice)."""
+    via = "/run stop in Discord" if (actor.correlation_id or "").startswith("discord-") else "training stop"
+    return f"{actor.actor_id} ({via})"
+
+
 def _write_request(run_dir: Path, request: TrainingRequest) -> None:
     """The trainer's request, as sent. What the trainer never reads (the tracking context, the correlation id) is
     redacted by shape: a credential pasted into a note there never lands on disk. The fields it trains on stay as
@@ -726,6 +739,7 @@ def _write_request(run_dir: Path, request: TrainingRequest) -> None:
 
 
 LOGS = ("training.log", "rank-*.log", "launcher.log")
+PAUSED_TIDY_S = 30.0  # how long a resume waits for a just-paused run's supervisor to finish
 
 
 def scrub_logs(run_dir: Path) -> None:

@@ -12,18 +12,27 @@ from bashgym.bot.commands.evidence import EvalGroup, PromoteGroup, RunCardGroup
 from bashgym.bot.commands.ledger import BudgetGroup, LedgerGroup
 from bashgym.bot.commands.project import ProjectGroup
 from bashgym.bot.commands.run import RunGroup
+from bashgym.bot.commands.shared import describe_options
 from discord import app_commands
 
-GROUPS: tuple[Callable[[], app_commands.Group], ...] = (
-    ProjectGroup,
-    RunGroup,
-    EvalGroup,
-    RunCardGroup,
-    PromoteGroup,
-    CampaignGroup,
-    ResearchGroup,
-    LedgerGroup,
-    BudgetGroup,
-    DeviceGroup,
-    AuthGroup,
+
+def _described(group: type[app_commands.Group]) -> Callable[[], app_commands.Group]:
+    return lambda: describe_options(group())
+
+
+GROUPS: tuple[Callable[[], app_commands.Group], ...] = tuple(
+    _described(group)
+    for group in (
+        ProjectGroup,
+        RunGroup,
+        EvalGroup,
+        RunCardGroup,
+        PromoteGroup,
+        CampaignGroup,
+        ResearchGroup,
+        LedgerGroup,
+        BudgetGroup,
+        DeviceGroup,
+        AuthGroup,
+    )
 )

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import discord
-from bashgym.bot.commands.shared import Interaction, call, projects_ac, rows_of, runs_ac, suites_ac, written
+from bashgym.bot.commands.shared import (
+    Interaction,
+    call,
+    model_versions_ac,
+    projects_ac,
+    results_ac,
+    rows_of,
+    runs_ac,
+    suites_ac,
+    written,
+)
 from bashgym.bot.core import (
     Authority,
     Reply,
@@ -22,7 +32,7 @@ from discord import app_commands
 
 class EvalGroup(app_commands.Group, name="eval", description="Evaluations and comparisons"):
     @app_commands.command(name="run", description="Evaluate a run, a model version or the gold solutions (eval.run)")
-    @app_commands.autocomplete(project=projects_ac, run=runs_ac, suite=suites_ac)
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac, model_version=model_versions_ac, suite=suites_ac)
     async def run(
         self,
         interaction: Interaction,
@@ -70,7 +80,7 @@ class EvalGroup(app_commands.Group, name="eval", description="Evaluations and co
         await answer(interaction, work())
 
     @app_commands.command(name="compare", description="Paired bootstrap of two results on one suite")
-    @app_commands.autocomplete(project=projects_ac)
+    @app_commands.autocomplete(project=projects_ac, baseline=results_ac, candidate=results_ac)
     async def compare(self, interaction: Interaction, project: str, baseline: str, candidate: str) -> None:
         body = {"baseline_result_id": baseline, "candidate_result_id": candidate}
 

@@ -20,7 +20,13 @@ from discord import app_commands
 class LedgerGroup(app_commands.Group, name="ledger", description="The experiment ledger"):
     @app_commands.command(name="events", description="A project's latest events")
     @app_commands.autocomplete(project=projects_ac)
-    async def events(self, interaction: Interaction, project: str, after_cursor: int = 0, limit: int = 15) -> None:
+    async def events(
+        self,
+        interaction: Interaction,
+        project: str,
+        after_cursor: app_commands.Range[int, 0] = 0,
+        limit: app_commands.Range[int, 1, 200] = 15,
+    ) -> None:
         async def work() -> Reply:
             params = {"after_cursor": after_cursor, "limit": min(limit, 100)}
             data = await call(interaction, "GET", f"/v1/projects/{project}/events", params=params)
@@ -80,8 +86,8 @@ class BudgetGroup(app_commands.Group, name="budget", description="GPU-hour and r
         interaction: Interaction,
         project: str,
         reason: str,
-        runs: int = 0,
-        gpu_hours: float = 0.0,
+        runs: app_commands.Range[int, -100_000, 100_000] = 0,
+        gpu_hours: app_commands.Range[float, -1_000_000.0, 1_000_000.0] = 0.0,
         campaign: str | None = None,
     ) -> None:
         body = {"runs": runs, "gpu_hours": gpu_hours, "reason": reason, "scope": _scope(campaign)}

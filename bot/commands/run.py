@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 import discord
 from bashgym.bot.commands.shared import (
+    RUN_STATUSES,
     STRATEGIES,
     Interaction,
     call,
@@ -33,6 +36,8 @@ from discord import app_commands
 # -- /run ---------------------------------------------------------------------------------------
 
 
+STOP_WAIT_S = 60
+ENDED = {"completed", "failed", "cancelled"}
 RUN_KEYS = ["run_id", "status", "method", "project_id", "model_version_id", "dataset_version_id", "launched_by"]
 
 
@@ -91,7 +96,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
 
     @app_commands.command(name="list", description="Recent runs of a project")
     @app_commands.autocomplete(project=projects_ac)
-    async def list_(self, interaction: Interaction, project: str, status: str | None = None) -> None:
+    async def list_(self, interaction: Interaction, project: str, status: RUN_STATUSES | None = None) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/runs", params={"status": status})
             rows = rows_of(data, "runs")
@@ -101,10 +106,12 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
 
     @app_commands.command(name="log", description="The last lines of a run's training log")
     @app_commands.autocomplete(project=projects_ac, run=runs_ac)
-    async def log(self, interaction: Interaction, project: str, run: str, lines: int = 20) -> None:
+    async def log(
+        self, interaction: Interaction, project: str, run: str, lines: app_commands.Range[int, 1, 500] = 20
+    ) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/runs/{run}/log", params={"tail": lines})
-            text = "\n".join(data.get("lines", []))[-1800:] or "(empty)"
+            text = "\n".join(as_terminal(data.get("lines", [])))[-1800:] or "(empty)"
             return Reply(content=f"```\n{text}\n```")
 
         await answer(interaction, work())
@@ -140,9 +147,36 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
     @app_commands.command(name="stop", description="Stop a run (asks to confirm)")
     @app_commands.autocomplete(project=projects_ac, run=runs_ac)
     async def stop(self, interaction: Interaction, project: str, run: str) -> None:
-        async def act() -> Reply:
+        async def stopped() -> Reply:
             data = await call(interaction, "POST", f"/v1/projects/{project}/runs/{run}/stop")
-            return Reply(embed=fields_embed(f"Run {run}: stop", data, ["run_id", "status", "detail"]))
+            for _ in range(STOP_WAIT_S):  # a run still loading its model takes seconds to end
+                if data.get("status") in ENDED:
+                    break
+                await asyncio.sleep(1.0)
+                data = await call(interaction, "GET", f"/v1/projects/{project}/runs/{run}")
+            done = data.get("status") in ENDED
+            title = f"Run {run} {data.get('status')}" if done else f"Run {run}: still stopping"
+            reason = ((data.get("attempts") or [{}])[-1]).get("status_reason")
+            return Reply(
+                embed=fields_embed(title, {**data, "status_reason": reason}, ["run_id", "status", "status_reason"])
+            )
+
+        async def act() -> Reply:
+            return Reply(content=f"Stopping run {run}…", then=stopped)
 
         summary = embed(f"Stop run {run}?", outcome="warning", description=f"Project {project}. It cannot be resumed.")
         await confirm_first(interaction, summary, act, authority=Authority("training.stop", project, run))
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def as_terminal(lines: list[str]) -> list[str]:
+    """Log lines as a terminal shows them: a carriage return (tqdm redrawing its bar) starts the line over, so only
+    the text after the last one stays; colour codes go."""
+    shown = []
+    for line in lines:
+        segments = [s for s in ANSI.sub("", line).split("\r") if s.strip()]
+        if segments:
+            shown.append(segments[-1].rstrip())
+    return shown

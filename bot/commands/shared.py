@@ -16,6 +16,8 @@ from discord import app_commands
 
 Interaction = discord.Interaction[Any]
 STRATEGIES = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+# A run's statuses, as the ledger names them (tests/unit/test_slash_schema.py compares the two).
+RUN_STATUSES = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
 MAX_ATTACHMENT_BYTES = 1024 * 1024
 
 
@@ -98,6 +100,11 @@ async def dataset_versions_ac(interaction: Interaction, current: str) -> list[ap
     return await _lineage(interaction, "dataset_versions", "dataset_version_id", current)
 
 
+async def results_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
+    path = f"/v1/projects/{project_of(interaction)}/evaluations"
+    return await listed(interaction, path, "results", "result_id", current)
+
+
 async def devices_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
     return await listed(interaction, "/v1/devices", "devices", "device_id", current)
 
@@ -118,3 +125,50 @@ def rows_of(data: Any, key: str) -> list[dict[str, Any]]:
 def written(data: Any) -> dict[str, Any]:
     record = data.get("record", data) if isinstance(data, dict) else {}
     return dict(record) if isinstance(record, dict) else {}
+
+
+# -- option descriptions ---------------------------------------------------------------------------
+
+PLACEHOLDER = "…"  # discord.py's description of an option nobody described
+# One line per option name, shared by every command that takes it; a command's own wording goes first.
+OPTION_HELP: dict[str, str] = {
+    "project": "the project (choices: the projects you can see)",
+    "run": "a run of the project (choices: its recent runs)",
+    "campaign": "a campaign of the project (choices: its campaigns)",
+    "suite": "an evaluation suite of the project (default: the shipped bash-tasks-v1)",
+    "status": "only runs in this state",
+    "lines": "how many of the log's last lines to show (1-500)",
+    "metric": "a metric name, e.g. train.loss or pass@1",
+    "model_version": "a registered model version of the project",
+    "gold": "evaluate the suite's own gold solutions (a sanity check of the suite)",
+    "limit_tasks": "a quick look at N tasks (a partial suite, never the suite's evidence)",
+    "samples": "samples per task: n of pass@k (1-64)",
+    "baseline": "the baseline's evaluation result id (choices: the project's results)",
+    "candidate": "the candidate's evaluation result id (choices: the project's results)",
+    "claim_tier": "how far the evidence reaches (default: what it supports)",
+    "decision": "the decision the card records",
+    "alias": "the model alias to move (default: champion)",
+    "override_reason": "why to promote past the gate's blockers (needs promotion.override)",
+    "spec": "the campaign spec as a JSON attachment",
+    "variable": "the recipe field the next iteration changes",
+    "value": "its new value (JSON)",
+    "rationale": "why this change is worth a run",
+    "cron": "five cron fields: minute hour day-of-month month day-of-week, e.g. 0 9 * * 1",
+    "timezone": "the schedule's time zone (default UTC)",
+    "after_cursor": "show events after this cursor (0: the newest)",
+    "limit": "how many events to show (1-200)",
+    "reason": "why (recorded with the amendment)",
+    "runs": "runs to add (negative: to take away)",
+    "gpu_hours": "GPU-hours to add (negative: to take away)",
+    "device": "a registered SSH device (choices: the devices you can see)",
+}
+
+
+def describe_options(group: app_commands.Group) -> app_commands.Group:
+    """Give every option still carrying discord.py's placeholder its line from OPTION_HELP."""
+    for command in group.walk_commands():
+        if isinstance(command, app_commands.Command):
+            for name, parameter in command._params.items():  # discord.py keeps the options it syncs here
+                if str(parameter.description) == PLACEHOLDER and name in OPTION_HELP:
+                    parameter.description = OPTION_HELP[name]
+    return group

@@ -93,6 +93,14 @@ async def test_commands_answer_with_the_daemons_word_and_a_discord_run_posts_its
     async with world(tmp_path) as w, running_bot(w):
         synced = w.standin.commands[GUILD_ID]
         assert set(synced) == GROUPS
+        placeholders = [
+            f"/{group} {sub['name']} {option['name']}"
+            for group, payload in synced.items()
+            for sub in payload.get("options", [])
+            for option in sub.get("options", [])
+            if option.get("description") in ("…", "")
+        ]
+        assert placeholders == [], "every synced option says what it is"
 
         me = await w.slash("auth whoami")
         assert f"discord:{ALICE_ID}" in text_of(me) and me["flags"] & EPHEMERAL

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.discord_standin import BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
+from tests.discord_standin import ALICE_ID, BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
 from tests.e2e.test_discord_bot import World, running_bot, text_of, world
 from tests.factories import sft_data
 from tests.helpers import cli_async
@@ -127,3 +127,44 @@ async def test_a_launch_that_cannot_be_identified_is_refused_saying_what_to_regi
         async with w.admin() as admin:
             runs = (await admin.get("/v1/projects/nightly/runs")).json()
         assert runs == [] or runs.get("runs") == [], "nothing was launched"
+
+
+@pytest.mark.timeout(300)
+async def test_stop_answers_at_once_then_says_how_it_ended_and_the_notice_names_who_stopped_it(tmp_path: Path) -> None:
+    async with world(tmp_path) as w, running_bot(w):
+        await register_versions(w)
+        async with w.admin() as admin:
+            routed = await admin.put("/v1/projects/nightly/channel", json={"channel_id": str(CHANNEL_ID)})
+            assert routed.is_success, routed.text
+        long = {**CONFIG, "max_steps": 20_000, "save_steps": 10_000}
+        launch = {"project": "nightly", "strategy": "sft", "model": "tiny-v1", "dataset": "traces-v1",
+                  "config": ("config.json", json.dumps(long).encode())}  # fmt: skip
+        run_id = field(await w.slash("run start", **launch), "run_id")
+        prompt = await w.slash("run stop", project="nightly", run=run_id)  # at once: still loading, or running
+        pressed = await w.standin.click(prompt, "confirm", user_id=ALICE_ID)
+        await w.standin.wait_until(lambda: pressed.followup_ids or None, timeout_s=10, what="the first answer")
+        first = w.standin.message(pressed.followup_ids[0])
+        assert text_of(first).startswith(f"Stopping run {run_id}…"), text_of(first)
+        ended = await w.standin.wait_until(
+            lambda: "cancelled" in text_of(w.standin.message(pressed.followup_ids[0])) or None,
+            timeout_s=90,
+            what="the answer edited once the run ended",
+        )
+        assert ended
+        final = text_of(w.standin.message(pressed.followup_ids[0]))
+        assert f"Run {run_id} cancelled" in final and f"stopped by discord:{ALICE_ID} (/run stop in Discord)" in final
+        notice = await w.standin.wait_for_message(
+            CHANNEL_ID, lambda m: f"Run cancelled: {run_id}" in text_of(m), timeout_s=30
+        )
+        assert f"by discord:{ALICE_ID} (/run stop in Discord)" in text_of(notice)
+
+
+def test_a_log_reads_as_a_terminal_shows_it() -> None:
+    from bashgym.bot.commands.run import as_terminal
+
+    tqdm = "\r  0%|          | 0/4 [00:00<?, ?it/s]\r 50%|#####     | 2/4\r100%|##########| 4/4 [00:01]"
+    assert as_terminal(["step 1", tqdm, "\x1b[32mdone\x1b[0m", "\r"]) == [
+        "step 1",
+        "100%|##########| 4/4 [00:01]",
+        "done",
+    ]
