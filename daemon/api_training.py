@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -266,6 +267,21 @@ def training_routes() -> APIRouter:
 
 def _tail_lines(path: Path, count: int) -> list[str]:
     try:
-        return path.read_text(errors="replace").splitlines()[-count:]
+        text = path.read_bytes().decode(errors="replace")  # bytes: read_text would turn each \r into a line
     except FileNotFoundError:
         return []
+    return as_terminal(text.split("\n"))[-count:]
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def as_terminal(lines: list[str]) -> list[str]:
+    """Log lines as a terminal shows them: a carriage return (a progress bar redrawing itself) starts the line over,
+    so only the text after the last one stays; colour codes go, and so do lines left empty."""
+    shown = []
+    for line in lines:
+        segments = [s for s in ANSI.sub("", line).split("\r") if s.strip()]
+        if segments:
+            shown.append(segments[-1].rstrip())
+    return shown

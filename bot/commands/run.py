@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 import discord
@@ -111,7 +110,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
     ) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/runs/{run}/log", params={"tail": lines})
-            text = "\n".join(as_terminal(data.get("lines", [])))[-1800:] or "(empty)"
+            text = "\n".join(data.get("lines", []))[-1800:] or "(empty)"  # rendered as a terminal by the daemon
             return Reply(content=f"```\n{text}\n```")
 
         await answer(interaction, work())
@@ -166,17 +165,3 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
 
         summary = embed(f"Stop run {run}?", outcome="warning", description=f"Project {project}. It cannot be resumed.")
         await confirm_first(interaction, summary, act, authority=Authority("training.stop", project, run))
-
-
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def as_terminal(lines: list[str]) -> list[str]:
-    """Log lines as a terminal shows them: a carriage return (tqdm redrawing its bar) starts the line over, so only
-    the text after the last one stays; colour codes go."""
-    shown = []
-    for line in lines:
-        segments = [s for s in ANSI.sub("", line).split("\r") if s.strip()]
-        if segments:
-            shown.append(segments[-1].rstrip())
-    return shown

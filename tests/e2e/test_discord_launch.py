@@ -71,6 +71,7 @@ async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_
             RUNS_CHANNEL_ID, lambda m: f"Run started: {run_id}" in text_of(m), timeout_s=60
         )
         assert "tiny-v1" in text_of(started) and "traces-v1" in text_of(started)
+        print("\n" + text_of(queued) + "\n\n" + text_of(started))  # README shows these
         notices = [text_of(m) for m in w.standin.messages(CHANNEL_ID) if "Run started" in text_of(m)]
         assert not any(run_id in n for n in notices), "not in the default channel"
 
@@ -158,9 +159,16 @@ async def test_stop_answers_at_once_then_says_how_it_ended_and_the_notice_names_
         )
         assert f"by discord:{ALICE_ID} (/run stop in Discord)" in text_of(notice)
 
+        # /run log: a progress bar's carriage returns redraw one line, as in a terminal.
+        log = w.daemon.home / "runs" / run_id / "training.log"
+        with log.open("a") as out:
+            out.write("\r 10%|#         | 1/10\r 50%|#####     | 5/10\r100%|##########| 10/10\n")
+        shown = text_of(await w.slash("run log", project="nightly", run=run_id, lines=3))
+        assert "100%|##########| 10/10" in shown and "50%|" not in shown and "\r" not in shown
+
 
 def test_a_log_reads_as_a_terminal_shows_it() -> None:
-    from bashgym.bot.commands.run import as_terminal
+    from bashgym.daemon.api_training import as_terminal
 
     tqdm = "\r  0%|          | 0/4 [00:00<?, ?it/s]\r 50%|#####     | 2/4\r100%|##########| 4/4 [00:01]"
     assert as_terminal(["step 1", tqdm, "\x1b[32mdone\x1b[0m", "\r"]) == [
