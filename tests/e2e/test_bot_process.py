@@ -180,6 +180,7 @@ async def test_sigterm_to_bashgym_bot_stops_the_bot_itself_and_releases_its_leas
         assert (await w.lease())["held"] is False
 
 
+@pytest.mark.slow  # about 18 s, waiting out a lease; SIGTERM's clean stop stays in the suite
 @pytest.mark.timeout(240)
 async def test_a_second_bot_is_refused_by_name_and_a_killed_ones_lease_expires(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
@@ -232,6 +233,7 @@ async def start_up(home: Path, env: dict[str, str], log: Path) -> Up:
     return Up(proc, url, bot_pid)
 
 
+@pytest.mark.slow  # two `bashgym up` in turn, about 15 s
 @pytest.mark.timeout(240)
 async def test_the_bot_of_bashgym_up_dies_with_it_and_the_next_up_takes_its_lease_over(tmp_path: Path) -> None:
     home = tmp_path / "home"

@@ -261,7 +261,11 @@ def test_a_run_stopped_while_queued_or_paused_gives_back_its_budget_reservation(
         runs = [client.get(f"/v1/projects/stopped/runs/{r}").json() for r in (waiting, holder)]
         budget = client.get("/v1/projects/stopped/budget").json()
     reasons = [run["attempts"][-1]["status_reason"] for run in runs]
-    assert reasons == ["stopped before it ran", "stopped while paused"], reasons
+    # Each end says who stopped it and how (admin's token, through the API).
+    assert reasons == [
+        "stopped before it ran, by admin (training stop)",
+        "stopped while paused, by admin (training stop)",
+    ], reasons
     assert budget["reserved"]["runs"] == 0 and budget["settled"]["runs"] == 2, budget
 
 

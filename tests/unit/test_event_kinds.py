@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidInput
-from bashgym.ledger.events import EVENT_TYPES
+from bashgym.ledger.events import EVENT_TYPES, GateFinding
 from bashgym.ledger.models import Actor, ProjectSpec
 from bashgym.ledger.tx import Tx
 
@@ -19,6 +19,7 @@ SAMPLES: dict[Any, Any] = {
     list[str]: ["a", "b"],
     bool: True,
     list[dict[str, Any]]: [{"machine_rank": 0}],
+    list[GateFinding]: [{"code": "no_evaluation", "message": "m", "next_action": "n"}],
 }
 
 
