@@ -287,12 +287,7 @@ class Confirm(discord.ui.View):
     async def confirm(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Confirm]) -> None:
         self._close()
         await interaction.response.edit_message(view=self)
-        try:
-            reply = await self.action()
-        except ApiError as exc:
-            reply = error_reply(exc)
-        except Exception:
-            reply = unexpected_reply("confirmation")
+        reply = await _reply_of(self.action, "confirmation")
         embeds = [reply.embed] if reply.embed is not None else []
         shown = await interaction.followup.send(
             content=reply.content or discord.utils.MISSING, embeds=embeds, ephemeral=reply.ephemeral, wait=True
@@ -316,13 +311,18 @@ class Confirm(discord.ui.View):
                 log.info("Could not mark an expired confirmation")
 
 
-async def _edit_when_done(shown: discord.WebhookMessage, then: Callable[[], Awaitable[Reply]]) -> None:
+async def _reply_of(work: Callable[[], Awaitable[Reply]], where: str) -> Reply:
+    """What `work` answers, or its failure as the reply the caller sees."""
     try:
-        final = await then()
+        return await work()
     except ApiError as exc:
-        final = error_reply(exc)
+        return error_reply(exc)
     except Exception:
-        final = unexpected_reply("a confirmed command")
+        return unexpected_reply(where)
+
+
+async def _edit_when_done(shown: discord.WebhookMessage, then: Callable[[], Awaitable[Reply]]) -> None:
+    final = await _reply_of(then, "a confirmed command")
     await shown.edit(content=final.content or None, embeds=[final.embed] if final.embed is not None else [])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -101,22 +102,15 @@ async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) 
         raise InvalidInput("base_model comes from model_version in a launch that names its project; drop it.")
     call.principal.require("ledger.read", workspace_id=call.workspace, project_id=project)
     ledger, ws = call.services.ledger, call.workspace
-    try:
-        model = await ledger.get_model_version(ws, project, query["model_version"])
-    except NotFound as exc:
-        raise NotFound(
-            exc.message,
-            hint=f"Register it first: bashgym model register --project {project} --model ID --version "
-            f"{query['model_version']} --hub-id HUB_ID (or --dir DIR), then launch with that version.",
-        ) from exc
-    try:
-        dataset = await ledger.get_dataset_version(ws, project, query["dataset_version"])
-    except NotFound as exc:
-        raise NotFound(
-            exc.message,
-            hint=f"Register it first: bashgym dataset register --project {project} --dataset ID --version "
-            f"{query['dataset_version']} --file FILE.",
-        ) from exc
+    model = await _registered(
+        ledger.get_model_version(ws, project, query["model_version"]),
+        f"bashgym model register --project {project} --model ID --version {query['model_version']} --hub-id HUB_ID "
+        "(or --dir DIR)",
+    )
+    dataset = await _registered(
+        ledger.get_dataset_version(ws, project, query["dataset_version"]),
+        f"bashgym dataset register --project {project} --dataset ID --version {query['dataset_version']} --file FILE",
+    )
     await check_model_source(call.reach, project, model)
     base_model = await asyncio.to_thread(base_model_of, call.services.settings, call.services.blobs, ws, project, model)
     experiment = await named_experiment(ledger, ws, project, query.get("experiment"))
@@ -125,6 +119,14 @@ async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) 
         ledger, ws, project, model=model, dataset=dataset, experiment=experiment, environment=environment_id(target)
     )
     return {**payload, "base_model": base_model, "tracking_context": context}
+
+
+async def _registered(record: Awaitable[dict[str, Any]], register: str) -> dict[str, Any]:
+    """The version record, or NotFound saying how to register it."""
+    try:
+        return await record
+    except NotFound as exc:
+        raise NotFound(exc.message, hint=f"Register it first: {register}; then launch with that version.") from exc
 
 
 def _context_of(payload: dict[str, Any]) -> dict[str, Any] | None:
