@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +48,7 @@ async def daemon(ctx: Ctx) -> int:
 
 @command("up", help="run the daemon, plus the Discord bot when a bot token is configured")(_daemon_args)
 async def up(ctx: Ctx) -> int:
+    from bashgym.daemon.client import announced_by
     from bashgym.daemon.server import configure_logging, main
 
     settings = _daemon_settings(ctx)
@@ -60,12 +60,11 @@ async def up(ctx: Ctx) -> int:
             flush=True,
         )
         return await main(settings, ctx.environ)
-    started = time.time()
     daemon = asyncio.create_task(main(settings, ctx.environ))
     bot: asyncio.subprocess.Process | None = None
     try:
-        # The bot starts once this daemon has announced itself (not a stale record of an earlier one).
-        while not daemon.done() and not _announced_since(settings.endpoint_path, started):  # noqa: ASYNC110 - a file
+        # The bot starts once this daemon (this process) has announced itself, not on a record a killed one left.
+        while not daemon.done() and announced_by(settings.endpoint_path, os.getpid()) is None:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         if not daemon.done():
             bot = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=_bot_env(ctx, settings))
@@ -97,13 +96,6 @@ async def _stop_bot(bot: asyncio.subprocess.Process, *, grace_s: float) -> None:
     except TimeoutError:
         bot.kill()  # a stuck bot must not hang the shutdown of `up`
         await bot.wait()
-
-
-def _announced_since(path: Path, started: float) -> bool:
-    try:
-        return path.stat().st_mtime >= started - 1
-    except OSError:
-        return False
 
 
 @command("bot", help="run the Discord bot against the running daemon (token, application and guild ids set)")(no_args)

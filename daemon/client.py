@@ -25,7 +25,7 @@ from bashgym.daemon.api_models import (
 )
 from bashgym.daemon.wire_errors import ApiError, DaemonUnreachable
 
-__all__ = ["ApiError", "DaemonClient", "DaemonUnreachable", "resolve_api"]
+__all__ = ["ApiError", "DaemonClient", "DaemonUnreachable", "announced_by", "resolve_api"]
 
 
 def resolve_api(api: str | None, endpoint_file: Path, default_port: int) -> str:
@@ -37,6 +37,21 @@ def resolve_api(api: str | None, endpoint_file: Path, default_port: int) -> str:
         return f"unix:{record['uds']}" if "uds" in record else str(record["url"])
     except (OSError, ValueError, KeyError):
         return f"http://127.0.0.1:{default_port}"
+
+
+def announced_by(endpoint_file: Path, pid: int) -> str | None:
+    """The address the daemon process `pid` recorded, or None while the record is missing or another's.
+
+    A record outlives a daemon that was killed, and its time says little (a daemon killed a moment ago left
+    it): only the pid in it tells a starting daemon's own record from a stale one.
+    """
+    try:
+        record = json.loads(endpoint_file.read_text())
+        if int(record["pid"]) != pid:
+            return None
+        return f"unix:{record['uds']}" if "uds" in record else str(record["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class DaemonClient:

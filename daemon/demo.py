@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from bashgym.daemon.api_models import DatasetFromBlob, Notice, ProjectSpec
 from bashgym.daemon.cli_commands import model_spec_from_dir
-from bashgym.daemon.client import DaemonClient
+from bashgym.daemon.client import DaemonClient, announced_by
 from bashgym.daemon.evaluations import terminal_suite_spec
 from bashgym.daemon.notices import notice_text
 from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput
@@ -137,7 +137,6 @@ async def demo_services(options: DemoOptions, environ: dict[str, str]) -> AsyncI
     home = options.home
     home.mkdir(parents=True, exist_ok=True)
     env = _daemon_env(environ, home, options.discord)
-    started = time.time()
     command = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()", "daemon", "--port", "0"]
     with (home / "daemon.log").open("ab") as log, (home / "daemon.out").open("ab") as out:
         daemon = await asyncio.create_subprocess_exec(
@@ -145,7 +144,7 @@ async def demo_services(options: DemoOptions, environ: dict[str, str]) -> AsyncI
         )
     bot: Process | None = None
     try:
-        api = await _announced(home, daemon, started)
+        api = await _announced(home, daemon)
         token = (home / "admin.token").read_text().strip()
         if options.discord:
             with (home / "bot.log").open("ab") as bot_log:
@@ -170,7 +169,7 @@ async def demo_services(options: DemoOptions, environ: dict[str, str]) -> AsyncI
                     await proc.wait()
 
 
-async def _announced(home: Path, daemon: Process, started: float) -> str:
+async def _announced(home: Path, daemon: Process) -> str:
     record = home / "daemon.json"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -181,9 +180,9 @@ async def _announced(home: Path, daemon: Process, started: float) -> str:
                     f"A BashGym daemon already runs on {home}: {tail}", hint="Stop it, or pass another --home."
                 )
             raise BashGymError(f"The demo's daemon exited with code {daemon.returncode}: {tail}")
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if record.stat().st_mtime >= started - 1:
-                return str(json.loads(record.read_text())["url"])
+        api = announced_by(record, daemon.pid)  # this daemon's own record, never one a killed daemon left
+        if api is not None:
+            return api
         await asyncio.sleep(0.1)
     raise BashGymError(f"The demo's daemon did not start within 60 s; see {home / 'daemon.log'}.")
 

@@ -71,6 +71,10 @@ async def test_the_demo_posts_its_loop_to_discord_and_its_summary_is_the_ledgers
                 "BASHGYM_DISCORD_GATEWAY": standin.ws_url,
             }
         )
+        # A daemon killed a moment ago left its record behind (the ledger check below kills its daemon so): the
+        # demo must wait for its own daemon's record, not talk to the dead one's address.
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / "daemon.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": 2**22 + 1}))
         # A short run proves the wiring; 10 steps teach the model nothing, so the gate must block it.
         summary, console = await run_demo(
             tmp_path / "home", "--discord", "--steps", "10", "--limit-tasks", "16", env=env
