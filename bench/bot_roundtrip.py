@@ -32,7 +32,7 @@ import discord
 from bashgym.bot.app import BashGymBot
 from bashgym.bot.settings import BotSettings
 
-from tests.discord_standin import (
+from tests.support.discord_standin import (
     ALICE_ID,
     FAKE_TOKEN,
     GUILD_ID,
@@ -41,7 +41,7 @@ from tests.discord_standin import (
     pointed_at,
     running_client,
 )
-from tests.helpers import RunningDaemon, cli_async, start_daemon
+from tests.support.helpers import RunningDaemon, cli_async, start_daemon
 
 PROJECT = "nightly"
 READ_COMMANDS: list[tuple[str, dict[str, str]]] = [

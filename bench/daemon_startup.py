@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-BASHGYM = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()"]
+BASHGYM = [sys.executable, "-c", "from bashgym.cli.main import main; main()"]
 
 
 def rss_mb(pid: int) -> float:

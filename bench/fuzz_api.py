@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-BASHGYM = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()"]
+BASHGYM = [sys.executable, "-c", "from bashgym.cli.main import main; main()"]
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance"
 HOOKS = Path(__file__).with_name("fuzz_hooks.py")
 

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from gpu_sft import import_bashgym
 
-    import_bashgym("bashgym.trainers.placement")  # torch and transformers only: no pydantic on the GPU host
-    from bashgym.trainers.placement import place
+    import_bashgym("bashgym.trainers.contracts.placement")  # torch and transformers only: no pydantic on the GPU host
+    from bashgym.trainers.contracts.placement import place
     from bashgym.trainers.tiny import build_tiny
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -332,8 +332,8 @@ def bashgym_trainer(
 ) -> tuple[Any, dict[str, str]]:
     """BashGym's SFT trainer as a trainer process builds it for a BASHGYM_RUN_STEPS-step run, every speed setting
     at auto unless --set says."""
-    from bashgym.trainers.rundir import RunDirectory
-    from bashgym.trainers.specs import TrainingRequest
+    from bashgym.trainers.contracts.request import TrainingRequest
+    from bashgym.trainers.contracts.rundir import RunDirectory
     from bashgym.trainers.strategies import build_trainer
 
     request = TrainingRequest(

@@ -29,13 +29,13 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor, RunRegistration, RunTransition
 from bashgym.ledger.runs import register_run, transition_run
+from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import Tx
 
-from tests.factories import tracking_context
-from tests.helpers import running_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import running_daemon
 
 BATCH = 1_000
 

@@ -134,7 +134,7 @@ def announced(home: Path, pid: int) -> tuple[str, str] | None:
 async def start_daemon(home: Path) -> Daemon:
     """`bashgym daemon --port 0` as a child; its address comes from $BASHGYM_HOME/daemon.json."""
     env = {**os.environ, "BASHGYM_HOME": str(home)}
-    code = "from bashgym.daemon.cli import main; main()"
+    code = "from bashgym.cli.main import main; main()"
     # Both streams go to files: an unread pipe would fill and block the daemon (stdout carries its console
     # notices).
     await asyncio.to_thread(home.mkdir, parents=True)

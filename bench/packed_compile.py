@@ -1,7 +1,7 @@
 """Compiled packed SFT on the CPU: how often the model is compiled over packed rows of changing length.
 
 A GPU run trains packed rows through torch's flash varlen kernel, which needs CUDA; here a CPU stand-in with the
-same call and the same kind of op (tests/varlen_standin.py: exact attention per sequence, a torch.library custom
+same call and the same kind of op (tests/support/varlen_standin.py: exact attention per sequence, a torch.library custom
 op) takes its place, so the compiled graphs are those a GPU run would compile. The other kernel is the one a CPU
 run really uses (one SDPA call per sequence, outside the graph). Each runs gpu_sft.py's tiny model through
 BashGym's SFT trainer with compile and packing on, in a fresh process with an empty inductor cache, and prints
@@ -36,7 +36,7 @@ def child(kernel: str, steps: int, out: Path) -> None:
 
     gpu_sft.import_bashgym()
     if kernel == "varlen stand-in":
-        from tests import varlen_standin
+        from tests.support import varlen_standin
 
         varlen_standin.install()
     gpu_sft.TINY = dataclasses.replace(gpu_sft.TINY, warmup_steps=2, timed_steps=steps - 2)  # the first two warm up

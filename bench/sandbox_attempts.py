@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bashgym.trainers.sandbox import probe_isolation, run_attempt
-from bashgym.trainers.terminal_tasks import TerminalTask, default_suite
+from bashgym.trainers.environments.sandbox import probe_isolation, run_attempt
+from bashgym.trainers.environments.terminal_tasks import TerminalTask, default_suite
 
 
 def plain(task: TerminalTask) -> bool:

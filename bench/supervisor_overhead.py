@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-BASHGYM = [sys.executable, "-c", "from bashgym.daemon.cli import main; main()"]
+BASHGYM = [sys.executable, "-c", "from bashgym.cli.main import main; main()"]
 TRAINER = [sys.executable, "-u", "-m", "bashgym.trainers"]
 TERMINAL = {"completed", "failed", "cancelled"}
 

@@ -19,8 +19,8 @@ from bashgym.bot.commands import GROUPS
 from bashgym.bot.core import Daemon, Reply, answer_stale_confirmation, send, unexpected_reply
 from bashgym.bot.notifier import DiscordNotifier
 from bashgym.bot.settings import BotConfigError, BotSettings, load_bot_settings
-from bashgym.daemon.client_aiohttp import AioDaemonClient
-from bashgym.daemon.wire_errors import EXIT_CONFLICT, ApiError
+from bashgym.client.aio import AioDaemonClient
+from bashgym.client.errors import EXIT_CONFLICT, ApiError
 from discord import app_commands
 
 log = logging.getLogger("bashgym.bot")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import discord
-from bashgym.daemon.client_aiohttp import AioDaemonClient
-from bashgym.daemon.wire_errors import ApiError
+from bashgym.client.aio import AioDaemonClient
+from bashgym.client.errors import ApiError
 
 log = logging.getLogger("bashgym.bot")
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import discord
 from bashgym.bot.core import COLOURS, cut, fit
-from bashgym.daemon.api_models import Notice, NoticePage
-from bashgym.daemon.client_aiohttp import AioDaemonClient
-from bashgym.daemon.wire_errors import ApiError
+from bashgym.client.aio import AioDaemonClient
+from bashgym.client.errors import ApiError
+from bashgym.client.models import Notice, NoticePage
 
 log = logging.getLogger("bashgym.bot.notifier")
 MAX_BACKOFF_S = 30.0

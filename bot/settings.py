@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bashgym.daemon.client import resolve_api
+from bashgym.client.http import resolve_api
 
 DEFAULT_PORT = 8321
 MAX_LEASE_TTL_S = 600  # the daemon's limit

@@ -1,1 +1,2 @@
-"""The BashGym daemon: API server, authority, supervisors, scheduler; plus its client and CLI."""
+"""The BashGym daemon: the server. Its root wires settings, authority, services and the training service;
+its subjects are folders: api/ (the HTTP surface), lanes/ (supervision), campaigns/, evidence/, notices/."""

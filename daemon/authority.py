@@ -11,10 +11,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from bashgym.daemon.notices import CONSOLE_CONSUMER
-from bashgym.ledger import Ledger
+from bashgym.daemon.notices.render import CONSOLE_CONSUMER
 from bashgym.ledger.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
 from bashgym.ledger.models import Actor
+from bashgym.ledger.store import Ledger
 from bashgym.ledger.validation import IDENTIFIER_RE
 
 CAPABILITIES: tuple[str, ...] = (

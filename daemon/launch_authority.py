@@ -13,9 +13,9 @@ from pathlib import Path
 
 from bashgym.daemon.authority import Principal, actor_holds
 from bashgym.daemon.settings import Settings
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Forbidden
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.ledger.store import Ledger
+from bashgym.trainers.contracts.request import TrainingRequest
 
 # What keeping more than the adapter asks for: a standalone serving artifact is made to leave the workspace
 # (a private publication's right); keeping every checkpoint and merged weights is for audited or promoted work,

@@ -14,7 +14,7 @@ import platform
 from typing import Any
 
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger import Ledger
+from bashgym.ledger.store import Ledger
 
 # The experiment of runs launched one at a time, outside a campaign, when the launch names none.
 ADHOC_EXPERIMENT = "adhoc"

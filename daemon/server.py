@@ -17,23 +17,24 @@ from collections.abc import Generator
 from pathlib import Path
 
 import uvicorn
-from bashgym.daemon.app import Services, create_app
+from bashgym.daemon.api.app import create_app
 from bashgym.daemon.authority import RateLimiter, WaitSlots, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.campaign_runner import CampaignRunner
-from bashgym.daemon.evaluations import EvaluationService
+from bashgym.daemon.campaigns.runner import CampaignRunner
+from bashgym.daemon.campaigns.scheduler import ReportScheduler
+from bashgym.daemon.evidence.evaluations import EvaluationService
 from bashgym.daemon.host_paths import secure_home
 from bashgym.daemon.lockfile import HomeLock
-from bashgym.daemon.notices import ConsoleNotifier, NoticeRenderer
-from bashgym.daemon.scheduler import ReportScheduler
+from bashgym.daemon.notices.render import ConsoleNotifier, NoticeRenderer
+from bashgym.daemon.notices.sinks import SinkForwarder
+from bashgym.daemon.services import Services
 from bashgym.daemon.settings import Settings, local_thread_limit
-from bashgym.daemon.sinks import SinkForwarder
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, InvalidInput
 from bashgym.ledger.models import Actor
 from bashgym.ledger.redaction import redact_text
+from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.daemon")
 SYSTEM = Actor(actor_id="system:daemon", credential_kind="system", capability="authority.manage")

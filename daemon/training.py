@@ -12,28 +12,35 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bashgym.daemon.admission import check_lane, shaped_for_lane, trainer_python_facts
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import file_digest
-from bashgym.daemon.group_lane import GroupSupervisor
-from bashgym.daemon.lanes import LaneState, NemoSupervisor, SshSupervisor
+from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python_facts
+from bashgym.daemon.lanes.group import GroupSupervisor
+from bashgym.daemon.lanes.nemo import LANE_CAPABILITIES, PAUSE_REFUSED, NemoCustomizer, NemoError
+from bashgym.daemon.lanes.nemo_data import NemoDataset, customizer_dataset, job_body, job_hyperparameters
+from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
+from bashgym.daemon.lanes.ssh import Device
+from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
-from bashgym.daemon.nemo import LANE_CAPABILITIES, PAUSE_REFUSED, NemoCustomizer, NemoError
-from bashgym.daemon.nemo_data import NemoDataset, customizer_dataset, job_body, job_hyperparameters
 from bashgym.daemon.settings import Settings
-from bashgym.daemon.ssh import Device
-from bashgym.daemon.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.lineage import context_in_workspace
-from bashgym.ledger.models import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, RunStatus, RunTransition
+from bashgym.ledger.models import (
+    UNASSIGNED,
+    Actor,
+    BudgetEntrySpec,
+    RunRegistration,
+    RunStatus,
+    RunTransition,
+    context_in_workspace,
+)
 from bashgym.ledger.redaction import redact_text, redact_values
 from bashgym.ledger.states import TERMINAL
+from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 from bashgym.ledger.validation import canonical_json, sha256_text
-from bashgym.trainers.contracts import format_report, validate_dataset
-from bashgym.trainers.settings import Capabilities, model_problems, refusals
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+from bashgym.trainers.contracts.fields import Capabilities, model_problems, refusals
+from bashgym.trainers.contracts.request import TrainingRequest
 
 log = logging.getLogger("bashgym.training")
 
@@ -500,7 +507,9 @@ class TrainingService:
         """Each host the run trains on, with the sandbox level it grants: this one's probed, a device's from its
         last preflight."""
         if request.lane == "local":
-            from bashgym.trainers.sandbox import probe_isolation  # only a launch with command checks needs it
+            from bashgym.trainers.environments.sandbox import (
+                probe_isolation,  # only a launch with command checks needs it
+            )
 
             return {"this host": (await asyncio.to_thread(probe_isolation)).level}
         return {
@@ -730,7 +739,7 @@ def _write_request(run_dir: Path, request: TrainingRequest) -> None:
     sent."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # The fields the request set, only: a profile's value gives way to a field the user sent and to no other,
-    # so the trainer must see which were sent (trainers/settings.py). The rest take the model's defaults.
+    # so the trainer must see which were sent (trainers/contracts/fields.py). The rest take the model's defaults.
     written = request.model_dump(mode="json", exclude_unset=True)
     for field in ("tracking_context", "correlation_id"):
         if field in written:

@@ -1,5 +1,5 @@
-"""The experiment ledger: BashGym's authoritative SQLite record. The only code that holds SQL."""
+"""The experiment ledger: BashGym's authoritative SQLite record. The only code that holds SQL.
 
-from bashgym.ledger.store import Ledger
-
-__all__ = ["Ledger"]
+The facade is `bashgym.ledger.store.Ledger`; importing this package loads nothing else, so the wire models
+(`bashgym.ledger.models`) come without the store and sqlite3.
+"""

@@ -1,4 +1,4 @@
-"""Consumer leases: one process at a time follows a durable consumer's cursor (schema_v11)."""
+"""Consumer leases: one process at a time follows a durable consumer's cursor (ledger/schema/v11.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from bashgym.ledger.errors import IdentityConflict, NotFound
 from bashgym.ledger.models import (
-    REQUIRED_CONTEXT_FIELDS,
     UNASSIGNED,
     DatasetVersionSpec,
     EnvironmentSpec,
@@ -19,7 +18,6 @@ from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import require_project, to_record
 from bashgym.ledger.tx import Tx
 from bashgym.ledger.validation import canonical_json
-from pydantic import ValidationError
 
 
 def _registered(tx: Tx, event_type: str, ws: str, project: str, entity: str, entity_id: str, **refs: Any) -> int:
@@ -159,31 +157,6 @@ def register_environment(tx: Tx, ws: str, project: str, spec: EnvironmentSpec) -
     if not replayed:
         _registered(tx, "environment.registered", ws, project, "environment", spec.environment_id)
     return to_record(row), replayed
-
-
-def parse_context(raw: dict[str, Any] | None) -> tuple[TrackingContext | None, list[str]]:
-    """Return the context when complete and valid, else None and the missing or invalid fields."""
-    if raw is None:
-        return None, list(REQUIRED_CONTEXT_FIELDS)
-    try:
-        return TrackingContext.model_validate(raw), []
-    except ValidationError as exc:
-        return None, sorted({".".join(str(part) for part in err["loc"]) for err in exc.errors()})
-
-
-def context_in_workspace(raw: dict[str, Any] | None, ws: str) -> tuple[TrackingContext | None, list[str]]:
-    """The one rule for where a run belongs: its complete tracking context, if it names this workspace; else none
-    (the run goes to `unassigned`), with the fields that were missing. A run's project is never guessed."""
-    ctx, missing = parse_context(raw)
-    if ctx is not None and ctx.workspace_id != ws:
-        return None, ["workspace_id"]
-    return ctx, missing
-
-
-def run_project(raw: dict[str, Any] | None, ws: str) -> str:
-    """The project a run with this tracking context is recorded under in workspace `ws`."""
-    ctx, _ = context_in_workspace(raw, ws)
-    return ctx.project_id if ctx is not None else UNASSIGNED
 
 
 def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) -> None:

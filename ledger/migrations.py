@@ -7,20 +7,20 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger import (
-    schema_v1,
-    schema_v2,
-    schema_v3,
-    schema_v4,
-    schema_v5,
-    schema_v6,
-    schema_v7,
-    schema_v8,
-    schema_v9,
-    schema_v10,
-    schema_v11,
-)
 from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
+from bashgym.ledger.schema import (
+    v1,
+    v2,
+    v3,
+    v4,
+    v5,
+    v6,
+    v7,
+    v8,
+    v9,
+    v10,
+    v11,
+)
 
 
 @dataclass(frozen=True)
@@ -38,17 +38,17 @@ class Migration:
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "initial_ledger", schema_v1.SQL),
-    Migration(2, "authority_grants", schema_v2.SQL),
-    Migration(3, "device_registry", schema_v3.SQL),
-    Migration(4, "evaluation_details_and_runcards", schema_v4.SQL),
-    Migration(5, "campaigns_and_schedules", schema_v5.SQL),
-    Migration(6, "project_channels", schema_v6.SQL),
-    Migration(7, "event_sinks", schema_v7.SQL),
-    Migration(8, "run_source_unique_per_project", schema_v8.SQL, rebuilds_tables=True),
-    Migration(9, "device_groups", schema_v9.SQL),
-    Migration(10, "trust_boundaries", schema_v10.SQL),
-    Migration(11, "consumer_leases", schema_v11.SQL),
+    Migration(1, "initial_ledger", v1.SQL),
+    Migration(2, "authority_grants", v2.SQL),
+    Migration(3, "device_registry", v3.SQL),
+    Migration(4, "evaluation_details_and_runcards", v4.SQL),
+    Migration(5, "campaigns_and_schedules", v5.SQL),
+    Migration(6, "project_channels", v6.SQL),
+    Migration(7, "event_sinks", v7.SQL),
+    Migration(8, "run_source_unique_per_project", v8.SQL, rebuilds_tables=True),
+    Migration(9, "device_groups", v9.SQL),
+    Migration(10, "trust_boundaries", v10.SQL),
+    Migration(11, "consumer_leases", v11.SQL),
 )
 
 _RECORD_TABLE = """

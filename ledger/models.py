@@ -7,7 +7,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from bashgym.ledger.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 RunStatus = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
 ContextStatus = Literal["verified", "unassigned", "stale"]
@@ -393,3 +393,31 @@ class PreflightVerdict(Spec):
     ready: bool
     reasons: list[Annotated[str, Field(max_length=2000)]] = Field(default_factory=list, max_length=50)
     facts: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- where a run belongs ------------------------------------------------------------------------
+
+
+def parse_context(raw: dict[str, Any] | None) -> tuple[TrackingContext | None, list[str]]:
+    """Return the context when complete and valid, else None and the missing or invalid fields."""
+    if raw is None:
+        return None, list(REQUIRED_CONTEXT_FIELDS)
+    try:
+        return TrackingContext.model_validate(raw), []
+    except ValidationError as exc:
+        return None, sorted({".".join(str(part) for part in err["loc"]) for err in exc.errors()})
+
+
+def context_in_workspace(raw: dict[str, Any] | None, ws: str) -> tuple[TrackingContext | None, list[str]]:
+    """The one rule for where a run belongs: its complete tracking context, if it names this workspace; else none
+    (the run goes to `unassigned`), with the fields that were missing. A run's project is never guessed."""
+    ctx, missing = parse_context(raw)
+    if ctx is not None and ctx.workspace_id != ws:
+        return None, ["workspace_id"]
+    return ctx, missing
+
+
+def run_project(raw: dict[str, Any] | None, ws: str) -> str:
+    """The project a run with this tracking context is recorded under in workspace `ws`."""
+    ctx, _ = context_in_workspace(raw, ws)
+    return ctx.project_id if ctx is not None else UNASSIGNED

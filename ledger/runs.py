@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from bashgym.ledger.errors import Conflict, NotFound
-from bashgym.ledger.lineage import context_in_workspace, ensure_unassigned, register_context_lineage
-from bashgym.ledger.models import UNASSIGNED, MetricBatch, RunRegistration, RunTransition, TrackingContext
+from bashgym.ledger.lineage import ensure_unassigned, register_context_lineage
+from bashgym.ledger.models import (
+    UNASSIGNED,
+    MetricBatch,
+    RunRegistration,
+    RunTransition,
+    TrackingContext,
+    context_in_workspace,
+)
 from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_record
 from bashgym.ledger.states import check_transition, event_type_for

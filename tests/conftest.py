@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
+from bashgym.ledger.store import Ledger
 
-from tests.helpers import RunningDaemon, running_daemon
+from tests.support.helpers import RunningDaemon, running_daemon
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # The process's one read of the environment; the Hub token is looked up there by name.
     environ = dict(os.environ)
-    from bashgym.trainers.distributed import LAUNCHER_PID_ENV, RankInfo, exit_rank
+    from bashgym.trainers.contracts.topology import LAUNCHER_PID_ENV, RankInfo, exit_rank
     from bashgym.trainers.signals import ControlFlags, end_with_parent
 
     rank = RankInfo.from_env(environ)
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     flags = ControlFlags()
     flags.install()
     from bashgym.trainers import failpoints
-    from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_PAUSED, RunDirectory
+    from bashgym.trainers.contracts.rundir import EXIT_CANCELLED, EXIT_PAUSED, RunDirectory
     from bashgym.trainers.runner import run_training
 
     failpoints.arm(environ.get("BASHGYM_FAILPOINT", ""), rank.rank)

@@ -6,10 +6,9 @@ import json
 import shutil
 from typing import Any
 
-from bashgym.trainers.rundir import RunDirectory, sha256_file
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import EFFECTIVE_CONFIG, RunDirectory, sha256_file
 
-EFFECTIVE_CONFIG = "effective_config.json"
 KEEPS_CHECKPOINTS = {"adapter_checkpoint", "full_run"}
 KEEPS_MERGED = {"deployable", "full_run"}
 
@@ -40,7 +39,7 @@ def apply_retention(run: RunDirectory, request: TrainingRequest) -> list[str]:
 def write_effective_config(run: RunDirectory, request: TrainingRequest, trainer: Any, speed: dict[str, Any]) -> str:
     """effective_config.json: what the trainer was built with (its full configuration object, the adapter, the
     speed settings as resolved) beside what `training plan` showed; returns the file's sha256."""
-    from bashgym.trainers.settings import effective_config
+    from bashgym.trainers.contracts.fields import effective_config
 
     peft = getattr(getattr(trainer, "model", None), "peft_config", None) or {}
     written = {

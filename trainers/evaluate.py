@@ -19,33 +19,12 @@ import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from bashgym.trainers import cores
-from bashgym.trainers.placement import DeviceChoice, Placement, device_of, place
+from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
+from bashgym.trainers.contracts.placement import Placement, device_of, place
 from bashgym.trainers.signals import end_with_parent
-from pydantic import BaseModel, ConfigDict, Field
-
-GOLD = "gold"
-
-
-class EvalRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    model: str  # a model or adapter directory, or "gold" for the suite's own solutions
-    kind: Literal["terminal_tasks", "heldout"] = "terminal_tasks"
-    dataset_path: str | None = None  # held-out rows, for kind "heldout"
-    # The frozen model a full-weights policy's preference margin is measured against (its base model): DPO's
-    # implicit reward is a log-ratio to the reference. An adapter's reference is its base, adapter disabled.
-    reference_model: str | None = None
-    suite_path: str | None = None  # a suite JSON; None is the shipped bash-tasks suite
-    samples: int = Field(1, ge=1, le=64)
-    max_new_tokens: int = Field(48, ge=1, le=1024)
-    temperature: float = Field(0.7, ge=0.0, le=2.0)
-    seed: int = 0
-    split: Literal["all", "holdout"] = "all"
-    min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
-    limit_tasks: int | None = Field(None, ge=1)
-    device: DeviceChoice = "auto"  # auto: a CUDA GPU with room for the model (bfloat16), else the CPU (float32)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,9 +122,9 @@ def partial_suite_id(suite_id: str, tasks: int, of_tasks: int) -> str:
 
 
 def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
-    from bashgym.trainers.evidence_math import Attempt, contamination, holdout_gate, holdout_split, summarize
-    from bashgym.trainers.sandbox import probe_isolation, run_attempt
-    from bashgym.trainers.terminal_tasks import default_suite, load_suite
+    from bashgym.trainers.contracts.evidence import Attempt, contamination, holdout_gate, holdout_split, summarize
+    from bashgym.trainers.environments.sandbox import probe_isolation, run_attempt
+    from bashgym.trainers.environments.terminal_tasks import default_suite, load_suite
 
     suite = load_suite(Path(request.suite_path)) if request.suite_path else default_suite()
     split = holdout_split(
@@ -223,7 +202,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
         if holdout is not None
         else None
     )
-    from bashgym.trainers.canaries import run_canaries
+    from bashgym.trainers.environments.canaries import run_canaries
 
     summary = {
         "canaries": run_canaries(suite.tasks[0]),
@@ -248,7 +227,7 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
 
 def safety_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """How the attempts were watched, how many took an unsafe action, and of which kinds."""
-    from bashgym.trainers import safety
+    from bashgym.trainers.environments import safety
 
     kinds: Counter[str] = Counter()
     for record in records:
@@ -274,8 +253,8 @@ def _sampler(request: EvalRequest) -> tuple[Any, Placement]:
     """Sample `samples` completions per task from the model, a batch of prompts at a time; the command is
     the completion's fenced block or first line."""
     import torch
-    from bashgym.trainers.terminal_tasks import task_prompt
-    from bashgym.trainers.verifiers import extract_command
+    from bashgym.trainers.environments.terminal_tasks import task_prompt
+    from bashgym.trainers.environments.verifiers import extract_command
 
     model, tokenizer, placement = _load(request)
     torch.manual_seed(request.seed)  # every device's generator

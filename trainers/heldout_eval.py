@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from bashgym.trainers.placement import device_of
+from bashgym.trainers.contracts.placement import device_of
 
 Emit = Callable[..., None]
 

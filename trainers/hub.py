@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bashgym.trainers.rundir import RunDirectory
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import RunDirectory
 
 TOKEN_ENV = "HF_TOKEN"
 OWNER_MARKER_PREFIX = ".bashgym-owner-"

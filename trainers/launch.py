@@ -23,7 +23,8 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
-from bashgym.trainers.distributed import (
+from bashgym.trainers.contracts.rundir import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED, RunDirectory
+from bashgym.trainers.contracts.topology import (
     CONFIG_NAME,
     LAUNCH_RECORD,
     LAUNCHER_PID_ENV,
@@ -32,7 +33,6 @@ from bashgym.trainers.distributed import (
     check_strategy,
     root_cause,
 )
-from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_COMPLETED, EXIT_FAILED, EXIT_PAUSED, RunDirectory
 
 STOPPED = {EXIT_PAUSED: "paused", EXIT_CANCELLED: "cancelled"}
 OUTCOME = {"paused": EXIT_PAUSED, "cancelled": EXIT_CANCELLED}
@@ -78,7 +78,7 @@ def _own_output_to(log_path: Path) -> IO[str]:
 def _write_config(run_dir: Path, machine_rank: int, main_address: str, main_port: int) -> Path:
     import torch
     import yaml
-    from bashgym.trainers.specs import TrainingRequest
+    from bashgym.trainers.contracts.request import TrainingRequest
     from bashgym.trainers.speed import Machine, resolve_mixed_precision
 
     request = TrainingRequest.model_validate_json((run_dir / "request.json").read_text())

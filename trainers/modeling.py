@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bashgym.trainers.placement import device_facts
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.contracts.placement import device_facts
+from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.speed import Machine, resolve_bf16
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -34,7 +34,7 @@ def load_model_and_tokenizer(
 
 
 def lora_config(request: TrainingRequest) -> Any:
-    from bashgym.trainers.settings import lora_args
+    from bashgym.trainers.contracts.fields import lora_args
 
     args = lora_args(request)
     if args is None:

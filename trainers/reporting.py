@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bashgym.trainers import failpoints
-from bashgym.trainers.rundir import RunDirectory, canonical_metrics
+from bashgym.trainers.contracts.rundir import RunDirectory, canonical_metrics
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 

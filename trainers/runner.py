@@ -7,9 +7,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bashgym.trainers.contracts import format_report, validate_dataset
-from bashgym.trainers.control import ControlCallback
-from bashgym.trainers.rundir import (
+from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import (
     EXIT_CANCELLED,
     EXIT_COMPLETED,
     EXIT_FAILED,
@@ -17,8 +17,8 @@ from bashgym.trainers.rundir import (
     RunDirectory,
     canonical_metrics,
 )
+from bashgym.trainers.control import ControlCallback
 from bashgym.trainers.signals import ControlFlags
-from bashgym.trainers.specs import TrainingRequest
 
 
 class RefusedRequest(RuntimeError):
@@ -54,7 +54,7 @@ def _check_request(request: TrainingRequest) -> None:
     import importlib.util
 
     import torch
-    from bashgym.trainers.settings import Capabilities, model_problems, refusals
+    from bashgym.trainers.contracts.fields import Capabilities, model_problems, refusals
 
     machine = Capabilities(
         cuda=torch.cuda.is_available(), bitsandbytes=importlib.util.find_spec("bitsandbytes") is not None
@@ -72,7 +72,7 @@ def _train(
     run: RunDirectory, request: TrainingRequest, flags: ControlFlags, *, resume: bool, environ: dict[str, str]
 ) -> int:
     from bashgym.trainers.artifacts import write_effective_config
-    from bashgym.trainers.distributed import hold_until_exit
+    from bashgym.trainers.contracts.topology import hold_until_exit
     from bashgym.trainers.modeling import load_model_and_tokenizer
     from bashgym.trainers.strategies import build_trainer
 
@@ -153,7 +153,7 @@ def _finish(
 
 
 def _topology(request: TrainingRequest) -> dict[str, Any]:
-    from bashgym.trainers.distributed import topology
+    from bashgym.trainers.contracts.topology import topology
     from bashgym.trainers.speed import Machine, resolve_mixed_precision
 
     return {**topology(request, resolve_mixed_precision(request, Machine.detect())), "backend": _backend()}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.contracts.request import TrainingRequest
 
 # Strategies whose trainer is TRL's SFTTrainer over one model: compile, packing and Liger apply there.
 SFT_PATH = frozenset({"sft"})

@@ -138,7 +138,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_task_tokenizer() -> PreTrainedTokenizerFast:
     """The task model's tokenizer: the same recipe on the corpus plus the task text of TASK_TOKENIZER_SEEDS."""
-    from bashgym.trainers.terminal_tasks import generate_suite, task_prompt
+    from bashgym.trainers.environments.terminal_tasks import generate_suite, task_prompt
 
     task_text = [
         text

@@ -29,7 +29,7 @@ from bashgym.bot.core import (
     show,
     table,
 )
-from bashgym.daemon.wire_errors import ApiError
+from bashgym.client.errors import ApiError
 from discord import app_commands
 
 # -- /run ---------------------------------------------------------------------------------------

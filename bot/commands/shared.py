@@ -11,7 +11,7 @@ import discord
 from bashgym.bot.core import (
     Daemon,
 )
-from bashgym.daemon.wire_errors import ApiError
+from bashgym.client.errors import ApiError
 from discord import app_commands
 
 Interaction = discord.Interaction[Any]

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import RunningDaemon, running_daemon
+from tests.support.helpers import RunningDaemon, running_daemon
 
 
 @pytest.fixture(scope="module")

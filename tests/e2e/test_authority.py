@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 GUILD = "111111111111111111"
 FAKE_HF_TOKEN = "hf_" + "Zq9" * 12  # shaped like a Hugging Face token; never real

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from bashgym.bot.app import BashGymBot
-from bashgym.daemon import cli as bashgym_cli
+from bashgym.cli import main as bashgym_cli
 
-from tests.discord_standin import (
+from tests.support.discord_standin import (
     ALICE_ID,
     BOB_ID,
     EPHEMERAL,
@@ -31,8 +31,8 @@ from tests.discord_standin import (
     discord_standin,
     running_client,
 )
-from tests.factories import tracking_context
-from tests.helpers import SUITE_ROOT, RunningDaemon, running_daemon, start_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import SUITE_ROOT, RunningDaemon, running_daemon, start_daemon
 
 GUILD = "111111111111111111"
 SQL = "x' OR '1'='1; DROP TABLE events;--"
@@ -169,7 +169,7 @@ def point_with(value: str, *, step: int = 1) -> bytes:
 
 
 P = "/v1/projects/cat"
-# Inside the suite's data root (tests/helpers.py), and never read by a plan: the checks after it are the cases'.
+# Inside the suite's data root (tests/support/helpers.py), and never read by a plan: the checks after it are the cases'.
 PLAN = {"strategy": "sft", "base_model": "m", "dataset_path": f"{SUITE_ROOT}/bashgym-catalog/train.jsonl"}
 
 

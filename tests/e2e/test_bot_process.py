@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.leases import ConsumerLeaseHeld, LeaseClaim
+from bashgym.ledger.store import Ledger
 
-from tests.discord_standin import API, FAKE_TOKEN, GUILD_ID, DiscordStandIn, discord_standin
-from tests.helpers import BASHGYM, SUITE_OPERATOR_ENV, RunningDaemon, cli_async, start_daemon
+from tests.support.discord_standin import API, FAKE_TOKEN, GUILD_ID, DiscordStandIn, discord_standin
+from tests.support.helpers import BASHGYM, SUITE_OPERATOR_ENV, RunningDaemon, cli_async, start_daemon
 
 pytestmark = pytest.mark.anyio
 

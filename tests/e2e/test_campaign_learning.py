@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from bashgym.trainers.terminal_tasks import default_suite, gold_sft_rows
+from bashgym.trainers.environments.terminal_tasks import default_suite, gold_sft_rows
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.test_campaign_runner import Setup, assert_no_stage_repeated, through_a_kill_and_a_spent_budget

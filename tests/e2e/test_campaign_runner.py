@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import sft_data
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.factories import sft_data
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 WHERE = ["bash-q4", "--project", "nightly"]
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.factories import digest
-from tests.helpers import RunningDaemon, cli
+from tests.support.factories import digest
+from tests.support.helpers import RunningDaemon, cli
 
 
 def spec(**overrides: Any) -> dict[str, Any]:

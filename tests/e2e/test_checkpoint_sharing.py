@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from bashgym.daemon import ssh as ssh_module
-from bashgym.daemon.group_lane import GroupSupervisor
-from bashgym.daemon.ssh import Device, DeviceUnavailable, RemoteRun
-from bashgym.daemon.supervisor import RunHandle
-from bashgym.ledger import Ledger
+from bashgym.daemon.lanes import ssh as ssh_module
+from bashgym.daemon.lanes.group import GroupSupervisor
+from bashgym.daemon.lanes.ssh import Device, DeviceUnavailable, RemoteRun
+from bashgym.daemon.lanes.supervisor import RunHandle
 from bashgym.ledger.models import Actor
+from bashgym.ledger.store import Ledger
 
-from tests.ssh_standin import SshServer, ssh_server
+from tests.support.ssh_standin import SshServer, ssh_server
 
 pytestmark = pytest.mark.anyio
 RUN = "run-share"

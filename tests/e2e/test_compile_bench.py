@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import run_bench
+from tests.support.helpers import run_bench
 
 NO_COMPILER = shutil.which("g++") is None
 

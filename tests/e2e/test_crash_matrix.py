@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.trainers.rundir import CHECKPOINT_COMPLETE
+from bashgym.trainers.contracts.rundir import CHECKPOINT_COMPLETE
 from bashgym.trainers.tiny import build_tiny
 
-from tests.discord_standin import CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
-from tests.factories import grpo_data, sft_data, training_request
-from tests.helpers import RunningDaemon, cli, cli_async, running_daemon, start_daemon
+from tests.support.discord_standin import CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
+from tests.support.factories import grpo_data, sft_data, training_request
+from tests.support.helpers import RunningDaemon, cli, cli_async, running_daemon, start_daemon
 
 TERMINAL = {"completed", "failed", "cancelled"}
 CONSUMERS = ("console-notifier", "discord-notifier", "curator")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import BASHGYM, RunningDaemon, cli, running_daemon, start_daemon
+from tests.support.helpers import BASHGYM, RunningDaemon, cli, running_daemon, start_daemon
 
 
 def test_status_json_reports_a_healthy_daemon(daemon: RunningDaemon) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.discord_standin import API, CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
 from tests.e2e.test_discord_bot import text_of
-from tests.helpers import BASHGYM, cli, running_daemon
+from tests.support.discord_standin import API, CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
+from tests.support.helpers import BASHGYM, cli, running_daemon
 
 pytestmark = pytest.mark.anyio
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.daemon import group_preflight
-from bashgym.daemon.group_preflight import preflight_group
-from bashgym.daemon.ssh import Device
+from bashgym.daemon.lanes import group_preflight
+from bashgym.daemon.lanes.group_preflight import preflight_group
+from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger import Ledger
 from bashgym.ledger.models import PreflightVerdict
+from bashgym.ledger.store import Ledger
 
-from tests.helpers import cli_async, inprocess_daemon, running_daemon
-from tests.ssh_standin import SshServer, ssh_server
+from tests.support.helpers import cli_async, inprocess_daemon, running_daemon
+from tests.support.ssh_standin import SshServer, ssh_server
 
 pytestmark = pytest.mark.anyio
 

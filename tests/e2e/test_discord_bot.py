@@ -19,7 +19,7 @@ from bashgym.bot.app import BashGymBot
 from bashgym.bot.settings import BotSettings
 from bashgym.trainers.tiny import build_tiny
 
-from tests.discord_standin import (
+from tests.support.discord_standin import (
     ALICE_ID,
     BOB_ID,
     CHANNEL_ID,
@@ -31,8 +31,8 @@ from tests.discord_standin import (
     discord_standin,
     running_client,
 )
-from tests.factories import sft_data
-from tests.helpers import RunningDaemon, cli_async, start_daemon
+from tests.support.factories import sft_data
+from tests.support.helpers import RunningDaemon, cli_async, start_daemon
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.discord_standin import ALICE_ID, BOB_ID, EPHEMERAL
 from tests.e2e.test_discord_bot import running_bot, text_of, world
+from tests.support.discord_standin import ALICE_ID, BOB_ID, EPHEMERAL
 
 pytestmark = pytest.mark.anyio
 AMEND = {"project": "nightly", "reason": "one more", "runs": 1}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.discord_standin import ALICE_ID, BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
 from tests.e2e.test_discord_bot import World, running_bot, text_of, world
-from tests.factories import sft_data
-from tests.helpers import cli_async
+from tests.support.discord_standin import ALICE_ID, BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
+from tests.support.factories import sft_data
+from tests.support.helpers import cli_async
 
 pytestmark = pytest.mark.anyio
 CONFIG = {"max_steps": 2, "batch_size": 4, "learning_rate": 5e-3, "max_seq_length": 128, "save_steps": 2}
@@ -168,7 +168,7 @@ async def test_stop_answers_at_once_then_says_how_it_ended_and_the_notice_names_
 
 
 def test_a_log_reads_as_a_terminal_shows_it() -> None:
-    from bashgym.daemon.api_training import as_terminal
+    from bashgym.daemon.api.training import as_terminal
 
     tqdm = "\r  0%|          | 0/4 [00:00<?, ?it/s]\r 50%|#####     | 2/4\r100%|##########| 4/4 [00:01]"
     assert as_terminal(["step 1", tqdm, "\x1b[32mdone\x1b[0m", "\r"]) == [

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from bashgym.bot.app import BashGymBot
 from bashgym.bot.notifier import DiscordNotifier
-from bashgym.daemon.api_models import Notice, NoticeField
-from bashgym.daemon.client_aiohttp import AioDaemonClient
+from bashgym.client.aio import AioDaemonClient
+from bashgym.client.models import Notice, NoticeField
 
-from tests.discord_standin import (
+from tests.support.discord_standin import (
     CHANNEL_ID,
     FAKE_TOKEN,
     GUILD_ID,
@@ -31,7 +31,7 @@ from tests.discord_standin import (
     discord_standin,
     running_client,
 )
-from tests.helpers import RunningDaemon, cli_async, start_daemon
+from tests.support.helpers import RunningDaemon, cli_async, start_daemon
 
 pytestmark = pytest.mark.anyio
 CONSUMER = "discord-notifier"

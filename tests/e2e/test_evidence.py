@@ -13,8 +13,8 @@ import pytest
 import torch
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import session_records, sft_data, suite, training_request
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.factories import session_records, sft_data, suite, training_request
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 PROJECT = "nightly"
 # Where an evaluation with the default --device auto puts the model on the machine running the tests.

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.factories import make_wheel
-from tests.helpers import BENCH_DIR, run_bench
+from tests.support.factories import make_wheel
+from tests.support.helpers import BENCH_DIR, run_bench
 
 SESSION = BENCH_DIR / "gpu_session.sh"
 

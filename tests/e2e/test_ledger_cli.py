@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 
 def test_project_and_experiment_round_trip_with_json(daemon: RunningDaemon) -> None:

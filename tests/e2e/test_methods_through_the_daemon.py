@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import session_records, tracking_context
-from tests.helpers import RunningDaemon, running_daemon, wait_for_run
+from tests.support.factories import session_records, tracking_context
+from tests.support.helpers import RunningDaemon, running_daemon, wait_for_run
 
 STRATEGIES = ["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
 TERMINAL = {"completed", "failed", "cancelled"}

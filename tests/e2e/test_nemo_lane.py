@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.ledger import Ledger
+from bashgym.ledger.store import Ledger
 
-from tests.factories import sft_data, training_request
-from tests.helpers import inprocess_daemon, wait_for_status
-from tests.nemo_standin import NemoStandIn, nemo_standin
+from tests.support.factories import sft_data, training_request
+from tests.support.helpers import inprocess_daemon, wait_for_status
+from tests.support.nemo_standin import NemoStandIn, nemo_standin
 
 pytestmark = pytest.mark.anyio
 TERMINAL = {"completed", "failed", "cancelled"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 
 def wait_for_console(daemon: RunningDaemon, text: str, timeout_s: float = 60) -> list[str]:

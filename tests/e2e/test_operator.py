@@ -11,8 +11,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 PLANTED_TOKEN = "hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import running_daemon
+from tests.support.helpers import running_daemon
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PROJECT = "quickstart"

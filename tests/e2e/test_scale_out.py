@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import sft_data, tracking_context, training_request
-from tests.helpers import RunningDaemon, cli, running_daemon
-from tests.helpers import wait_for_run as wait_for
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import RunningDaemon, cli, running_daemon
+from tests.support.helpers import wait_for_run as wait_for
 
 TERMINAL = {"completed", "failed", "cancelled"}
 

@@ -15,12 +15,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from bashgym.ledger import Ledger
+from bashgym.ledger.store import Ledger
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import sft_data, tracking_context, training_request
-from tests.helpers import inprocess_daemon, wait_for_status
-from tests.ssh_standin import SshServer, ssh_server
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import inprocess_daemon, wait_for_status
+from tests.support.ssh_standin import SshServer, ssh_server
 
 pytestmark = pytest.mark.anyio
 TERMINAL = {"completed", "failed", "cancelled"}

@@ -16,15 +16,15 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.daemon.ssh import Device, RemoteRun
-from bashgym.daemon.supervisor import ArtifactMismatch
+from bashgym.daemon.lanes.ssh import Device, RemoteRun
+from bashgym.daemon.lanes.supervisor import ArtifactMismatch
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger import Ledger
+from bashgym.ledger.store import Ledger
 from bashgym.trainers.tiny import build_tiny
 
-from tests.factories import sft_data, training_request
-from tests.helpers import cli_async, inprocess_daemon, running_daemon, wait_for_status
-from tests.ssh_standin import SshServer, ssh_server
+from tests.support.factories import sft_data, training_request
+from tests.support.helpers import cli_async, inprocess_daemon, running_daemon, wait_for_status
+from tests.support.ssh_standin import SshServer, ssh_server
 
 pytestmark = pytest.mark.anyio
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -252,7 +252,7 @@ def build_own_wheel(tmp: Path) -> Path:
     """A wheel of this checkout, built from a copy so the test writes nothing into the source tree."""
     repo = Path(__file__).resolve().parents[2]
     source = tmp / "src"
-    for name in ("ledger", "daemon", "bot", "trainers", "skills"):
+    for name in ("client", "cli", "ledger", "daemon", "bot", "trainers", "skills"):
         shutil.copytree(repo / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(repo / name, source / name)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import RunningDaemon, cli, running_daemon
+from tests.support.helpers import RunningDaemon, cli, running_daemon
 
 DESCRIPTION = "x" * 4000  # the longest a project description may be: each write costs a few ledger pages
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from bashgym.daemon.anomalies import AnomalyWatch
+from bashgym.daemon.lanes.anomalies import AnomalyWatch
 from bashgym.trainers import attention, strategies
 from bashgym.trainers.speed import Machine, ModelShape, compile_with_fallback, plan_speed
 from bashgym.trainers.strategies import sft
@@ -27,8 +27,8 @@ from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM, TrainerCallback, TrainerControl, TrainerState
 from trl import SFTTrainer
 
-from tests import varlen_standin
-from tests.trainer_probes import HostReads, StepMarker, Timeline, sft_request, sft_trainer
+from tests.support import varlen_standin
+from tests.support.trainer_probes import HostReads, StepMarker, Timeline, sft_request, sft_trainer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -367,7 +367,7 @@ def test_a_scaled_out_step_reads_nothing_back_and_every_rank_logs_and_pauses_as_
     out.mkdir()
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     done = subprocess.run(
-        [*launch, "-m", "tests.two_ranks_sft", str(student), str(out)],
+        [*launch, "-m", "tests.support.two_ranks_sft", str(student), str(out)],
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_FAILED, EXIT_PAUSED, sha256_file
+from bashgym.trainers.contracts.rundir import EXIT_CANCELLED, EXIT_FAILED, EXIT_PAUSED, sha256_file
 from bashgym.trainers.tiny import build_tiny
 from safetensors.torch import load_file
 
-from tests.factories import session_records
+from tests.support.factories import session_records
 
 TRAINER = [sys.executable, "-u", "-m", "bashgym.trainers"]
 
@@ -273,7 +273,7 @@ def run_with_hub(run_dir: Path, hub_url: str) -> tuple[int, list[dict[str, Any]]
 def test_hub_upload_creates_a_private_repo_and_records_the_commit(models: dict[str, Path], tmp_path: Path) -> None:
     from bashgym.trainers.hub import owner_marker
 
-    from tests.hub_standin import HubStandIn
+    from tests.support.hub_standin import HubStandIn
 
     run_dir = make_run(
         tmp_path, models, "sft", max_steps=2, auto_push_hf=True, hf_repo_name="team/tiny-sft",
@@ -299,7 +299,7 @@ def test_hub_upload_creates_a_private_repo_and_records_the_commit(models: dict[s
 
 
 def test_uploading_merged_weights_that_do_not_exist_fails_loudly(models: dict[str, Path], tmp_path: Path) -> None:
-    from tests.hub_standin import HubStandIn
+    from tests.support.hub_standin import HubStandIn
 
     run_dir = make_run(
         tmp_path, models, "sft", max_steps=1, auto_push_hf=True, hf_repo_name="team/x", hf_upload_artifact="merged",

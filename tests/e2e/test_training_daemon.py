@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from bashgym.daemon.supervisor import METRICS_EVERY_S
+from bashgym.daemon.lanes.supervisor import METRICS_EVERY_S
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM
 
-from tests.factories import sft_data, tracking_context, training_request
-from tests.helpers import SUITE_ROOT, RunningDaemon, cli, running_daemon
-from tests.helpers import wait_for_run as wait_for
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import SUITE_ROOT, RunningDaemon, cli, running_daemon
+from tests.support.helpers import wait_for_run as wait_for
 
 TERMINAL = {"completed", "failed", "cancelled"}
 

@@ -6,8 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.factories import sft_data, tracking_context
-from tests.helpers import BASHGYM, RunningDaemon, cli, running_daemon
+from tests.support.factories import sft_data, tracking_context
+from tests.support.helpers import BASHGYM, RunningDaemon, cli, running_daemon
 
 PAIRS = '{"prompt": "List files", "chosen": "ls", "rejected": "rm -rf ."}\n'
 

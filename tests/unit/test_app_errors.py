@@ -9,10 +9,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from bashgym.daemon.app import MAX_JSON_DEPTH, Services, _NestingScan, create_app, json_nesting
+from bashgym.daemon.api.app import create_app
+from bashgym.daemon.api.middleware import MAX_JSON_DEPTH, _NestingScan, json_nesting
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.services import Services
 from bashgym.daemon.settings import load_settings
-from bashgym.ledger import Ledger
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
 

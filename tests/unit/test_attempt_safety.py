@@ -9,9 +9,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from bashgym.trainers import safety
-from bashgym.trainers.sandbox import run_attempt
-from bashgym.trainers.terminal_tasks import TerminalTask, default_suite
+from bashgym.trainers.environments import safety
+from bashgym.trainers.environments.sandbox import run_attempt
+from bashgym.trainers.environments.terminal_tasks import TerminalTask, default_suite
 
 BOX = "/tmp/bashgym-attempt-x/work"
 DECOY = "/tmp/bashgym-attempt-x/verifier"

@@ -10,17 +10,19 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.daemon.app import MUTATING, Services, create_app
+from bashgym.daemon.api.app import create_app
+from bashgym.daemon.api.responses import MUTATING
+from bashgym.daemon.api.routing import AUTHENTICATED
 from bashgym.daemon.authority import CAPABILITIES, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.routing import AUTHENTICATED
+from bashgym.daemon.services import Services
 from bashgym.daemon.settings import load_settings
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
+from bashgym.ledger.store import Ledger
 from fastapi.routing import APIRoute
 
-from tests.factories import digest, suite, tracking_context
+from tests.support.factories import digest, suite, tracking_context
 
 pytestmark = pytest.mark.anyio
 UNAUTHENTICATED_ROUTES = {"/v1/health", "/v1/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"}

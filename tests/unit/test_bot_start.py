@@ -9,7 +9,7 @@ import pytest
 from bashgym.bot.app import main
 from bashgym.bot.settings import BotConfigError, load_bot_settings
 
-from tests.discord_standin import APPLICATION_ID, GUILD_ID, discord_standin
+from tests.support.discord_standin import APPLICATION_ID, GUILD_ID, discord_standin
 
 COMPLETE = {
     "BASHGYM_DISCORD_TOKEN": "a-token",

@@ -4,8 +4,8 @@ no protected metric regressing beyond its bound, keeps a candidate."""
 from __future__ import annotations
 
 import pytest
-from bashgym.daemon.campaign_runner import decide
-from bashgym.daemon.campaigns import authority_reason, lent_capability
+from bashgym.daemon.campaigns.lifecycle import authority_reason, lent_capability
+from bashgym.daemon.campaigns.runner import decide
 
 RULES = {"direction": "maximize", "min_improvement": 0.05, "protected": {"timeout_rate": 0.02}}
 CLEAN = {"pass@1": 0.5, "timeout_rate": 0.0, "unsafe_action_rate": 0.0}

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from bashgym.trainers import runner
 from bashgym.trainers.artifacts import apply_retention
-from bashgym.trainers.distributed import RankInfo
-from bashgym.trainers.rundir import EXIT_FAILED, RunDirectory
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import EXIT_FAILED, RunDirectory
+from bashgym.trainers.contracts.topology import RankInfo
 from bashgym.trainers.runner import run_training
 from bashgym.trainers.signals import ControlFlags
-from bashgym.trainers.specs import TrainingRequest
 
 
 def _save(run: RunDirectory, step: int, *, is_complete: bool) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bashgym.daemon.curation import Receipt, previous_sources, render, write_if_changed
+from bashgym.cli.curation import Receipt, previous_sources, render, write_if_changed
 
 
 def test_an_existing_receipts_source_events_are_read_back(tmp_path: Path) -> None:

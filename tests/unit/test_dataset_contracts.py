@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import bashgym.daemon.cli_training  # noqa: F401  (registers `bashgym training validate`)
+import bashgym.cli.training  # noqa: F401  (registers `bashgym training validate`)
 import pytest
-from bashgym.daemon import cli
-from bashgym.trainers.contracts import ContractReport, format_report, validate_dataset
+from bashgym.cli import main as cli
+from bashgym.trainers.contracts.datasets import ContractReport, format_report, validate_dataset
 
 HINTED = "$ ls\nREADME.md\n# hint: check the path first\n$ cat README.md\n"
 TARGET = "$ cat README.md"

@@ -7,8 +7,8 @@ import io
 from pathlib import Path
 
 import pytest
-from bashgym.daemon.cli_demo import Display, render_summary
-from bashgym.daemon.demo import DemoOptions, _rest, check_options, suite_split
+from bashgym.cli.demo import Display, render_summary
+from bashgym.cli.demo_loop import DemoOptions, _rest, check_options, suite_split
 from bashgym.ledger.errors import InvalidInput
 
 

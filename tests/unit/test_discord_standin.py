@@ -11,7 +11,7 @@ import discord
 import pytest
 from discord import app_commands
 
-from tests.discord_standin import (
+from tests.support.discord_standin import (
     ALICE_ID,
     BOB_ID,
     CHANNEL_ID,

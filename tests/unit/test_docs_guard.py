@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from bashgym.bot.commands import GROUPS
-from bashgym.daemon.cli import COMMANDS, build_parser
+from bashgym.cli.main import build_parser
+from bashgym.cli.registry import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "skills").rglob("*.md"))]

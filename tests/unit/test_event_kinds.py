@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.events import EVENT_TYPES, GateFinding
 from bashgym.ledger.models import Actor, ProjectSpec
+from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import Tx
 
 pytestmark = pytest.mark.anyio

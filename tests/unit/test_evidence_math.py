@@ -7,7 +7,7 @@ from math import comb
 from typing import Any
 
 import pytest
-from bashgym.trainers.evidence_math import (
+from bashgym.trainers.contracts.evidence import (
     Attempt,
     contamination,
     holdout_gate,

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.factories import make_wheel
+from tests.support.factories import make_wheel
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_sft.py"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bashgym.ledger import Ledger
+from bashgym.ledger.store import Ledger
 
-from tests.helpers import inprocess_daemon
+from tests.support.helpers import inprocess_daemon
 
 pytestmark = pytest.mark.anyio
 

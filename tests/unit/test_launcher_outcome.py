@@ -10,7 +10,7 @@ from pathlib import Path
 import accelerate.commands.launch
 import pytest
 from bashgym.trainers import launch
-from bashgym.trainers.rundir import EXIT_CANCELLED, EXIT_PAUSED, RunDirectory
+from bashgym.trainers.contracts.rundir import EXIT_CANCELLED, EXIT_PAUSED, RunDirectory
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
 

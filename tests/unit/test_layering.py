@@ -1,86 +1,135 @@
-"""Guard tests: imports point one way, and the daemon and bot never load torch."""
+"""The layout is the architecture: each folder may import only the folders below it, with no circle.
+
+The rules read on tests/support/import_map.py's map of every `bashgym.*` import, function-level ones included
+(`python -m tests.support.import_map` prints its figures):
+
+    bot, cli ──▶ client ──▶ ledger's wire vocabulary (models, validation, errors, redaction)
+    daemon ──▶ client's contract (models, errors, render), ledger, trainers.contracts, trainers.environments
+    trainers' runtime ──▶ trainers.contracts, trainers.environments (never daemon, ledger or client)
+    ledger ──▶ nothing above it
+"""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("ledger", "daemon", "bot", "trainers")
+import pytest
+
+from tests.support.import_map import ROOT, Arrow, ImportMap, build
+
+FOLDERS = ("ledger", "daemon", "bot", "trainers", "client", "cli")
 PACKAGED = (*FOLDERS, "skills")  # skills/ is a data package: the bundle ships inside the wheel
-
-
-def _imports(folder: str) -> dict[str, set[str]]:
-    found: dict[str, set[str]] = {}
-    for path in (ROOT / folder).rglob("*.py"):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
-        found[str(path.relative_to(ROOT))] = names
-    return found
-
-
-def _bashgym_edges(folder: str) -> set[tuple[str, str]]:
-    return {(path, name) for path, names in _imports(folder).items() for name in names if name.startswith("bashgym.")}
-
-
-def test_ledger_imports_nothing_from_daemon_bot_or_trainers() -> None:
-    bad = {(p, n) for p, n in _bashgym_edges("ledger") if not n.startswith("bashgym.ledger")}
-    assert not bad
-
-
-def test_trainers_import_nothing_from_daemon_or_ledger() -> None:
-    bad = {(p, n) for p, n in _bashgym_edges("trainers") if not n.startswith("bashgym.trainers")}
-    assert not bad
-
-
-def test_bot_imports_only_the_daemon_client_and_api_models() -> None:
-    allowed = (
-        "bashgym.bot",
-        "bashgym.daemon.client",
-        "bashgym.daemon.client_aiohttp",
-        "bashgym.daemon.api_models",
-        "bashgym.daemon.wire_errors",
-    )
-    bad = {(p, n) for p, n in _bashgym_edges("bot") if not n.startswith(allowed)}
-    assert not bad
-
-
-# The trainer modules the daemon may use: request models and pure evidence code, none of which imports torch.
-TORCH_FREE = (
-    "bashgym.trainers.specs",
-    "bashgym.trainers.contracts",
-    "bashgym.trainers.evidence_math",
-    "bashgym.trainers.terminal_tasks",
-    "bashgym.trainers.sandbox",
-    "bashgym.trainers.evaluate",
-    "bashgym.trainers.placement",  # an evaluation's device choice (auto, cpu, cuda); torch loads only to place a model
-    "bashgym.trainers.canaries",
-    "bashgym.trainers.distributed",
-    "bashgym.trainers.rundir",  # the run directory's layout: the checkpoint completion marker's name
-    "bashgym.trainers.settings",  # what each field does: plan's checks and effective configuration
-    "bashgym.trainers.artifacts",  # the effective configuration's file name
+TORCH_FREE = ("bashgym.trainers.contracts", "bashgym.trainers.environments")  # the daemon's window on trainers
+# The wire vocabulary the client shares with the ledger: pydantic models and pure checks, no store, no sqlite3.
+LEDGER_VOCABULARY = (
+    "bashgym.ledger.models",
+    "bashgym.ledger.validation",
+    "bashgym.ledger.errors",
+    "bashgym.ledger.redaction",
+    "bashgym.ledger.states",
 )
+CLIENT_CONTRACT = ("bashgym.client.models", "bashgym.client.errors", "bashgym.client.render")
+# What the CLI needs of the daemon besides its API: to start one in this process (`bashgym daemon|up`), its
+# settings (where the home is) and version, and its test-only crash points; and the ledger's offline restore.
+CLI_PROCESS = (
+    "bashgym.daemon.server",
+    "bashgym.daemon.settings",
+    "bashgym.daemon.version",
+    "bashgym.daemon.lockfile",
+    "bashgym.daemon.failpoints",
+    "bashgym.ledger.restore",
+)
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "bashgym.ledger": ("bashgym.ledger",),
+    "bashgym.client": ("bashgym.client", *LEDGER_VOCABULARY),
+    "bashgym.bot": ("bashgym.bot", "bashgym.client"),
+    "bashgym.cli": ("bashgym.cli", "bashgym.client", *LEDGER_VOCABULARY, *TORCH_FREE, *CLI_PROCESS),
+    "bashgym.daemon": ("bashgym.daemon", "bashgym.ledger", *CLIENT_CONTRACT, *TORCH_FREE),
+    "bashgym.trainers.contracts": TORCH_FREE,
+    "bashgym.trainers.environments": TORCH_FREE,
+    "bashgym.trainers": ("bashgym.trainers",),
+}
 
 
-def test_daemon_imports_only_ledger_and_torch_free_trainer_modules() -> None:
-    allowed = ("bashgym.daemon", "bashgym.ledger", *TORCH_FREE)
-    bad = {(p, n) for p, n in _bashgym_edges("daemon") if not n.startswith(allowed)}
-    assert not bad
+@pytest.fixture(scope="module")
+def imports() -> ImportMap:
+    return build()
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _rule_of(module: str) -> tuple[str, ...]:
+    folder = max((f for f in ALLOWED if _within(module, (f,))), key=len)
+    return ALLOWED[folder]
+
+
+def test_every_import_points_down_a_layer(imports: ImportMap) -> None:
+    bad = [
+        f"{a.source}:{a.line} imports {a.target}{' (inside a function)' if a.lazy else ''}"
+        for a in imports.arrows
+        if a.source.split(".")[1] in FOLDERS and not _within(a.target, _rule_of(a.source))
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_circle_not_even_through_a_function_level_import(imports: ImportMap) -> None:
+    assert imports.circles() == []
+
+
+def test_the_daemon_root_holds_the_wiring_and_subjects_are_folders(imports: ImportMap) -> None:
+    root = sorted(name for name, path in imports.modules.items() if path.parent == ROOT / "daemon")
+    assert len(root) <= 15, root
+    subjects = sorted(p.name for p in (ROOT / "daemon").iterdir() if (p / "__init__.py").is_file())
+    assert subjects == ["api", "campaigns", "evidence", "lanes", "notices"]
+    # Within the daemon, a subject never reaches into the HTTP surface: api/ sits on top of the others.
+    up = [
+        a
+        for a in imports.arrows
+        if _within(a.target, ("bashgym.daemon.api",)) and not _within(a.source, ("bashgym.daemon.api",))
+    ]
+    assert not [a for a in up if a.source.startswith("bashgym.daemon.") and a.source != "bashgym.daemon.server"], up
+
+
+def test_the_map_sees_function_level_imports() -> None:
+    """The map would hide a circle closed inside a function if it missed those imports."""
+    found = build()
+    lazy = [a for a in found.arrows if a.lazy]
+    assert lazy and all(isinstance(a, Arrow) for a in lazy)
+    assert any(a.source == "bashgym.cli.processes" and a.target == "bashgym.daemon.server" for a in lazy)
+
+
+def _loaded(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code + "; print('\\n'.join(sorted(sys.modules)))"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return out.split()
+
+
+@pytest.mark.parametrize("entry", ["bashgym.bot.app", "bashgym.cli.main", "bashgym.client.http"])
+def test_adapters_load_no_ledger_store_and_no_sqlite(entry: str) -> None:
+    loaded = _loaded(f"import sys, {entry}")
+    assert "sqlite3" not in loaded and "_sqlite3" not in loaded
+    ledger = sorted(m for m in loaded if m.startswith("bashgym.ledger."))
+    assert set(ledger) <= set(LEDGER_VOCABULARY) | {"bashgym.ledger"}, ledger
+    assert not [m for m in loaded if m.startswith("bashgym.daemon.") and m not in CLI_PROCESS], entry
 
 
 def test_the_trainer_modules_the_daemon_uses_do_not_import_torch() -> None:
-    code = f"import sys; import {', '.join(TORCH_FREE)}; print('torch' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
+    names = [m for m in build().modules if _within(m, TORCH_FREE)]
+    loaded = _loaded(f"import sys, {', '.join(names)}")
+    assert "torch" not in loaded and "transformers" not in loaded
 
 
-def test_no_module_but_settings_reads_the_environment() -> None:
+def test_daemon_start_up_imports_no_ssh_and_no_torch() -> None:
+    """asyncssh costs ~0.35 s to import: the daemon loads it when a run or a check first reaches an SSH device."""
+    loaded = _loaded("import sys, bashgym.daemon.server, bashgym.daemon.api.app")
+    assert not [m for m in loaded if m.startswith("asyncssh.")], "asyncssh's body ran at start-up"
+    assert "torch" not in loaded and "transformers" not in loaded
+
+
+def test_no_module_but_an_entry_point_reads_the_environment() -> None:
     readers = []
     for folder in FOLDERS:
         for path in (ROOT / folder).rglob("*.py"):
@@ -94,20 +143,11 @@ def test_no_module_but_settings_reads_the_environment() -> None:
     # threads there before torch loads.
     assert sorted(readers) == [
         "bot/__main__.py",
-        "daemon/cli.py",
+        "cli/main.py",
         "trainers/__main__.py",
         "trainers/evaluate.py",
         "trainers/launch.py",
     ]
-
-
-def test_importing_daemon_and_bot_does_not_load_torch() -> None:
-    code = (
-        "import sys, bashgym.daemon.server, bashgym.daemon.cli, bashgym.daemon.api, bashgym.bot.app; "
-        "print('torch' in sys.modules, 'transformers' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
 
 
 def test_every_python_package_folder_is_listed_for_installation() -> None:

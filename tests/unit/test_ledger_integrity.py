@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from bashgym.ledger import Ledger, store
+from bashgym.ledger import store
 from bashgym.ledger.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
 from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
 from bashgym.ledger.models import (
@@ -22,6 +22,7 @@ from bashgym.ledger.models import (
     RunRegistration,
 )
 from bashgym.ledger.restore import restore_ledger
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.campaign_specs import CAMPAIGN_STATES, CampaignSpec
 from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_TERMINAL
 from bashgym.ledger.campaigns import TRANSITIONS as CAMPAIGN_TRANSITIONS
@@ -48,11 +47,12 @@ from bashgym.ledger.models import (
 )
 from bashgym.ledger.redaction import contains_secret
 from bashgym.ledger.states import TERMINAL, TRANSITIONS
+from bashgym.ledger.store import Ledger
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.factories import digest, suite, tracking_context
+from tests.support.factories import digest, suite, tracking_context
 
 # A passing run takes seconds. A failing one replays hundreds of examples while shrinking (hypothesis
 # stops shrinking after five minutes), which the suite's 120 s would cut off before the counterexample.

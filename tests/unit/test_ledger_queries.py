@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.ledger.models import (
     Actor,
@@ -23,8 +22,9 @@ from bashgym.ledger.models import (
     RunTransition,
 )
 from bashgym.ledger.queries import summarize
+from bashgym.ledger.store import Ledger
 
-from tests.factories import suite, tracking_context
+from tests.support.factories import suite, tracking_context
 
 pytestmark = pytest.mark.anyio
 WS = "default"

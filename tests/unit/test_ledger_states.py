@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import InvalidTransition
 from bashgym.ledger.models import Actor, RunRegistration, RunTransition
 from bashgym.ledger.states import TERMINAL, TRANSITIONS, is_allowed
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
 STATES = list(TRANSITIONS)

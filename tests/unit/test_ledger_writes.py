@@ -6,7 +6,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict, IdentityConflict, InvalidInput, NotFound, PayloadTooLarge
 from bashgym.ledger.models import (
     Actor,
@@ -28,8 +27,9 @@ from bashgym.ledger.models import (
     ReportSpec,
     RunRegistration,
 )
+from bashgym.ledger.store import Ledger
 
-from tests.factories import digest, suite, tracking_context
+from tests.support.factories import digest, suite, tracking_context
 
 pytestmark = pytest.mark.anyio
 WS = "default"

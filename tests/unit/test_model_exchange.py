@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from bashgym.daemon.model_exchange import export_bundle, verify_bundle
+from bashgym.daemon.evidence.exchange import export_bundle, verify_bundle
 from bashgym.ledger.errors import RuleRejected
 
 

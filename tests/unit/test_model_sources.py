@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.model_sources import COMPLETE, base_model_of, local_model_dir
+from bashgym.daemon.evidence.sources import COMPLETE, base_model_of, local_model_dir
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.errors import RuleRejected
 

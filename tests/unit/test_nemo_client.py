@@ -12,11 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.daemon.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
-from bashgym.daemon.nemo_data import customizer_dataset, customizer_rows, job_body, job_hyperparameters
-from bashgym.trainers.specs import InvalidRequest, TrainingRequest
+from bashgym.daemon.lanes.nemo import TERMINAL_STATUSES, NemoCustomizer, NemoError
+from bashgym.daemon.lanes.nemo_data import customizer_dataset, customizer_rows, job_body, job_hyperparameters
+from bashgym.trainers.contracts.fields import request_from_recipe
+from bashgym.trainers.contracts.request import InvalidRequest, TrainingRequest
 
-from tests.nemo_standin import NemoStandIn, nemo_standin
+from tests.support.nemo_standin import NemoStandIn, nemo_standin
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +38,7 @@ def client_of(nemo: NemoStandIn, key: str | None = KEY) -> NemoCustomizer:
 
 
 def request(**fields: Any) -> TrainingRequest:
-    return TrainingRequest.from_recipe(
+    return request_from_recipe(
         {
             "strategy": "sft",
             "base_model": "meta/llama-3.2-1b-instruct@v1.0.0+A100",

@@ -9,11 +9,11 @@ import discord
 import pytest
 from bashgym.bot.core import CUT_MARK, cut, embed, fields_embed
 from bashgym.bot.notifier import Refusal, is_permanent, notice_embed
-from bashgym.daemon.api_models import Notice, NoticeField
-from bashgym.daemon.api_operator import notice_failure_advice
-from bashgym.ledger import Ledger
+from bashgym.client.models import Notice, NoticeField
+from bashgym.daemon.api.operator import notice_failure_advice
 from bashgym.ledger.errors import NotFound
 from bashgym.ledger.models import Actor, ProjectSpec
+from bashgym.ledger.store import Ledger
 
 
 def oversized_notice() -> Notice:

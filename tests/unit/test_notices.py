@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from bashgym.daemon.notices import NoticeRenderer, notice_text
-from bashgym.daemon.scheduler import ReportScheduler
-from bashgym.ledger import Ledger
+from bashgym.daemon.campaigns.scheduler import ReportScheduler
+from bashgym.daemon.notices.render import NoticeRenderer, notice_text
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.models import Actor, BudgetEntrySpec, ComparisonSpec, EvalResultSpec, EvalSuiteSpec, ProjectSpec
+from bashgym.ledger.store import Ledger
 
-from tests.factories import suite
+from tests.support.factories import suite
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +71,7 @@ async def test_the_console_waits_from_the_head_when_the_newest_events_are_anothe
     ledger: Ledger, actor: Actor, tmp_path: Path
 ) -> None:
     # Waiting from its own last cursor while the head is elsewhere, the console would poll without sleeping.
-    from bashgym.daemon.notices import ConsoleNotifier
+    from bashgym.daemon.notices.render import ConsoleNotifier
 
     await ledger.create_project(actor, "default", ProjectSpec(project_id="nightly", name="Nightly"))
     await ledger.create_project(actor, "other", ProjectSpec(project_id="elsewhere", name="Elsewhere"))

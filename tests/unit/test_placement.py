@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bashgym.trainers.placement import GIB, choose_placement, describe, device_of, place, ran_alike, ran_on
+from bashgym.trainers.contracts.placement import GIB, choose_placement, describe, device_of, place, ran_alike, ran_on
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM
 

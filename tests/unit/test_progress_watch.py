@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from bashgym.daemon.supervisor import RunHandle, Supervisor
-from bashgym.ledger import Ledger
+from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor
 from bashgym.ledger.models import Actor, RunRegistration
+from bashgym.ledger.store import Ledger
 
-from tests.factories import tracking_context
+from tests.support.factories import tracking_context
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from bashgym.daemon.promotion import Evidence, build_runcard, gate, validate_runcard
+from bashgym.daemon.evidence.promotion import Evidence, build_runcard, gate, validate_runcard
 
 CONTRACT = {
     "primary_metric": "pass@1",
@@ -196,7 +196,7 @@ def test_collapsed_reward_variance_is_a_warning_not_a_blocker() -> None:
 def test_the_runcard_route_accepts_exactly_the_ledgers_tiers_and_decisions() -> None:
     from typing import get_args
 
-    from bashgym.daemon.api_evaluations import RunCardBody
+    from bashgym.daemon.api.evaluations import RunCardBody
     from bashgym.ledger.runcards import CLAIM_TIERS, DECISIONS
 
     tiers = {t for arg in get_args(RunCardBody.model_fields["claim_tier"].annotation) for t in get_args(arg)}
@@ -213,7 +213,7 @@ def test_comparisons_on_a_partial_suite_never_count_for_the_suite() -> None:
 
 
 def test_a_card_left_without_a_tier_is_a_smoke_claim_below_the_minimum_or_on_partial_suites() -> None:
-    from bashgym.daemon.promotion import default_claim_tier
+    from bashgym.daemon.evidence.promotion import default_claim_tier
 
     evidence = shipping("sft")
     evidence.run["metric_summary"]["train.loss"]["last_step"] = 40
@@ -225,7 +225,7 @@ def test_a_card_left_without_a_tier_is_a_smoke_claim_below_the_minimum_or_on_par
 
 
 def test_a_grpo_run_whose_groups_never_varied_says_it_learned_nothing() -> None:
-    from bashgym.daemon.promotion import learned_nothing
+    from bashgym.daemon.evidence.promotion import learned_nothing
 
     evidence = shipping("grpo")
     evidence.run["metric_summary"]["train.frac_zero_std_groups"] = {"count": 6, "min": 1.0, "max": 1.0}

@@ -7,7 +7,7 @@ from typing import Any
 
 import matplotlib
 import pytest
-from bashgym.daemon.reports import _budget_chart, _metric_chart
+from bashgym.daemon.campaigns.reports import _budget_chart, _metric_chart
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt

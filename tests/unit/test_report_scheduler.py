@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from bashgym.daemon.scheduler import ReportScheduler
-from bashgym.ledger import Ledger
+from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.models import Actor, ProjectSpec
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
 

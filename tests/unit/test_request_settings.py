@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 import torch
-from bashgym.trainers.settings import (
+from bashgym.trainers.contracts.fields import (
     Capabilities,
     effective_config,
     model_problems,
     refusals,
+    request_from_recipe,
 )
-from bashgym.trainers.specs import STRATEGIES, InvalidRequest, TrainingRequest
+from bashgym.trainers.contracts.request import STRATEGIES, InvalidRequest, TrainingRequest
 from bashgym.trainers.strategies.grpo import taught_rows
 from pydantic import ValidationError
 
@@ -83,7 +84,7 @@ def test_every_field_either_changes_the_effective_config_or_is_refused(strategy:
     default = TrainingRequest.model_fields[name].default
     value = alternative(name, default)
     try:
-        sent = TrainingRequest.from_recipe(base(strategy, **{**companions, name: value}))
+        sent = request_from_recipe(base(strategy, **{**companions, name: value}))
     except (InvalidRequest, ValidationError) as exc:
         assert name in str(exc), f"{name}: refused without naming it: {exc}"
         return
@@ -94,27 +95,27 @@ def test_every_field_either_changes_the_effective_config_or_is_refused(strategy:
     if value == default:  # a single-valued choice: the plan names it
         assert json.dumps(value) in json.dumps(shown), f"{name}={value!r} is not shown for {strategy}"
         return
-    without = TrainingRequest.from_recipe(base(strategy, **companions))
+    without = request_from_recipe(base(strategy, **companions))
     assert shown != effective_config(without), f"{name}={value!r} changes nothing for {strategy}"
 
 
 def test_a_setting_of_another_method_is_refused_naming_who_reads_it() -> None:
     with pytest.raises(InvalidRequest, match="`grpo_temperature` is read by grpo and rlvr only; strategy `sft`"):
-        TrainingRequest.from_recipe(base("sft", grpo_temperature=0.9))
+        request_from_recipe(base("sft", grpo_temperature=0.9))
     with pytest.raises(InvalidRequest, match="`lora_rank` shapes a LoRA adapter, and use_lora is false"):
-        TrainingRequest.from_recipe(base("sft", use_lora=False, lora_rank=8))
+        request_from_recipe(base("sft", use_lora=False, lora_rank=8))
     with pytest.raises(InvalidRequest, match="`distillation_alpha` applies to distillation from a teacher_model"):
-        TrainingRequest.from_recipe(base("distillation", distillation_alpha=0.3))
+        request_from_recipe(base("distillation", distillation_alpha=0.3))
     with pytest.raises(InvalidRequest, match="`eval_dataset_path` is read by dpo and sft only"):
-        TrainingRequest.from_recipe(base("grpo", eval_dataset_path="/data/eval.jsonl"))
+        request_from_recipe(base("grpo", eval_dataset_path="/data/eval.jsonl"))
     # "auto" speed settings are accepted everywhere; a forced one only where it applies.
-    TrainingRequest.from_recipe(base("dpo", compile="auto"))
+    request_from_recipe(base("dpo", compile="auto"))
     with pytest.raises(InvalidRequest, match="`compile` is read by sft only"):
-        TrainingRequest.from_recipe(base("dpo", compile=True))
+        request_from_recipe(base("dpo", compile=True))
 
 
 def test_the_tmax_like_profile_is_applied_and_a_field_sent_wins_over_it() -> None:
-    method = effective_config(TrainingRequest.from_recipe(base("grpo", training_profile="terminal_rl_tmax_like")))
+    method = effective_config(request_from_recipe(base("grpo", training_profile="terminal_rl_tmax_like")))
     assert method["method"] | {} == method["method"]
     got = method["method"]
     assert (got["num_generations"], got["temperature"], got["epsilon_high"], got["mask_truncated_completions"]) == (
@@ -123,12 +124,12 @@ def test_the_tmax_like_profile_is_applied_and_a_field_sent_wins_over_it() -> Non
         0.28,
         True,
     )
-    sent = TrainingRequest.from_recipe(
+    sent = request_from_recipe(
         base("grpo", training_profile="terminal_rl_tmax_like", grpo_temperature=0.7, grpo_group_size=4)
     )
     got = effective_config(sent)["method"]
     assert (got["temperature"], got["num_generations"], got["epsilon_high"]) == (0.7, 4, 0.28)
-    default = effective_config(TrainingRequest.from_recipe(base("grpo")))["method"]
+    default = effective_config(request_from_recipe(base("grpo")))["method"]
     assert (default["num_generations"], default["epsilon_high"], default["mask_truncated_completions"]) == (
         32,
         None,
@@ -137,36 +138,30 @@ def test_the_tmax_like_profile_is_applied_and_a_field_sent_wins_over_it() -> Non
 
 
 def test_group_size_token_level_loss_and_distillation_mix_map_onto_trl() -> None:
-    assert (
-        effective_config(TrainingRequest.from_recipe(base("rlvr", grpo_group_size=4)))["method"]["num_generations"] == 4
-    )
-    sequence = effective_config(TrainingRequest.from_recipe(base("grpo", token_level_loss=False)))["method"]
+    assert effective_config(request_from_recipe(base("rlvr", grpo_group_size=4)))["method"]["num_generations"] == 4
+    sequence = effective_config(request_from_recipe(base("grpo", token_level_loss=False)))["method"]
     assert sequence["loss_type"] == "grpo"
     teacher = effective_config(
-        TrainingRequest.from_recipe(
-            base("distillation", teacher_model="org/t", distillation_alpha=0.2, max_seq_length=64)
-        )
+        request_from_recipe(base("distillation", teacher_model="org/t", distillation_alpha=0.2, max_seq_length=64))
     )["method"]
     assert (teacher["beta"], teacher["max_completion_length"], teacher["max_prompt_tokens"]) == (0.2, 256, 1)
 
 
 def test_refusals_found_before_launch() -> None:
-    recipe = TrainingRequest.from_recipe(
+    recipe = request_from_recipe(
         base("grpo", grpo_group_size=32, grpo_num_generations=32, gradient_accumulation_steps=8)
     )
     (found,) = refusals(recipe, Capabilities())
     assert "1 x 1 x 8 = 8 completions, which must be a multiple of grpo_num_generations (32" in found
     assert "raise gradient_accumulation_steps to 32" in found
-    scaled = TrainingRequest.from_recipe(
-        base("grpo", grpo_num_generations=4, gradient_accumulation_steps=2, num_processes=2)
-    )
+    scaled = request_from_recipe(base("grpo", grpo_num_generations=4, gradient_accumulation_steps=2, num_processes=2))
     assert refusals(scaled, Capabilities()) == []
-    four_bit = TrainingRequest.from_recipe(base("sft", load_in_4bit=True))
+    four_bit = request_from_recipe(base("sft", load_in_4bit=True))
     assert refusals(four_bit, Capabilities(cuda=False)) == [
         "load_in_4bit needs a CUDA GPU, and the lane has none; set load_in_4bit false."
     ]
     assert refusals(four_bit, Capabilities()) == []  # not known before launch: the trainer checks it
-    several = TrainingRequest.from_recipe(
+    several = request_from_recipe(
         base("grpo", active_sampling=True, grpo_reward_mode="execution", grpo_group_size=4, grpo_num_generations=8)
     )
     found = " ".join(refusals(several, Capabilities()))
@@ -176,7 +171,7 @@ def test_refusals_found_before_launch() -> None:
 
 def test_the_trainer_sees_which_fields_were_sent(tmp_path: Path) -> None:
     """The daemon writes request.json with the fields sent only; a profile then still gives way to exactly them."""
-    sent = TrainingRequest.from_recipe(base("grpo", training_profile="terminal_rl_tmax_like", grpo_temperature=0.5))
+    sent = request_from_recipe(base("grpo", training_profile="terminal_rl_tmax_like", grpo_temperature=0.5))
     stored = TrainingRequest.model_validate_json(sent.model_dump_json(exclude_unset=True))
     assert effective_config(stored) == effective_config(sent)
 
@@ -187,18 +182,18 @@ def test_models_are_checked_where_they_are_named(tmp_path: Path) -> None:
         path.mkdir()
         (path / "config.json").write_text(json.dumps({"vocab_size": vocab}))
     empty.mkdir()
-    missing = TrainingRequest.from_recipe(base("sft", base_model=str(tmp_path / "nowhere")))
+    missing = request_from_recipe(base("sft", base_model=str(tmp_path / "nowhere")))
     assert model_problems(missing) == [
         f"base_model {tmp_path / 'nowhere'} does not exist on the machine that would train; name a model "
         "directory there or a hub id."
     ]
-    assert "holds no config.json" in model_problems(TrainingRequest.from_recipe(base("sft", base_model=str(empty))))[0]
-    mixed = TrainingRequest.from_recipe(base("distillation", base_model=str(student), teacher_model=str(teacher)))
+    assert "holds no config.json" in model_problems(request_from_recipe(base("sft", base_model=str(empty))))[0]
+    mixed = request_from_recipe(base("distillation", base_model=str(student), teacher_model=str(teacher)))
     assert model_problems(mixed) == [
         "teacher_model has a vocabulary of 1024 tokens and base_model 512; distillation compares their "
         "distributions token by token, so they need the same tokenizer. Pick a teacher of the student's family."
     ]
-    assert model_problems(TrainingRequest.from_recipe(base("sft", base_model=str(student)))) == []
+    assert model_problems(request_from_recipe(base("sft", base_model=str(student)))) == []
 
 
 def test_groups_whose_rewards_did_not_vary_leave_the_loss() -> None:

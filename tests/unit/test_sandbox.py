@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bashgym.trainers import sandbox
-from bashgym.trainers.canaries import CANARIES, run_canaries
-from bashgym.trainers.sandbox import Isolation, Limits, Sandbox, probe_isolation, run_attempt
-from bashgym.trainers.terminal_tasks import TerminalTask, default_suite
-from bashgym.trainers.verifiers import run_command
+from bashgym.trainers.environments import sandbox
+from bashgym.trainers.environments.canaries import CANARIES, run_canaries
+from bashgym.trainers.environments.sandbox import Isolation, Limits, Sandbox, probe_isolation, run_attempt
+from bashgym.trainers.environments.terminal_tasks import TerminalTask, default_suite
+from bashgym.trainers.environments.verifiers import run_command
 
 ISOLATION = probe_isolation()
 SECRET = f"fixture-{uuid.uuid4().hex}"

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 import yaml
-from bashgym.trainers.distributed import (
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.topology import (
     DistributedRefused,
     RankInfo,
     accelerate_config,
     charged_gpus,
     check_strategy,
 )
-from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.speed import Machine, SpeedRefused, resolve_bf16, resolve_mixed_precision
 from pydantic import ValidationError
 

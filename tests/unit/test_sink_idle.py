@@ -6,9 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from bashgym.daemon.sinks import SinkForwarder
-from bashgym.ledger import Ledger
+from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.ledger.models import Actor, ProjectSpec
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
 

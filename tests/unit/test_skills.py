@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from bashgym.daemon import skills
-from bashgym.daemon.wire_errors import EXIT_CONFLICT, EXIT_OK, EXIT_RULE
+from bashgym.cli import skill_bundle as skills
+from bashgym.client.errors import EXIT_CONFLICT, EXIT_OK, EXIT_RULE
 
-from tests.helpers import cli
+from tests.support.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 from bashgym.bot.commands import GROUPS
 from bashgym.bot.commands.shared import RUN_STATUSES, STRATEGIES
 from bashgym.ledger.models import RunStatus
-from bashgym.trainers.specs import TrainingRequest
+from bashgym.trainers.contracts.request import TrainingRequest
 from discord import AppCommandOptionType, app_commands
 
 ID_OPTIONS = {"project", "run", "campaign", "suite", "model_version", "dataset", "baseline", "candidate", "device"}

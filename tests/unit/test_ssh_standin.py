@@ -12,7 +12,7 @@ import anyio
 import asyncssh
 import pytest
 
-from tests.ssh_standin import SshServer, ssh_server
+from tests.support.ssh_standin import SshServer, ssh_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 

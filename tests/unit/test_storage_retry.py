@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from bashgym.daemon.background import until_stored
-from bashgym.daemon.supervisor import MetricsFollower
+from bashgym.daemon.lanes.supervisor import MetricsFollower
 from bashgym.ledger.errors import InvalidInput, LedgerDiskFull
 
 pytestmark = pytest.mark.anyio

@@ -7,12 +7,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor
 from bashgym.daemon.settings import load_settings
-from bashgym.daemon.supervisor import RunHandle, Supervisor
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger import Ledger
 from bashgym.ledger.errors import Conflict
 from bashgym.ledger.models import Actor, RunRegistration
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from bashgym.trainers.terminal_tasks import (
+from bashgym.trainers.environments.terminal_tasks import (
     FAMILIES,
     SuiteDefinition,
     TerminalTask,
@@ -163,7 +163,7 @@ def test_tools_the_suite_relies_on_are_installed() -> None:
 
 
 def test_gold_sft_rows_never_hold_a_task_of_the_evaluation_suite() -> None:
-    from bashgym.trainers.terminal_tasks import gold_sft_rows
+    from bashgym.trainers.environments.terminal_tasks import gold_sft_rows
 
     evaluation = default_suite().tasks
     rows = gold_sft_rows(range(1, 3), per_family=20, exclude=evaluation)

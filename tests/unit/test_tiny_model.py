@@ -200,7 +200,7 @@ def test_cli_builds_the_same_model_and_prints_a_json_summary(student_dir: Path, 
 
 
 def test_the_task_tokenizer_knows_the_suites_words_and_fits_its_prompts() -> None:
-    from bashgym.trainers.terminal_tasks import default_suite, task_prompt
+    from bashgym.trainers.environments.terminal_tasks import default_suite, task_prompt
     from bashgym.trainers.tiny import TASK_MAX_LENGTH, build_task_tokenizer
 
     tokenizer = build_task_tokenizer()

@@ -6,7 +6,8 @@ import re
 from typing import Any
 
 import pytest
-from bashgym.trainers.specs import TrainingRequest, merge_config_file, parse_compute_target
+from bashgym.trainers.contracts.fields import request_from_recipe
+from bashgym.trainers.contracts.request import TrainingRequest, merge_config_file, parse_compute_target
 from pydantic import ValidationError
 
 STORAGE = {
@@ -95,13 +96,13 @@ def recipe(strategy: str, **target: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("strategy", list(RECIPES))
 def test_each_recipe_validates_with_only_ids_and_paths_substituted(strategy: str) -> None:
-    request = TrainingRequest.from_recipe(recipe(strategy))
+    request = request_from_recipe(recipe(strategy))
     assert request.strategy == strategy
 
 
 @pytest.mark.parametrize("strategy", list(RECIPES))
 def test_each_recipe_accepts_the_remote_ssh_form(strategy: str) -> None:
-    request = TrainingRequest.from_recipe(recipe(strategy, use_remote_ssh=True, device_id="gpu-box"))
+    request = request_from_recipe(recipe(strategy, use_remote_ssh=True, device_id="gpu-box"))
     assert (request.lane, request.ssh_device) == ("ssh", "gpu-box")
 
 
@@ -109,7 +110,7 @@ def test_a_misspelt_field_is_refused_with_the_closest_name() -> None:
     payload = recipe("sft")
     payload["epochs"] = payload.pop("num_epochs")
     with pytest.raises(ValidationError, match=r"`epochs` is not a field; did you mean `num_epochs`\?"):
-        TrainingRequest.from_recipe(payload)
+        request_from_recipe(payload)
 
 
 @pytest.mark.parametrize("strategy", ["dppo", "reward_model", "cascade", "echo", "rwml"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bashgym.daemon.campaigns import in_training_window
+from bashgym.daemon.campaigns.lifecycle import in_training_window
 
 NIGHT = {"start": "22:00", "end": "06:00", "timezone": "Europe/Paris"}
 

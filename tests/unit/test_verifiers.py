@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bashgym.trainers.contracts import validate_dataset
-from bashgym.trainers.terminal_tasks import NotATrainingTask, default_suite, holdout_families, training_task
-from bashgym.trainers.verifiers import reward_function, score
+from bashgym.trainers.contracts.datasets import validate_dataset
+from bashgym.trainers.environments.terminal_tasks import (
+    NotATrainingTask,
+    default_suite,
+    holdout_families,
+    training_task,
+)
+from bashgym.trainers.environments.verifiers import reward_function, score
 
 
 def test_a_row_naming_a_training_task_is_rewarded_by_that_task() -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from bashgym.trainers.contracts.fields import method_args
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.modeling import load_rows, lora_config
-from bashgym.trainers.rundir import RunDirectory
-from bashgym.trainers.settings import method_args
-from bashgym.trainers.specs import TrainingRequest
 from bashgym.trainers.strategies.sft import DeviceMetricsSFTTrainer
 from datasets import Dataset
 from transformers import AutoModelForCausalLM

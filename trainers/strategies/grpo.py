@@ -6,11 +6,11 @@ import json
 from typing import Any
 
 import torch
+from bashgym.trainers.contracts.fields import method_args
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import RunDirectory
+from bashgym.trainers.environments.verifiers import reward_function
 from bashgym.trainers.modeling import load_rows, lora_config
-from bashgym.trainers.rundir import RunDirectory
-from bashgym.trainers.settings import method_args
-from bashgym.trainers.specs import TrainingRequest
-from bashgym.trainers.verifiers import reward_function
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 

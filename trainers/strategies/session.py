@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from bashgym.trainers.contracts.fields import method_args
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.modeling import load_rows
-from bashgym.trainers.rundir import RunDirectory
-from bashgym.trainers.settings import method_args
-from bashgym.trainers.specs import TrainingRequest
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 

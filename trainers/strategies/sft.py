@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
+from bashgym.trainers.contracts.fields import method_args
+from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.modeling import load_rows, lora_config
 from bashgym.trainers.readback import HostCopy, to_device
-from bashgym.trainers.rundir import RunDirectory
-from bashgym.trainers.settings import method_args
-from bashgym.trainers.specs import TrainingRequest
-from bashgym.trainers.strategies import eval_args
+from bashgym.trainers.strategies.common import eval_args
 from datasets import Dataset
 from transformers.training_args import ParallelMode
 from trl import SFTConfig, SFTTrainer

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import RunningDaemon
+from tests.support.helpers import RunningDaemon
 
 
 def issue_token(

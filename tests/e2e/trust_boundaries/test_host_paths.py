@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.factories import tracking_context
-from tests.helpers import running_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import running_daemon
 
 OPERATOR_DEFAULTS = {
     "BASHGYM_DATA_ROOTS": "",

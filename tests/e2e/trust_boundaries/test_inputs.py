@@ -17,17 +17,17 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.ledger import Ledger
 from bashgym.ledger.models import Actor
+from bashgym.ledger.store import Ledger
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.factories import tracking_context
-from tests.helpers import RunningDaemon, running_daemon
+from tests.support.factories import tracking_context
+from tests.support.helpers import RunningDaemon, running_daemon
 
 PROJECT = "inputs"
 ENV = {"BASHGYM_RATE_LIMIT_BURST": "10000", "BASHGYM_RATE_LIMIT_PER_MINUTE": "10000"}
 LARGEST = sys.float_info.max
-NESTING_LIMIT = 64  # daemon/app.py MAX_JSON_DEPTH, restated: the limit is part of the API's promise
+NESTING_LIMIT = 64  # daemon/api/app.py MAX_JSON_DEPTH, restated: the limit is part of the API's promise
 
 
 @dataclass

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.helpers import RunningDaemon, running_daemon
+from tests.support.helpers import RunningDaemon, running_daemon
 
 LIMITS = {
     "BASHGYM_READ_RATE_BURST": "5",

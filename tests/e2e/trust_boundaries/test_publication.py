@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.factories import sft_data, tracking_context, training_request
-from tests.helpers import RunningDaemon, running_daemon, wait_for_run
-from tests.hub_standin import HubStandIn, Repo
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import RunningDaemon, running_daemon, wait_for_run
+from tests.support.hub_standin import HubStandIn, Repo
 
 FAKE_HF_TOKEN = "hf_" + "Pb7" * 12
 TERMINAL = {"completed", "failed", "cancelled"}

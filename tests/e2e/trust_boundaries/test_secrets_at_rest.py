@@ -17,8 +17,8 @@ import pytest
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.factories import tracking_context, training_request
-from tests.helpers import RunningDaemon, cli, running_daemon, wait_for_run
+from tests.support.factories import tracking_context, training_request
+from tests.support.helpers import RunningDaemon, cli, running_daemon, wait_for_run
 
 # Shaped like real credentials (none is one). The first is the daemon's own HF_TOKEN.
 HF = "hf_" + "Sr4" * 12

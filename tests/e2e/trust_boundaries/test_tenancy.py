@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.factories import sft_data, tracking_context, training_request
-from tests.helpers import RunningDaemon, running_daemon, wait_for_run
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import RunningDaemon, running_daemon, wait_for_run
 
 GUILD = "111111111111111111"
 TERMINAL = {"completed", "failed", "cancelled"}

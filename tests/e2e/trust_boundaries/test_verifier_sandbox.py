@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bashgym.trainers.sandbox import probe_isolation
+from bashgym.trainers.environments.sandbox import probe_isolation
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.factories import training_request
-from tests.helpers import inprocess_daemon, running_daemon, wait_for_run
+from tests.support.factories import training_request
+from tests.support.helpers import inprocess_daemon, running_daemon, wait_for_run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -78,7 +78,7 @@ async def test_command_checks_train_only_where_the_sandbox_isolates_them(
 ) -> None:
     """Below `namespaces` a dataset's checks would run as the trainer host's user: refused, unless the operator
     trusts every dataset author with that user."""
-    from bashgym.trainers import sandbox
+    from bashgym.trainers.environments import sandbox
 
     monkeypatch.setattr(sandbox, "probe_isolation", lambda: sandbox.Isolation("netns", True, False, "forced"))
     rows = [{"prompt": "Count the lines", "verifier": {"kind": "command", "task_id": "t", "check": "true"}}] * 2

@@ -1,0 +1,210 @@
+"""`bashgym project|experiment|dataset|model ...`: the lineage a run is recorded under, one client call each."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
+from bashgym.client.models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
+from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.models import FileDigest
+from bashgym.ledger.validation import check_identifier
+from bashgym.trainers.contracts.rundir import sha256_file
+
+if TYPE_CHECKING:
+    from bashgym.client.http import DaemonClient
+
+
+def _project_create_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--id", required=True, dest="project_id", help="project id")
+    parser.add_argument("--name", required=True, help="display name")
+    parser.add_argument("--description", default="", help="one paragraph on what the project is for")
+
+
+@command("project", "create", help="create a project (ledger.write)")(_project_create_args)
+async def project_create(ctx: Ctx) -> int:
+    spec = ProjectSpec(project_id=ctx.args.project_id, name=ctx.args.name, description=ctx.args.description)
+    result = await ctx.client.project_create(spec, workspace=ctx.workspace)
+    return done(ctx, result.model_dump(), title="Project replayed" if result.replayed else "Project created")
+
+
+@command("project", "list", help="list the workspace's projects")(no_args)
+async def project_list(ctx: Ctx) -> int:
+    rows = await ctx.client.request("GET", "/v1/projects", params={"workspace": ctx.workspace})
+    return done(ctx, rows, columns=["project_id", "name", "created_by", "created_at"], title="Projects")
+
+
+def _project_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("project", help="project id")
+
+
+@command("project", "show", help="one project with its inventory counts")(_project_arg)
+async def project_show(ctx: Ctx) -> int:
+    return done(
+        ctx, await ctx.client.request("GET", f"/v1/projects/{ctx.args.project}", params={"workspace": ctx.workspace})
+    )
+
+
+def _channel_args(parser: argparse.ArgumentParser) -> None:
+    _project_arg(parser)
+    parser.add_argument("--channel", help="Discord channel id to route the project's notices to (omit to show)")
+    parser.add_argument("--guild", default="", help="the channel's guild id (recorded with it)")
+
+
+@command("project", "channel", help="show or set the Discord channel the project's notices go to (ledger.write)")(
+    _channel_args
+)
+async def project_channel(ctx: Ctx) -> int:
+    a = ctx.args
+    where = f"/v1/projects/{a.project}/channel"
+    if a.channel is None:
+        return done(ctx, await ctx.client.request("GET", where, params={"workspace": ctx.workspace}))
+    body = {"channel_id": a.channel, "guild_id": a.guild}
+    result = await ctx.client.request("PUT", where, body=body, params={"workspace": ctx.workspace})
+    return done(ctx, result["record"], title=f"Notices of {a.project} now go to channel {a.channel}")
+
+
+def _experiment_create_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--id", required=True, dest="experiment_id", help="experiment id")
+    parser.add_argument("--name", required=True, help="display name")
+    parser.add_argument("--objective", default="", help="what the experiment tries to show")
+    parser.add_argument("--task-type", default="", help="e.g. terminal-agent, chat, classification")
+
+
+@command("experiment", "create", help="create an experiment in a project (ledger.write)")(_experiment_create_args)
+async def experiment_create(ctx: Ctx) -> int:
+    a = ctx.args
+    spec = ExperimentSpec(experiment_id=a.experiment_id, name=a.name, objective=a.objective, task_type=a.task_type)
+    result = await ctx.client.experiment_create(a.project, spec, workspace=ctx.workspace)
+    return done(ctx, result.model_dump(), title="Experiment replayed" if result.replayed else "Experiment created")
+
+
+def _project_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+
+
+@command("experiment", "list", help="list a project's experiments")(_project_flag)
+async def experiment_list(ctx: Ctx) -> int:
+    rows = await ctx.client.request(
+        "GET", f"/v1/projects/{ctx.args.project}/experiments", params={"workspace": ctx.workspace}
+    )
+    return done(ctx, rows, columns=["experiment_id", "name", "objective", "created_at"], title="Experiments")
+
+
+# -- datasets and models ------------------------------------------------------------------------
+
+
+def _dataset_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--dataset", required=True, help="dataset id")
+    parser.add_argument("--version", required=True, help="dataset version id")
+    parser.add_argument("--file", required=True, type=Path, help="JSONL, CSV or text file to copy into the store")
+    parser.add_argument("--split-manifest", type=Path, help="JSON file describing the splits")
+
+
+@command("dataset", "register", help="copy a dataset file into the store and record its version")(_dataset_args)
+async def dataset_register(ctx: Ctx) -> int:
+    a = ctx.args
+    if not a.file.is_file():
+        raise InvalidInput(f"{a.file} is not a file.", hint="Pass the dataset file with --file.")
+    # Checked before the upload: a refused registration leaves nothing behind, not even a stored file.
+    for value, name in ((a.project, "--project"), (a.dataset, "--dataset"), (a.version, "--version")):
+        check_identifier(value, field=name)
+    manifest = read_json_file(a.split_manifest, what="split manifest") if a.split_manifest else {}
+    stored = await ctx.client.blob_upload(a.file, project=a.project, workspace=ctx.workspace)
+    spec = DatasetFromBlob(
+        dataset_id=a.dataset,
+        dataset_version_id=a.version,
+        sha256=stored["sha256"],
+        filename=a.file.name,
+        split_manifest=manifest,
+    )
+    result = await ctx.client.dataset_register(a.project, spec, workspace=ctx.workspace)
+    return done(
+        ctx, result.model_dump(), title="Dataset version replayed" if result.replayed else "Dataset version registered"
+    )
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--model", required=True, help="model id")
+    parser.add_argument("--version", required=True, help="model version id")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dir", type=Path, help="local model directory to copy into the store")
+    source.add_argument("--hub-id", help="a Hugging Face Hub model id (recorded, not downloaded)")
+    parser.add_argument("--revision", default="", help="hub revision (commit sha or tag); required with --hub-id")
+    parser.add_argument("--parent", help="parent model version id")
+
+
+@command("model", "register", help="record a model version from a directory or a hub id")(_model_args)
+async def model_register(ctx: Ctx) -> int:
+    a = ctx.args
+    if a.hub_id:
+        if not a.revision:
+            raise InvalidInput(
+                "--hub-id needs --revision: a hub id alone does not pin the weights.",
+                hint="Pass the commit sha (or tag) the weights come from.",
+            )
+        spec = ModelVersionSpec(
+            model_version_id=a.version,
+            model_id=a.model,
+            source_uri=f"hf://{a.hub_id}",
+            source_revision=a.revision,
+            parent_version_id=a.parent,
+        )
+    else:
+        spec = await model_spec_from_dir(
+            ctx.client,
+            a.dir,
+            project=a.project,
+            workspace=ctx.workspace,
+            model_id=a.model,
+            version_id=a.version,
+            parent=a.parent,
+            echo=not ctx.as_json,
+        )
+    result = await ctx.client.model_version_register(a.project, spec, workspace=ctx.workspace)
+    return done(
+        ctx, result.model_dump(), title="Model version replayed" if result.replayed else "Model version registered"
+    )
+
+
+async def model_spec_from_dir(
+    client: DaemonClient,
+    directory: Path,
+    *,
+    project: str,
+    workspace: str | None,
+    model_id: str,
+    version_id: str,
+    parent: str | None,
+    echo: bool,
+) -> ModelVersionSpec:
+    """Copy a model directory's files into the daemon's store and describe the version they make."""
+    if not directory.is_dir():
+        raise InvalidInput(f"{directory} is not a directory.", hint="Pass the model directory with --dir.")
+    files = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        stored = await client.blob_upload(path, project=project, workspace=workspace)
+        files.append(
+            FileDigest(path=str(path.relative_to(directory)), sha256=stored["sha256"], size_bytes=stored["size_bytes"])
+        )
+        if echo:
+            print(f"  stored {path.relative_to(directory)} ({stored['size_bytes']} bytes)", file=sys.stderr)
+    if not files:
+        raise InvalidInput(f"{directory} holds no files.")
+    config = directory / "config.json"
+    config_digest = await asyncio.to_thread(sha256_file, config) if config.is_file() else None
+    return ModelVersionSpec(
+        model_version_id=version_id,
+        model_id=model_id,
+        source_uri=f"bashgym://models/{model_id}",
+        config_digest=config_digest,
+        parent_version_id=parent,
+        files=files,
+    )

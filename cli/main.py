@@ -1,0 +1,139 @@
+"""`bashgym`: the terminal and agent adapter over the daemon client. One place turns errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+# Each command module registers its commands when imported.
+from bashgym.cli import (  # noqa: F401
+    auth,
+    budget,
+    campaigns,
+    demo,
+    devices,
+    evidence,
+    ledger,
+    lineage,
+    operator,
+    processes,
+    skills,
+    training,
+)
+from bashgym.cli.output import error
+from bashgym.cli.registry import COMMANDS, GROUP_HELP, Ctx, Handler
+from bashgym.client.errors import EXIT_RULE, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, exit_code_for_status
+from bashgym.daemon.settings import load_settings, secret_values
+from bashgym.daemon.version import bashgym_version
+from bashgym.ledger.errors import BashGymError
+from bashgym.ledger.redaction import register_secret_values
+from pydantic import ValidationError
+
+
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS keeps a value given before the subcommand from being reset by the subcommand's default.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document on stdout"
+    )
+    common.add_argument("--api", default=argparse.SUPPRESS, help="daemon URL (env BASHGYM_API)")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="API token (env BASHGYM_TOKEN)")
+    common.add_argument("--workspace", default=argparse.SUPPRESS, help="workspace id (default from settings)")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="bashgym", parents=[common], description="BashGym: the shared ML workspace (ledger, training, evidence)."
+    )
+    parser.add_argument("--version", action="version", version=f"bashgym {bashgym_version()}")
+    groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
+    leaves: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+    for path, (handler, add_args, help_text) in sorted(COMMANDS.items()):
+        for depth in range(1, len(path)):
+            prefix = path[:depth]
+            if prefix in groups:
+                continue
+            if prefix in leaves:  # a command that also has subcommands (`curate` and `curate receipt`)
+                groups[prefix] = leaves[prefix].add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=False)
+                continue
+            group_parser = groups[path[: depth - 1]].add_parser(
+                path[depth - 1],
+                help=GROUP_HELP.get(prefix, f"{path[depth - 1]} commands"),
+                description=GROUP_HELP.get(prefix),
+            )
+            groups[prefix] = group_parser.add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=True)
+        leaf = groups[path[:-1]].add_parser(path[-1], parents=[common], help=help_text, description=help_text)
+        add_args(leaf)
+        leaf.set_defaults(handler=handler)
+        leaves[path] = leaf
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns (and exits with) the exit code."""
+    code = run(sys.argv[1:] if argv is None else argv, dict(os.environ))
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def run(argv: list[str], environ: dict[str, str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        settings = load_settings(environ)
+        register_secret_values(secret_values(settings, environ))
+        return asyncio.run(_dispatch(Ctx(args=args, settings=settings, environ=environ)))
+    except ApiError as exc:
+        _report(args, exc.code, exc.message, exc.hint, exc.reference)
+        return exc.exit_code
+    except BashGymError as exc:
+        _report(args, exc.code, exc.message, exc.hint, None)
+        return exit_code_for_status(exc.status)
+    except OSError as exc:  # the machine refused (a read-only or full disk, a missing file): said, not traced
+        where = f" ({exc.filename})" if exc.filename else ""
+        _report(args, "os_error", f"{exc.strerror or exc}{where}.", "Check that path and its disk, then retry.", None)
+        return EXIT_UNAVAILABLE
+    except ValidationError as exc:  # a request model built here, from flags, before anything is sent
+        _report(args, "invalid_request", _first_problem(exc), "Fix the named value and run the command again.", None)
+        return EXIT_RULE
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _dispatch(ctx: Ctx) -> int:
+    try:
+        handler: Handler = ctx.args.handler
+        return await handler(ctx)
+    finally:
+        if ctx._client is not None:
+            await ctx._client.__aexit__(None, None, None)
+
+
+def _report(args: argparse.Namespace, code: str, message: str, hint: str, reference: str | None) -> None:
+    if getattr(args, "json", False):
+        body: dict[str, Any] = {"code": code, "message": message, "hint": hint}
+        if reference:
+            body["reference"] = reference
+        sys.stdout.write(json.dumps({"error": body}) + "\n")
+    error(message, hint)
+
+
+def _first_problem(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "value"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return (
+        f"`{where}`: {message}"
+        if len(exc.errors()) == 1
+        else f"{exc.error_count()} problems; first: `{where}`: {message}"
+    )

@@ -1,0 +1,326 @@
+"""`bashgym training validate`: check a dataset against its strategy's contract, locally, before a launch."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from bashgym.cli.registry import Ctx, command, done, read_json_file, upload_for
+from bashgym.client.errors import EXIT_OK, EXIT_RULE
+from bashgym.ledger.errors import InvalidInput, RuleRejected
+from bashgym.ledger.models import run_project
+from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+from bashgym.trainers.contracts.fields import request_from_recipe
+from bashgym.trainers.contracts.request import STRATEGIES, InvalidRequest, merge_config_file
+
+
+def _validate_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strategy", required=True, choices=STRATEGIES, help="the training strategy")
+    parser.add_argument("--dataset", required=True, type=Path, help="the JSONL dataset file")
+    parser.add_argument("--teacher-model", help="distillation: the pinned teacher, when rows lack teacher_response")
+    parser.add_argument("--max-errors", type=int, default=1000, help="list at most this many errors (all are counted)")
+
+
+@command("training", "validate", help="check a JSONL dataset against a strategy's contract (no daemon needed)")(
+    _validate_args
+)
+async def training_validate(ctx: Ctx) -> int:
+    a = ctx.args
+    dataset = Path(a.dataset).expanduser()
+    try:
+        report = validate_dataset(a.strategy, dataset, teacher_model=a.teacher_model, max_errors=a.max_errors)
+    except FileNotFoundError as exc:
+        raise InvalidInput(str(exc), hint="Pass the JSONL file with --dataset.") from exc
+    except OSError as exc:
+        raise InvalidInput(f"Cannot read dataset {dataset}: {exc.strerror}.", hint="Check its permissions.") from exc
+    if ctx.as_json:
+        done(ctx, report.model_dump(mode="json"))
+    elif report.ok:
+        print(format_report(report))
+    else:
+        sys.stderr.write(format_report(report) + "\n")
+    return EXIT_OK if report.ok else EXIT_RULE
+
+
+def _request_args(parser: argparse.ArgumentParser) -> None:
+    """The launch flags of ../shared/RECIPES.md: provenance on the command line, method fields in --config."""
+    parser.add_argument("--strategy", required=True, choices=STRATEGIES, help="the training strategy")
+    parser.add_argument("--model", required=True, dest="base_model", help="base model: hub id or local path")
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--dataset-path", help="training data (JSONL) on this machine; uploaded for the run's project")
+    data.add_argument("--dataset-version", help="a registered dataset version whose content the daemon holds")
+    parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
+    parser.add_argument(
+        "--compute-target",
+        help="local (the default), ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer; left out, "
+        '--config may name the target ({"use_remote_ssh": true, "device_id": ...})',
+    )
+    parser.add_argument("--config", type=Path, help="JSON file of method fields (never strategy, model, data, target)")
+    parser.add_argument("--tracking-context", type=Path, help="JSON file with the run's complete tracking context")
+    parser.add_argument("--checkpoint-limit", type=int, help="checkpoints kept during the run (1..20)")
+    parser.add_argument(
+        "--artifact-retention",
+        choices=["adapter_only", "adapter_checkpoint", "deployable", "full_run"],
+        help="what a finished run keeps",
+    )
+    parser.add_argument(
+        "--auto-push-hf",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="upload the artifact to the Hugging Face Hub after success",
+    )
+    parser.add_argument("--hf-repo-name", help="the Hub repository (never invented)")
+    parser.add_argument(
+        "--hf-private",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="private repository (default); --no-hf-private needs artifact.publish_public",
+    )
+    parser.add_argument("--hf-upload-artifact", choices=["auto", "adapter", "merged"], help="which artifact")
+    parser.add_argument("--correlation-id", help="correlation id recorded with every event of the run")
+
+
+def build_request(a: argparse.Namespace) -> dict[str, object]:
+    """The request body from flags and files; the daemon validates it."""
+    body: dict[str, object] = merge_config_file(read_json_file(a.config, what="config")) if a.config else {}
+    if a.compute_target:  # sent only when given: the operator form names its target in --config
+        body["compute_target"] = a.compute_target
+    on_this_host = body.get("compute_target", "local") == "local" and not body.get("use_remote_ssh")
+    model = Path(a.base_model).expanduser()
+    local = on_this_host and model.exists()  # on other lanes the path is the device's (or a hub id)
+    body.update(strategy=a.strategy, base_model=str(model.resolve()) if local else a.base_model)
+    if a.tracking_context:
+        body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
+    flags = {
+        "checkpoint_limit": a.checkpoint_limit,
+        "artifact_retention": a.artifact_retention,
+        "auto_push_hf": a.auto_push_hf,
+        "hf_repo_name": a.hf_repo_name,
+        "hf_private": a.hf_private,
+        "hf_upload_artifact": a.hf_upload_artifact,
+        "correlation_id": a.correlation_id,
+    }
+    body.update({k: v for k, v in flags.items() if v is not None})
+    return body
+
+
+@command("training", "plan", help="validate a training request with its defaults and lane; launches nothing")(
+    _request_args
+)
+async def training_plan(ctx: Ctx) -> int:
+    body = await _request_body(ctx)
+    result = await ctx.client.request("POST", "/v1/training/plan", body=body, params=_params(ctx))
+    ready = bool(result.get("ready")) if isinstance(result, dict) else False
+    title = "Training plan (nothing launched): " + ("ready" if ready else "a launch would be refused")
+    done(ctx, result, title=title)
+    return EXIT_OK if ready else EXIT_RULE  # a script can gate its launch on the plan
+
+
+async def _request_body(ctx: Ctx) -> dict[str, object]:
+    """The request, with --dataset-path uploaded for the project the run will be recorded under (the daemon reads
+    no path of this machine's; an upload the daemon already holds is stored once)."""
+    try:
+        body = build_request(ctx.args)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if ctx.args.dataset_path:
+        dataset = Path(ctx.args.dataset_path).expanduser()
+        # Nothing is uploaded for a request the daemon would refuse: its fields, then the data's contract.
+        try:
+            request_from_recipe({**body, "dataset_path": str(dataset)})
+        except InvalidRequest as exc:
+            raise InvalidInput(str(exc)) from exc
+        _check_locally(str(body["strategy"]), dataset, body.get("teacher_model"))
+        context = body.get("tracking_context")
+        workspace = ctx.workspace or ctx.settings.default_workspace
+        project = run_project(context if isinstance(context, dict) else None, workspace)
+        body["dataset_path"] = await upload_for(ctx, dataset, project)
+    return body
+
+
+def _check_locally(strategy: str, dataset: Path, teacher_model: object) -> None:
+    """The dataset contract, checked here before the upload: errors name your file and line, not a digest."""
+    try:
+        report = validate_dataset(
+            strategy, dataset, teacher_model=teacher_model if isinstance(teacher_model, str) else None
+        )
+    except FileNotFoundError as exc:
+        raise RuleRejected(str(exc), hint="--dataset-path names a file on this machine.") from exc
+    if not report.ok:
+        raise RuleRejected(
+            f"The dataset breaks the {strategy} contract; nothing was uploaded or launched.\n{format_report(report)}",
+            hint="Fix it; bashgym training validate checks it.",
+            details={"summary": report.summary},
+        )
+
+
+def _params(ctx: Ctx) -> dict[str, Any]:
+    a = ctx.args
+    return {"workspace": ctx.workspace, "dataset_version": a.dataset_version, "dataset_project": a.dataset_project}
+
+
+def _start_args(parser: argparse.ArgumentParser) -> None:
+    _request_args(parser)
+    parser.add_argument("--wait", action="store_true", help="wait until the run ends, printing its progress")
+
+
+# Where --wait stops: an end, a pause, or `unknown` (the trainer is gone; only a person's resume or stop moves it on).
+TERMINAL = {"completed", "failed", "cancelled", "paused", "unknown"}
+
+
+@command("training", "start", help="launch a training run (training.launch); answers with its ids at once")(_start_args)
+async def training_start(ctx: Ctx) -> int:
+    body = await _request_body(ctx)
+    started = await ctx.client.request(
+        "POST",
+        "/v1/training/start",
+        body=body,
+        params=_params(ctx),
+        correlation_id=ctx.args.correlation_id,
+    )
+    if not ctx.args.wait:
+        return done(ctx, started, title="Run queued")
+    final = await _wait(ctx, started["project_id"], started["run_id"], started.get("cursor") or 0)
+    done(ctx, {**started, "status": final["status"], "run": final}, title=f"Run {final['status']}")
+    return EXIT_OK if final["status"] == "completed" else EXIT_RULE
+
+
+async def _wait(ctx: Ctx, project: str, run_id: str, cursor: int) -> dict[str, Any]:
+    """Follow the run's events from its launch (`cursor`), not the project's first, until it stops moving."""
+    while True:
+        cursor, _ = await _show_events(ctx, project, run_id, cursor, wait_s=10)
+        run = await ctx.client.request(
+            "GET", f"/v1/projects/{project}/runs/{run_id}", params={"workspace": ctx.workspace}
+        )
+        if run["status"] in TERMINAL:
+            # Its end was recorded after the page above was read: show the rest, the end among it.
+            more = True
+            while more:
+                cursor, more = await _show_events(ctx, project, run_id, cursor, wait_s=0)
+            return dict(run)
+
+
+async def _show_events(ctx: Ctx, project: str, run_id: str, cursor: int, *, wait_s: float) -> tuple[int, bool]:
+    """Print the run's events in one page past `cursor`; return the next cursor and whether more pages follow."""
+    page = await ctx.client.request(
+        "GET",
+        f"/v1/projects/{project}/events",
+        params={"after_cursor": cursor, "wait_s": wait_s, "workspace": ctx.workspace},
+    )
+    for event in page["events"]:
+        if event["run_id"] == run_id and not ctx.as_json:
+            print(f"  {event['event_type']}: {_brief(event['payload'])}", file=sys.stderr)
+    return int(page["next_cursor"]), bool(page["has_more"])
+
+
+def _brief(payload: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in payload.items() if v not in (None, "", []))[:160]
+
+
+def _run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run id")
+    parser.add_argument("--project", required=True, help="project id (unassigned for runs without context)")
+
+
+@command("training", "status", help="one run: status, attempts, metrics summary, artifacts")(_run_args)
+async def training_status(ctx: Ctx) -> int:
+    run = await ctx.client.request(
+        "GET", f"/v1/projects/{ctx.args.project}/runs/{ctx.args.run}", params={"workspace": ctx.workspace}
+    )
+    return done(ctx, run, title=f"Run {ctx.args.run}")
+
+
+def _list_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="project id")
+    parser.add_argument("--status", help="filter by status")
+
+
+@command("training", "list", help="a project's runs, newest first")(_list_args)
+async def training_list(ctx: Ctx) -> int:
+    rows = await ctx.client.request(
+        "GET", f"/v1/projects/{ctx.args.project}/runs", params={"status": ctx.args.status, "workspace": ctx.workspace}
+    )
+    return done(ctx, rows, columns=["run_id", "method", "status", "context_status", "created_at"], title="Runs")
+
+
+def _log_args(parser: argparse.ArgumentParser) -> None:
+    _run_args(parser)
+    parser.add_argument("--tail", type=int, default=50, help="the last N lines")
+    parser.add_argument("--follow", action="store_true", help="keep printing new lines until the run ends")
+
+
+@command("training", "log", help="the run's training.log (redacted)")(_log_args)
+async def training_log(ctx: Ctx) -> int:
+    a = ctx.args
+    path, params = f"/v1/projects/{a.project}/runs/{a.run}", {"workspace": ctx.workspace}
+    printed: list[str] = []
+    while True:
+        lines = (await ctx.client.request("GET", f"{path}/log", params={**params, "tail": a.tail}))["lines"]
+        new = lines[_overlap(printed, lines) :]
+        if ctx.as_json and not a.follow:
+            return done(ctx, {"run_id": a.run, "lines": lines})
+        for line in new:
+            print(line)
+        printed = lines
+        run = await ctx.client.request("GET", path, params=params)
+        if not a.follow or run["status"] in TERMINAL:
+            return EXIT_OK
+        await asyncio.sleep(2)
+
+
+def _overlap(previous: list[str], current: list[str]) -> int:
+    """How many leading lines of `current` were already printed as the tail of `previous`."""
+    for size in range(min(len(previous), len(current)), 0, -1):
+        if previous[-size:] == current[:size]:
+            return size
+    return 0
+
+
+def _metrics_args(parser: argparse.ArgumentParser) -> None:
+    _run_args(parser)
+    parser.add_argument("--metric", default="train.loss", help="metric name (default train.loss)")
+
+
+@command("training", "metrics", help="a metric of a run with its summary")(_metrics_args)
+async def training_metrics(ctx: Ctx) -> int:
+    a = ctx.args
+    trend = await ctx.client.request(
+        "GET", f"/v1/projects/{a.project}/trend", params={"metric": a.metric, "run": a.run, "workspace": ctx.workspace}
+    )
+    if ctx.as_json:
+        return done(ctx, trend)
+    return done(ctx, {"metric": a.metric, **trend["summary"]}, title=f"{a.metric} of {a.run}")
+
+
+def _control(verb: str) -> Any:
+    async def handler(ctx: Ctx) -> int:
+        a = ctx.args
+        if verb == "stop" and not getattr(a, "yes", False) and sys.stdin.isatty():
+            answer = await asyncio.to_thread(input, f"Stop run {a.run}? It ends as cancelled. [y/N] ")
+            if answer.strip().lower() not in {"y", "yes"}:
+                print("Not stopped.")
+                return EXIT_OK
+        result = await ctx.client.request(
+            "POST", f"/v1/projects/{a.project}/runs/{a.run}/{verb}", params={"workspace": ctx.workspace}
+        )
+        return done(ctx, result, title=f"Run {a.run}: {verb}")
+
+    handler.__name__ = f"training_{verb}"
+    return handler
+
+
+def _stop_args(parser: argparse.ArgumentParser) -> None:
+    _run_args(parser)
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+command("training", "pause", help="pause a running run at its next step (checkpoint, GPU freed)")(_run_args)(
+    _control("pause")
+)
+command("training", "resume", help="resume a paused run from its checkpoint")(_run_args)(_control("resume"))
+command("training", "stop", help="stop a run (status cancelled); asks in a terminal unless --yes")(_stop_args)(
+    _control("stop")
+)

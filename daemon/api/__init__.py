@@ -1,0 +1,1 @@
+"""The HTTP surface: the FastAPI app, its middleware and routing, and one APIRouter module per resource."""

@@ -1,0 +1,126 @@
+"""Routes of authority: tokens, Discord grants, whoami and the audit trail."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from bashgym.client.models import GrantSpec, TokenIssue, TokenIssued, WhoAmI
+from bashgym.daemon.api.responses import json_response
+from bashgym.daemon.api.routing import AUTHENTICATED, Call, check_run_control, requires, written
+from bashgym.daemon.authority import check_grantable, hash_token, new_token
+from bashgym.ledger.errors import InvalidInput
+from bashgym.ledger.tx import new_id, utc_iso
+from bashgym.ledger.validation import check_identifier, check_timestamp
+from fastapi import APIRouter, Query
+from starlette.responses import Response
+
+AuthCall = Annotated[Call, requires(AUTHENTICATED)]
+ManageCall = Annotated[Call, requires("authority.manage")]
+
+
+router = APIRouter(prefix="/v1", tags=["authority"])
+
+
+@router.get("/auth/whoami", response_model=WhoAmI)
+async def whoami(call: AuthCall) -> Response:
+    p = call.principal
+    return json_response(
+        WhoAmI(
+            actor_id=p.actor_id,
+            token_id=p.token_id,
+            credential_kind=p.credential_kind,
+            capabilities=p.all_capabilities(),
+            workspace_id=p.workspace_id,
+            project_id=p.project_id,
+        )
+    )
+
+
+@router.get("/auth/check")
+async def check(
+    call: AuthCall,
+    capability: Annotated[str, Query(min_length=1, max_length=64)],
+    project: Annotated[str | None, Query(max_length=128)] = None,
+    run: Annotated[str | None, Query(max_length=128)] = None,
+) -> Response:
+    """Whether the caller may do what `capability` allows in `project` (on `run`, for run control): 200, or
+    the very refusal the action itself would meet. Adapters ask before they show a confirmation."""
+    if capability in ("training.control", "training.stop") and project and run:
+        await check_run_control(call.services.ledger, call.principal, capability, call.workspace, project, run)
+    else:
+        call.principal.require(capability, workspace_id=call.workspace, project_id=project)
+    return json_response({"capability": capability, "project": project, "run": run, "holds": True})
+
+
+@router.post("/auth/tokens", response_model=TokenIssued, status_code=201)
+async def issue_token(call: ManageCall, body: TokenIssue) -> Response:
+    check_grantable(body.profile, body.capabilities)
+    token = new_token()
+    expires = None
+    if body.expires_in_s:
+        expires = utc_iso(call.services.ledger.now() + timedelta(seconds=body.expires_in_s))
+    row = await call.services.ledger.insert_token(
+        call.actor,
+        token_id=new_id("tok"),
+        token_hash=hash_token(token),
+        actor_id=body.actor_id,
+        profile=body.profile,
+        capabilities=body.capabilities,
+        workspace_id=body.workspace_id,
+        project_id=body.project_id,
+        expires_at=expires,
+    )
+    issued = TokenIssued(token=token, **{k: row[k] for k in TokenIssued.model_fields if k not in {"token", "notice"}})
+    return json_response(issued, 201)
+
+
+@router.get("/auth/tokens")
+async def list_tokens(call: ManageCall) -> Response:
+    return json_response(await call.services.ledger.list_tokens())
+
+
+@router.post("/auth/tokens/{token_id}/revoke")
+async def revoke_token(call: ManageCall, token_id: str) -> Response:
+    return written(await call.services.ledger.revoke_token(call.actor, token_id))
+
+
+@router.get("/auth/audit")
+async def audit(
+    call: ManageCall,
+    since: str = "1970-01-01",
+    actor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> Response:
+    check_timestamp(since, field="since")
+    if actor is not None:
+        check_identifier(actor, field="actor")
+    return json_response(await call.services.ledger.audit_events(since=since, actor=actor, limit=limit))
+
+
+@router.post("/authority/grants", status_code=201)
+async def grant(call: ManageCall, body: GrantSpec) -> Response:
+    if "delegate.discord" in body.capabilities:
+        raise InvalidInput("delegate.discord belongs to the bot's token, never to a Discord user or role.")
+    check_grantable(body.profile, body.capabilities)
+    record = await call.services.ledger.insert_grant(
+        call.actor,
+        grant_id=new_id("grant"),
+        workspace_id=call.workspace,
+        project_id=body.project_id,
+        subject_kind=body.subject_kind,
+        subject_id=body.subject_id,
+        profile=body.profile,
+        capabilities=body.capabilities,
+    )
+    return json_response(record, 201)
+
+
+@router.get("/authority/grants")
+async def list_grants(call: ManageCall) -> Response:
+    return json_response(await call.services.ledger.list_grants(call.workspace))
+
+
+@router.post("/authority/grants/{grant_id}/revoke")
+async def revoke_grant(call: ManageCall, grant_id: str) -> Response:
+    return written(await call.services.ledger.revoke_grant(call.actor, grant_id))

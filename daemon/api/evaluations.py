@@ -1,0 +1,231 @@
+"""Evidence routes: running evaluations, comparing results, RunCards, the promotion gate and decision."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated, Any, Literal
+
+from bashgym.daemon.api.responses import json_response
+from bashgym.daemon.api.routing import Call, ReadCall, requires, written
+from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody
+from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate, validate_runcard
+from bashgym.daemon.request_paths import data_reference
+from bashgym.ledger.errors import NotFound, RuleRejected
+from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
+from bashgym.ledger.validation import canonical_json, check_identifier, sha256_text
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+EvalCall = Annotated[Call, requires("eval.run")]
+CardCall = Annotated[Call, requires("runcard.write")]
+DecideCall = Annotated[Call, requires("promotion.decide")]
+WITHHELD = {"withheld": "This suite is protected: per-task rows open only with eval.protected."}
+
+
+class RunCardBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # Left out: local_smoke below the method's minimum steps or on partial suites only, else narrow.
+    claim_tier: Literal["local_smoke", "narrow", "broad"] | None = None
+    decision: Literal["pending", "hold", "promote", "reject"] = "pending"
+    known_limitations: list[Annotated[str, Field(max_length=2000)]] = Field(default_factory=list, max_length=50)
+
+
+class DecideBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    alias: str = "champion"
+    model_version_id: str | None = None
+    override_reason: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
+
+
+def evidence_digest(evidence: Evidence, verdict: dict[str, Any]) -> str:
+    """What the gate read, as ids and states: equal digests mean the same evidence and so the same verdict."""
+    read = {
+        "run": [evidence.run["run_id"], evidence.run["status"], evidence.run.get("is_simulation")],
+        "results": sorted([r["result_id"], r["status"]] for r in evidence.results),
+        "comparisons": sorted(c["comparison_id"] for c in evidence.comparisons),
+        "runcards": sorted(card["card_id"] for card in evidence.runcards),
+        "verdict": [verdict["ship"], sorted(f["code"] for f in [*verdict["blockers"], *verdict["warnings"]])],
+    }
+    return sha256_text(canonical_json(read))
+
+
+async def _record_gate(
+    call: Call, project: str, run_id: str, evidence: Evidence, verdict: dict[str, Any], asked_by: str
+) -> dict[str, Any]:
+    asked = check_identifier(asked_by[:64], field="asked_by")
+    written_gate = await call.services.ledger.record_gate(
+        call.actor, call.workspace, project, run_id, verdict, evidence_digest(evidence, verdict), asked
+    )
+    return {**written_gate.record, "replayed": written_gate.replayed}
+
+
+async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
+    ledger = call.services.ledger
+    run = await ledger.get_run(call.workspace, project, run_id)
+    listing = await ledger.list_evaluations(call.workspace, project)
+    results = [r for r in listing["results"] if r.get("run_id") == run_id]
+    comparisons = await ledger.comparisons_with_candidates(call.workspace, project, [r["result_id"] for r in results])
+    by_id = {r["result_id"]: r for r in listing["results"]}
+    baselines = {
+        c["baseline_result_id"]: by_id[c["baseline_result_id"]] for c in comparisons if c["baseline_result_id"] in by_id
+    }
+    suites = {s["suite_id"]: s for s in listing["suites"]}
+    runcards = await ledger.runcards_of_run(call.workspace, project, run_id)
+    environment = await ledger.find_environment(call.workspace, project, run.get("environment_id"))
+    base_model_id = None
+    if run.get("model_version_id"):
+        base_model_id = (await ledger.get_model_version(call.workspace, project, run["model_version_id"]))["model_id"]
+    environment_digest = environment["runtime_digest"] if environment else None
+    baseline_models = {}  # which model each baseline evaluated: distillation asks for the teacher among them
+    for result_id, baseline in baselines.items():
+        if baseline.get("model_version_id"):
+            with contextlib.suppress(NotFound):
+                baseline_models[result_id] = await ledger.get_model_version(
+                    call.workspace, project, baseline["model_version_id"]
+                )
+    return Evidence(
+        run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id, baseline_models
+    )
+
+
+async def withhold_protected(call: Call, project: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-task details of protected suites stay closed to principals without eval.protected."""
+    if not results or call.principal.holds("eval.protected", project):
+        return results
+    protected = await call.services.ledger.protected_suites(call.workspace, project)
+    return [{**r, "details": WITHHELD} if r["suite_id"] in protected else r for r in results]
+
+
+router = APIRouter(prefix="/v1", tags=["evidence"])
+
+
+@router.post("/projects/{project}/evaluations", status_code=202)
+async def evaluation_start(call: EvalCall, project: str, body: EvalRunBody) -> Response:
+    if body.dataset_path is not None:
+        place = await data_reference(call.reach, body.dataset_path, field="dataset_path", project=project)
+        body = body.model_copy(update={"dataset_path": place})
+    started = await call.services.evaluator.start(call.actor, call.workspace, project, body)
+    return json_response(started, 202)
+
+
+@router.get("/projects/{project}/evaluation-jobs")
+async def evaluation_jobs(call: ReadCall, project: str) -> Response:
+    """The evaluations this daemon ran or runs since it started (the campaign runner's included), oldest first."""
+    return json_response({"jobs": call.services.evaluator.jobs_of(call.workspace, project)})
+
+
+@router.get("/projects/{project}/evaluations/{evaluation_id}")
+async def evaluation_status(call: ReadCall, project: str, evaluation_id: str) -> Response:
+    return json_response(call.services.evaluator.status(call.workspace, project, evaluation_id))
+
+
+@router.post("/projects/{project}/evaluations/compare", status_code=201)
+async def evaluation_compare(call: EvalCall, project: str, body: CompareBody) -> Response:
+    return json_response(await call.services.evaluator.compare(call.actor, call.workspace, project, body), 201)
+
+
+@router.post("/projects/{project}/runs/{run_id}/runcards", status_code=201)
+async def runcard_create(call: CardCall, project: str, run_id: str, body: RunCardBody) -> Response:
+    evidence = await gather_evidence(call, project, run_id)
+    card = build_runcard(
+        evidence,
+        claim_tier=body.claim_tier or default_claim_tier(evidence),
+        decision=body.decision,
+        limitations=body.known_limitations,
+        creator=call.principal.actor_id,
+    )
+    return written(await call.services.ledger.record_runcard(call.actor, call.workspace, project, card))
+
+
+@router.get("/projects/{project}/runs/{run_id}/runcards")
+async def runcard_list(call: ReadCall, project: str, run_id: str) -> Response:
+    return json_response({"runcards": await call.services.ledger.runcards_of_run(call.workspace, project, run_id)})
+
+
+@router.get("/projects/{project}/runs/{run_id}/runcards/validate")
+async def runcard_validate(call: ReadCall, project: str, run_id: str, promotion: bool = False) -> Response:
+    findings = validate_runcard(await gather_evidence(call, project, run_id), promotion=promotion)
+    return json_response(
+        {"run_id": run_id, "ok": not any(f["severity"] == "fail" for f in findings), "findings": findings}
+    )
+
+
+@router.get("/projects/{project}/runs/{run_id}/gate")
+async def promotion_gate(call: ReadCall, project: str, run_id: str, asked_by: str = "gate") -> Response:
+    """The gate's verdict, recorded as `gate.evaluated` (once per state of the evidence) so channels see it."""
+    evidence = await gather_evidence(call, project, run_id)
+    verdict = gate(evidence)
+    recorded = await _record_gate(call, project, run_id, evidence, verdict, asked_by)
+    return json_response({**verdict, "recorded": recorded})
+
+
+@router.post("/projects/{project}/runs/{run_id}/promote", status_code=201)
+async def promotion_decide(call: DecideCall, project: str, run_id: str, body: DecideBody) -> Response:
+    evidence = await gather_evidence(call, project, run_id)
+    verdict = gate(evidence)
+    await _record_gate(call, project, run_id, evidence, verdict, "decide")
+    if not verdict["ship"] and body.override_reason is None:
+        raise RuleRejected(
+            f"The promotion gate blocks run {run_id}: {', '.join(b['code'] for b in verdict['blockers'])}.",
+            hint="bashgym promote gate --run RUN lists each blocker with its next action; an override needs "
+            "promotion.override and --override-reason.",
+            details=verdict,
+        )
+    if not verdict["ship"]:
+        call.principal.require("promotion.override", workspace_id=call.workspace, project_id=project)
+    ledger = call.services.ledger
+    version = body.model_version_id or await _register_run_model(call, project, evidence)
+    outcome = "promote" if verdict["ship"] else "override"
+    rationale = (
+        f"gate shipped run {run_id}"
+        if verdict["ship"]
+        else f"override of blockers {[b['code'] for b in verdict['blockers']]}: {body.override_reason}"
+    )
+    refs = [*(r["result_id"] for r in evidence.results), *(c["comparison_id"] for c in evidence.comparisons)]
+    refs += [card["card_id"] for card in evidence.runcards[:1]]
+    decision = await ledger.record_decision(
+        call.actor,
+        call.workspace,
+        project,
+        DecisionSpec(
+            decision_type="promotion",
+            outcome=outcome,
+            rationale=rationale,
+            run_id=run_id,
+            evidence_refs=refs[:200],
+        ),
+    )
+    moved = await ledger.move_alias(
+        call.actor,
+        call.workspace,
+        project,
+        AliasMove(alias=body.alias, model_version_id=version, decision_id=decision.record["decision_id"]),
+    )
+    return json_response({"gate": verdict, "decision": decision.record, "alias": moved.record}, 201)
+
+
+async def _register_run_model(call: Call, project: str, evidence: Evidence) -> str:
+    """The run's kept model as a model version, with its lineage and file digests."""
+    run = evidence.run
+    if not run.get("artifacts"):
+        raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to promote.")
+    prefix = f"bashgym://runs/{run['run_id']}/"
+    spec = ModelVersionSpec.model_validate(
+        {
+            "model_version_id": f"mv-{run['run_id']}"[:128],
+            "model_id": evidence.base_model_id or "bashgym-model",
+            "source_uri": f"bashgym://runs/{run['run_id']}",
+            "parent_version_id": run.get("model_version_id"),
+            "files": [
+                {
+                    "path": a["uri"].removeprefix(prefix),
+                    "sha256": a["sha256"],
+                    "size_bytes": a["size_bytes"],
+                }
+                for a in run["artifacts"]
+            ],
+        }
+    )
+    written_version = await call.services.ledger.register_model_version(call.actor, call.workspace, project, spec)
+    return str(written_version.record["model_version_id"])

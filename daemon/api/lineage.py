@@ -1,0 +1,92 @@
+"""Lineage routes: projects, experiments, and the model, dataset and environment versions a run is made from."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from bashgym.client.models import (
+    DatasetFromBlob,
+    DatasetVersionSpec,
+    EnvironmentSpec,
+    ExperimentSpec,
+    ModelVersionSpec,
+    ProjectSpec,
+    WriteResult,
+)
+from bashgym.daemon.api.responses import json_response
+from bashgym.daemon.api.routing import (
+    NamedProjectsRead,
+    NamedProjectWrite,
+    ReadCall,
+    WriteCall,
+    authorise,
+    written,
+)
+from bashgym.daemon.blobs import count_rows
+from bashgym.daemon.request_paths import check_model_source, require_held
+from fastapi import APIRouter
+from starlette.responses import Response
+
+router = APIRouter(prefix="/v1", tags=["lineage"])
+
+
+@router.post("/projects", response_model=WriteResult, status_code=201)
+async def create_project(call: NamedProjectWrite, body: ProjectSpec) -> Response:
+    authorise(call, body.project_id)  # a principal scoped to P may create P, and only P
+    return written(await call.services.ledger.create_project(call.actor, call.workspace, body))
+
+
+@router.get("/projects")
+async def list_projects(call: NamedProjectsRead) -> Response:
+    """The workspace's projects; a principal scoped to some projects sees those alone."""
+    projects = await call.services.ledger.list_projects(call.workspace)
+    return json_response([p for p in projects if call.principal.holds("ledger.read", p["project_id"])])
+
+
+@router.get("/projects/{project}")
+async def show_project(call: ReadCall, project: str) -> Response:
+    return json_response(await call.services.ledger.get_project(call.workspace, project))
+
+
+@router.post("/projects/{project}/experiments", response_model=WriteResult, status_code=201)
+async def create_experiment(call: WriteCall, project: str, body: ExperimentSpec) -> Response:
+    return written(await call.services.ledger.create_experiment(call.actor, call.workspace, project, body))
+
+
+@router.get("/projects/{project}/experiments")
+async def list_experiments(call: ReadCall, project: str) -> Response:
+    return json_response(await call.services.ledger.list_experiments(call.workspace, project))
+
+
+@router.post("/projects/{project}/model-versions", response_model=WriteResult, status_code=201)
+async def register_model_version(call: WriteCall, project: str, body: ModelVersionSpec) -> Response:
+    await check_model_source(call.reach, project, body.model_dump())
+    return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, body))
+
+
+@router.post("/projects/{project}/dataset-versions", response_model=WriteResult, status_code=201)
+async def register_dataset_version(call: WriteCall, project: str, body: DatasetVersionSpec) -> Response:
+    return written(await call.services.ledger.register_dataset_version(call.actor, call.workspace, project, body))
+
+
+@router.post("/projects/{project}/dataset-versions/from-blob", response_model=WriteResult, status_code=201)
+async def register_dataset_from_blob(call: WriteCall, project: str, body: DatasetFromBlob) -> Response:
+    blobs = call.services.blobs
+    await require_held(call.reach, project, body.sha256)
+    name = Path(body.filename).name
+    rows = await asyncio.to_thread(count_rows, blobs.path_for(body.sha256), name)
+    spec = DatasetVersionSpec(
+        dataset_version_id=body.dataset_version_id,
+        dataset_id=body.dataset_id,
+        source_uri=f"bashgym://artifacts/sha256/{body.sha256}",
+        content_digest=body.sha256,
+        split_manifest={"file": name, **body.split_manifest},
+        row_counts={"total": rows},
+    )
+    return written(await call.services.ledger.register_dataset_version(call.actor, call.workspace, project, spec))
+
+
+@router.post("/projects/{project}/environments", response_model=WriteResult, status_code=201)
+async def register_environment(call: WriteCall, project: str, body: EnvironmentSpec) -> Response:
+    return written(await call.services.ledger.register_environment(call.actor, call.workspace, project, body))

@@ -1,0 +1,139 @@
+"""How a route declares its capability: the `requires` dependency, and the Call it hands the handler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from bashgym.daemon.api.responses import MUTATING, json_response
+from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.daemon.request_paths import Reach
+from bashgym.daemon.services import Services
+from bashgym.ledger.errors import Unauthenticated
+from bashgym.ledger.models import Actor, WriteResult
+from bashgym.ledger.store import Ledger
+from bashgym.ledger.validation import check_identifier
+from fastapi import Depends, Query, Request
+from starlette.responses import Response
+
+
+@dataclass(frozen=True)
+class Call:
+    """One authorised request: who, in which workspace, under which capability and correlation id."""
+
+    services: Services
+    principal: Principal
+    workspace: str
+    actor: Actor
+
+    @property
+    def reach(self) -> Reach:
+        """What this request may reach on the daemon's host (request_paths)."""
+        return Reach(self.services.settings, self.services.ledger, self.services.blobs, self.workspace)
+
+
+AUTHENTICATED = "authenticated"  # the declared "capability" of routes any valid principal may call
+
+
+async def _authenticate(request: Request, workspace: str | None) -> tuple[Services, str, Principal]:
+    """Who calls, in which workspace; changes are rate-limited per principal here."""
+    services: Services = request.app.state.services
+    ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
+    try:
+        principal = await resolve_request(
+            services.ledger,
+            request.headers,
+            now=services.ledger.now(),
+            workspace_id=ws,
+            allowed_guilds=frozenset(services.settings.discord_guild_ids),
+        )
+    except Unauthenticated:
+        # Guessing tokens is throttled per client address; a good token from the same address is never held up.
+        services.bad_token_limiter.check(request.client.host if request.client else "unknown")
+        raise
+    limiter = services.limiter if request.method in MUTATING else services.read_limiter
+    limiter.check(principal.actor_id)
+    return services, ws, principal
+
+
+def _call(request: Request, services: Services, ws: str, principal: Principal, capability: str) -> Call:
+    correlation = request.scope.get("state", {}).get("correlation_id", "")
+    return Call(services, principal, ws, principal.actor(capability, correlation))
+
+
+def requires(capability: str) -> Any:
+    """Dependency that authenticates, rate-limits changes and checks `capability` before the handler runs."""
+
+    async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services, ws, principal = await _authenticate(request, workspace)
+        if capability != AUTHENTICATED:
+            principal.require(capability, workspace_id=ws, project_id=request.path_params.get("project"))
+        return _call(request, services, ws, principal, capability)
+
+    authorise.capability = capability  # type: ignore[attr-defined]
+    return Depends(authorise)
+
+
+def requires_somewhere(capability: str) -> Any:
+    """For routes whose project is named in the body (a run's tracking context, an upload's `?project=`): the
+    caller must hold `capability` in some project here; the handler then judges it against the project the
+    request names, with `authorise(call, project)`."""
+
+    async def authorise_later(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services, ws, principal = await _authenticate(request, workspace)
+        if (principal.workspace_id and principal.workspace_id != ws) or not principal.holds_anywhere(capability):
+            principal.require(capability, workspace_id=ws)  # raises, naming the capability and the scope
+        return _call(request, services, ws, principal, capability)
+
+    authorise_later.capability = capability  # type: ignore[attr-defined]
+    return Depends(authorise_later)
+
+
+def authorise(call: Call, project: str) -> None:
+    """Judge the route's capability against the project the request names (see requires_somewhere)."""
+    call.principal.require(call.actor.capability, workspace_id=call.workspace, project_id=project)
+
+
+async def check_run_control(
+    ledger: Ledger, principal: Principal, capability: str, ws: str, project: str, run_id: str
+) -> None:
+    """Raise Forbidden unless `principal` may use `capability` (training.control or training.stop) on the run."""
+    if capability == "training.control":
+        principal.require("training.control", workspace_id=ws, project_id=project)
+    if not principal.holds("training.stop", project):
+        run = await ledger.get_run(ws, project, run_id)
+        is_own = run["launched_by"] == principal.actor_id
+        if not (is_own and principal.holds("training.control", project)):
+            principal.require("training.stop", workspace_id=ws, project_id=project)
+
+
+def requires_run_control(capability: str) -> Any:
+    """Run control: `training.stop` acts on any run; `training.control` on the caller's own runs, or on any
+    run for a principal who also holds `training.stop` ("own" = launched by the caller)."""
+
+    async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services, ws, principal = await _authenticate(request, workspace)
+        project, run_id = request.path_params["project"], request.path_params["run_id"]
+        await check_run_control(services.ledger, principal, capability, ws, project, run_id)
+        return _call(request, services, ws, principal, capability)
+
+    authorise.capability = capability  # type: ignore[attr-defined]
+    return Depends(authorise)
+
+
+ReadCall = Annotated[Call, requires("ledger.read")]
+WriteCall = Annotated[Call, requires("ledger.write")]
+# Routes whose project is named in the request (an upload's ?project=, a run's context, a new project's id).
+NamedProjectWrite = Annotated[Call, requires_somewhere("ledger.write")]
+NamedProjectsRead = Annotated[Call, requires_somewhere("ledger.read")]
+
+
+def written(result: WriteResult) -> Response:
+    return json_response(result, 200 if result.replayed else 201)
+
+
+def check_optional(value: str | None, check: Callable[[str], object]) -> None:
+    """A filter left out matches everything; one given must be well formed, or it would silently match nothing."""
+    if value is not None:
+        check(value)

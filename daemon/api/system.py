@@ -1,0 +1,106 @@
+"""System routes: health, the ledger's own checks and backup, uploads, and durable consumer cursors."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+from bashgym.client.models import (
+    BlobStored,
+    ConsumerCursor,
+    CursorAck,
+    Health,
+)
+from bashgym.daemon.api.responses import json_response
+from bashgym.daemon.api.routing import (
+    AUTHENTICATED,
+    Call,
+    NamedProjectWrite,
+    ReadCall,
+    authorise,
+    requires,
+)
+from bashgym.daemon.authority import consumer_capability
+from bashgym.daemon.host_paths import HostPaths
+from bashgym.daemon.services import Services, uptime_s
+from bashgym.ledger.models import UNASSIGNED
+from bashgym.ledger.validation import (
+    check_identifier,
+)
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/health", response_model=Health, tags=["system"])
+async def health(request: Request) -> Response:
+    services: Services = request.app.state.services
+    ledger_status = await services.ledger.quick_status()
+    return json_response(
+        Health(
+            status="ok" if ledger_status == "ok" else "degraded",
+            version=services.version,
+            uptime_s=uptime_s(services),
+            ledger=ledger_status,
+            pid=os.getpid(),
+        )
+    )
+
+
+@router.get("/ledger/health", tags=["ledger"])
+async def ledger_health(call: ReadCall) -> Response:
+    return json_response(await call.services.ledger.health())
+
+
+@router.get("/ledger/verify", tags=["ledger"])
+async def ledger_verify(call: ReadCall) -> Response:
+    return json_response(await call.services.ledger.verify())
+
+
+@router.post("/ledger/backup", tags=["ledger"])
+async def ledger_backup(call: Annotated[Call, requires("ledger.backup")], to: Annotated[str, Query()]) -> Response:
+    """Copy the whole ledger (every workspace) into the operator's backup directory, 0600: an admin action."""
+    target = HostPaths(call.services.settings).backup_target(to)
+    return json_response({"to": str(target), **await call.services.ledger.backup(target)})
+
+
+@router.put("/blobs", response_model=BlobStored, tags=["artifacts"])
+async def put_blob(call: NamedProjectWrite, request: Request, project: str = UNASSIGNED) -> Response:
+    """Upload a file for `project` (a dataset, model files, a wheel): the project holds it, within its quota."""
+    check_identifier(project, field="project")
+    authorise(call, project)
+    services, ws = call.services, call.workspace
+    quotas = {
+        "quota_bytes": services.settings.project_quota_bytes,
+        "workspace_quota_bytes": services.settings.workspace_quota_bytes,
+    }
+
+    async def admit(sha: str, size: int) -> None:
+        """Nothing past a quota is stored: bytes the project holds already cost nothing more."""
+        if not await services.ledger.holds_blob(ws, project, sha):
+            await services.ledger.check_quota(ws, project, size, **quotas)
+
+    await services.ledger.check_quota(ws, project, 0, **quotas)  # a full project reads no body
+    sha, size = await services.blobs.put_stream(
+        request.stream(), max_bytes=services.settings.max_upload_bytes, admit=admit
+    )
+    await services.ledger.hold_blob(call.actor, ws, project, sha, size, **quotas)
+    return json_response(BlobStored(sha256=sha, size_bytes=size, project_id=project))
+
+
+@router.get("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
+async def get_cursor(call: ReadCall, name: str) -> Response:
+    return json_response(await call.services.ledger.get_consumer_cursor(check_identifier(name, field="name")))
+
+
+@router.put("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
+async def put_cursor(call: Annotated[Call, requires(AUTHENTICATED)], name: str, body: CursorAck) -> Response:
+    """Move a durable consumer's cursor: it needs that consumer's own capability (consumer_capability)."""
+    check_identifier(name, field="name")
+    capability, project = consumer_capability(name)
+    call.principal.require(capability, workspace_id=call.workspace, project_id=project)
+    actor = call.principal.actor(capability, call.actor.correlation_id)
+    return json_response(
+        await call.services.ledger.ack_consumer_cursor(name, body.cursor, actor=actor, ws=call.workspace)
+    )

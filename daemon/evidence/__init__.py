@@ -1,0 +1,1 @@
+"""Evidence: evaluations as child processes, RunCards and the promotion gate, model exchange and sources."""

@@ -1,0 +1,531 @@
+"""Evaluations as child processes: a model (or the gold solutions) on the shipped terminal-task suite,
+every attempt sandboxed; the result, its per-task scores and the canaries land in the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from bashgym.daemon.background import until_stored
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
+from bashgym.daemon.evidence.sources import local_model_dir, run_model_dir
+from bashgym.daemon.host_paths import check_device_reach
+from bashgym.daemon.lanes.remote import read_from
+from bashgym.daemon.lanes.ssh import Device, RemoteRun
+from bashgym.daemon.request_paths import Reach, check_model_source
+from bashgym.daemon.settings import Settings
+from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
+from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
+from bashgym.ledger.store import Ledger
+from bashgym.ledger.tx import new_id
+from bashgym.ledger.validation import sha256_text
+from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
+from bashgym.trainers.contracts.evidence import paired_bootstrap
+from bashgym.trainers.contracts.placement import DeviceChoice, ran_alike, ran_on
+from bashgym.trainers.environments.terminal_tasks import TERMINAL_CONTRACT, SuiteDefinition, default_suite
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger("bashgym.evaluations")
+
+
+def terminal_suite_spec(suite: SuiteDefinition) -> EvalSuiteSpec:
+    """How a terminal-task suite is registered: its scoring contract, pinned by the digest of its definition."""
+    return EvalSuiteSpec.model_validate(suite.registration())
+
+
+def partial_suite_spec(summary: dict[str, Any]) -> EvalSuiteSpec:
+    """A `--limit-tasks` subset of a terminal-task suite: its own id and kind, pinned by the whole suite's digest
+    and the subset's size."""
+    partial = summary["partial"]
+    digest = sha256_text(f"{summary['suite_digest']}:{partial['tasks']}:{partial['of_tasks']}")
+    return EvalSuiteSpec.model_validate(
+        {
+            "suite_id": summary["suite_id"],
+            "kind": PARTIAL_SUITE_KIND,
+            "scoring_contract": TERMINAL_CONTRACT,
+            "code_digest": digest,
+        }
+    )
+
+
+class EvalRunBody(BaseModel):
+    """What `bashgym eval run` asks for: one subject (a run, a model version, or the gold solutions)."""
+
+    model_config = ConfigDict(extra="forbid")
+    suite_id: str = "bash-tasks-v1"
+    run_id: str | None = None
+    model_version_id: str | None = None
+    gold: bool = False
+    samples: int = Field(1, ge=1, le=64)
+    split: Literal["all", "holdout"] = "all"
+    limit_tasks: int | None = Field(None, ge=1)
+    max_new_tokens: int = Field(48, ge=1, le=1024)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    seed: int = 0
+    min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
+    # Held-out rows of the method's own data (absolute path on the daemon's host) instead of the task suite.
+    dataset_path: str | None = None
+    compute_target: str = "local"  # or ssh:<device_id>: the evaluator runs on that device
+    # Where on that host the model runs: auto takes a CUDA GPU with room for it (bfloat16), else the CPU (float32).
+    device: DeviceChoice = "auto"
+
+
+HELDOUT_CONTRACTS = {
+    "generation": {
+        "primary_metric": "exact_match",
+        "metrics": {
+            "exact_match": {"direction": "maximize"},
+            "normalized_match": {"direction": "maximize"},
+            "heldout_loss": {"direction": "minimize"},
+        },
+    },
+    "session": {
+        "primary_metric": "target_likelihood",
+        "metrics": {
+            "target_likelihood": {"direction": "maximize"},
+            "masked_kl": {"direction": "minimize"},
+            "masked_ce": {"direction": "minimize"},
+            "masked_tokens": {"direction": "maximize"},
+        },
+    },
+    "preference": {
+        "primary_metric": "preference_accuracy",
+        "metrics": {
+            "preference_accuracy": {"direction": "maximize"},
+            "reward_margin": {"direction": "maximize"},
+            "heldout_loss": {"direction": "minimize"},
+        },
+    },
+}
+
+
+class CompareBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    baseline_result_id: str
+    candidate_result_id: str
+    resamples: int = Field(2000, ge=100, le=100_000)
+    seed: int = 0
+
+
+class EvaluationService:
+    """Owns the evaluator child processes; their results are recorded when they finish."""
+
+    def __init__(self, settings: Settings, ledger: Ledger, blobs: BlobStore, *, threads: int | None = None) -> None:
+        self.settings = settings
+        self.threads = threads  # each local evaluator's torch threads (settings.local_thread_limit)
+        self.ledger = ledger
+        self.blobs = blobs
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(1)
+
+    async def __aenter__(self) -> EvaluationService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def start(self, actor: Actor, ws: str, project: str, body: EvalRunBody) -> dict[str, Any]:
+        suite = default_suite()
+        if body.dataset_path is not None:
+            if body.gold:
+                raise RuleRejected("Held-out data has no gold solutions; evaluate a run or a model version.")
+            if not body.dataset_path.startswith("/") or not await asyncio.to_thread(Path(body.dataset_path).is_file):
+                raise RuleRejected(
+                    f"dataset_path {body.dataset_path!r} is not a file.",
+                    hint="Name a file in a data root, or upload it (bashgym eval run --dataset-path FILE does).",
+                )
+        elif body.suite_id != suite.suite_id:
+            raise RuleRejected(
+                f"Suite {body.suite_id!r} is not a terminal-task suite this daemon runs; it runs {suite.suite_id!r}.",
+                hint="Record results of other suites with POST /v1/projects/{project}/eval-results.",
+            )
+        subjects = [body.run_id is not None, body.model_version_id is not None, body.gold]
+        if sum(subjects) != 1:
+            raise RuleRejected("Name exactly one of run_id, model_version_id or gold.", hint="bashgym eval run --run R")
+        if body.dataset_path is None:
+            await self._ensure_suite(actor, ws, project, suite)
+        model, attempt_id = await self._model_of(ws, project, body)
+        eval_id = new_id("eval")
+        eval_dir = self.settings.home / "evaluations" / eval_id
+        request = EvalRequest(
+            model=model,
+            kind="heldout" if body.dataset_path else "terminal_tasks",
+            dataset_path=body.dataset_path,
+            reference_model=await self._reference_of(ws, project, body) if body.dataset_path else None,
+            samples=body.samples,
+            split=body.split,
+            limit_tasks=body.limit_tasks,
+            max_new_tokens=body.max_new_tokens,
+            temperature=body.temperature,
+            seed=body.seed,
+            min_holdout_pass_at_1=body.min_holdout_pass_at_1,
+            device=body.device,
+        )
+        device = await self._device_of(ws, body.compute_target)
+        await asyncio.to_thread(_write, eval_dir / "eval_request.json", request.model_dump_json(indent=2))
+        job = {
+            "evaluation_id": eval_id,
+            "workspace_id": ws,
+            "project_id": project,
+            "suite_id": None if body.dataset_path else suite.suite_id,
+            "run_id": body.run_id,
+            "model_version_id": body.model_version_id,
+            "gold": body.gold,
+            "compute_target": body.compute_target,
+            "device": body.device,
+            "placement": None,  # where the evaluator put the model (cpu, cuda), once it has loaded it
+            "status": "queued",
+            "done": 0,
+            "total": None,
+            "result_id": None,
+            "error": "",
+        }
+        self.jobs[eval_id] = job
+        task = asyncio.create_task(self._run(actor, ws, project, eval_dir, job, attempt_id, device))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return dict(job)
+
+    def jobs_of(self, ws: str, project: str) -> list[dict[str, Any]]:
+        return [dict(j) for j in self.jobs.values() if j["workspace_id"] == ws and j["project_id"] == project]
+
+    def status(self, ws: str, project: str, eval_id: str) -> dict[str, Any]:
+        job = self.jobs.get(eval_id)
+        if job is None or (job["workspace_id"], job["project_id"]) != (ws, project):
+            raise NotFound(
+                f"No evaluation {eval_id!r} in project {project!r} since the daemon started.",
+                hint="Finished evaluations are results: bashgym ledger evaluations --project P.",
+            )
+        return dict(job)
+
+    async def _ensure_suite(self, actor: Actor, ws: str, project: str, suite: SuiteDefinition) -> None:
+        await self.ledger.register_eval_suite(actor, ws, project, terminal_suite_spec(suite))
+
+    async def _reference_of(self, ws: str, project: str, body: EvalRunBody) -> str | None:
+        """The frozen base a full-weights run moved from, for its held-out preference margin (an adapter's base is
+        itself with the adapter disabled)."""
+        if body.run_id is None:
+            return None
+        config = (await self.ledger.get_run(ws, project, body.run_id)).get("config") or {}
+        return None if config.get("use_lora", True) else config.get("base_model")
+
+    async def _model_of(self, ws: str, project: str, body: EvalRunBody) -> tuple[str, str | None]:
+        if body.gold:
+            return GOLD, None
+        if body.run_id is not None:
+            run = await self.ledger.get_run(ws, project, body.run_id)
+            if run["status"] != "completed":
+                raise Conflict(f"Run {body.run_id} is {run['status']}; only a completed run's model can be evaluated.")
+            kept = run_model_dir(self.settings, body.run_id)
+            if await asyncio.to_thread(kept.is_dir):
+                return str(kept), run["attempts"][-1]["attempt_id"]
+            raise RuleRejected(
+                f"Run {body.run_id} kept no model files in {kept.parent}.",
+                hint="Evaluate a registered model version instead (--model-version).",
+            )
+        version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
+        await check_model_source(Reach(self.settings, self.ledger, self.blobs, ws), project, version)
+        directory = await asyncio.to_thread(local_model_dir, self.settings, self.blobs, ws, project, version)
+        if directory is None or not await asyncio.to_thread(directory.is_dir):
+            raise RuleRejected(
+                f"Model version {body.model_version_id} lives at {version['source_uri']}, not a directory here.",
+                hint="Evaluate it where its files are, or register its files with bashgym model register --dir.",
+            )
+        return str(directory), None
+
+    async def _device_of(self, ws: str, target: str) -> Device | None:
+        if target == "local":
+            return None
+        if not target.startswith("ssh:"):
+            raise RuleRejected(f"Evaluations run on `local` or `ssh:<device_id>`, not `{target}`.")
+        try:
+            record = await self.ledger.get_device(ws, target.removeprefix("ssh:"))
+        except NotFound as exc:
+            raise RuleRejected(exc.message, hint=exc.hint) from exc
+        if not record["ready"]:
+            raise RuleRejected(
+                f"Device {record['device_id']} is not ready.", hint=f"bashgym device preflight {record['device_id']}"
+            )
+        await check_device_reach(self.settings, record)
+        return Device.from_record(record)
+
+    async def _run(
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        eval_dir: Path,
+        job: dict[str, Any],
+        attempt_id: str | None,
+        device: Device | None = None,
+    ) -> None:
+        try:
+            async with self._slots:
+                job["status"] = "running"
+                code = await (self._child(eval_dir, job) if device is None else self._remote(eval_dir, job, device))
+                if code != 0:
+                    job["status"], job["error"] = "failed", job["error"] or f"evaluator exited with code {code}"
+                    return
+                job["result_id"] = await until_stored(
+                    lambda: self._record(actor, ws, project, eval_dir, job, attempt_id),
+                    what=f"evaluation {job['evaluation_id']}",
+                )
+                job["status"] = "completed"
+        except asyncio.CancelledError:
+            job["status"], job["error"] = "failed", "the daemon stopped during the evaluation"
+            raise
+        except Exception as exc:  # recorded on the job: the caller polls it
+            log.exception("Evaluation %s failed", job["evaluation_id"])
+            job["status"], job["error"] = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+
+    async def _child(self, eval_dir: Path, job: dict[str, Any]) -> int:
+        python = self.settings.trainer_python or sys.executable
+        proc = await asyncio.create_subprocess_exec(
+            python,
+            "-u",
+            "-m",
+            "bashgym.trainers.evaluate",
+            str(eval_dir),
+            "--parent-pid",
+            str(os.getpid()),
+            *([] if self.threads is None else ["--threads", str(self.threads)]),
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        try:
+            async for raw in proc.stdout:
+                _observe(job, raw)
+            return await proc.wait()
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+
+    async def _remote(self, eval_dir: Path, job: dict[str, Any], device: Device) -> int:
+        """The evaluator on an SSH device: upload the request, model and data, follow it, fetch its summary."""
+        request = json.loads(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
+        files: dict[str, Path] = {}
+        if request["model"] != GOLD:
+            files["model"], request["model"] = Path(request["model"]), "model"
+        if request.get("dataset_path"):
+            files["dataset.jsonl"], request["dataset_path"] = Path(request["dataset_path"]), "dataset.jsonl"
+        remote = RemoteRun(device, job["evaluation_id"], eval_dir)
+        await remote.open()
+        try:
+            await remote.upload(request, files, name="eval_request.json")
+            await remote.launch(resume=False, module="bashgym.trainers.evaluate", args=device.core_share())
+            offset = 0
+            while True:
+                code = await remote.exit_code()
+                await remote.sync()
+                data = await asyncio.to_thread(read_from, eval_dir / "protocol.jsonl", offset)
+                end = data.rfind(b"\n") + 1
+                offset += end
+                for raw in data[:end].splitlines():
+                    _observe(job, raw)
+                if code is not None:
+                    break
+                await asyncio.sleep(self.settings.ssh_poll_s)
+            if code == 0:
+                await remote.fetch("summary.json")
+                if request.get("kind", "terminal_tasks") == "terminal_tasks":
+                    await remote.fetch("attempts.jsonl")
+                await remote.remove()
+            return code
+        finally:
+            await remote.close()
+
+    async def _record(
+        self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
+    ) -> str:
+        summary = json.loads(await asyncio.to_thread((eval_dir / "summary.json").read_text))
+        if summary.get("kind") in HELDOUT_CONTRACTS:
+            return await self._record_heldout(actor, ws, project, eval_dir, job, attempt_id, summary)
+        attempts_sha, _ = await self.blobs.put_file(eval_dir / "attempts.jsonl")
+        if summary.get("partial"):  # a subset of the suite is a suite of its own, which no gate takes for the whole
+            await self.ledger.register_eval_suite(actor, ws, project, partial_suite_spec(summary))
+            job["suite_id"] = summary["suite_id"]
+        overall, holdout = summary["overall"], summary["holdout"]
+        metrics = {k: float(v) for k, v in overall.items() if k.startswith("pass@") or k.endswith("_rate")}
+        metrics["mean_success"] = float(overall["mean_success"])
+        if holdout:
+            metrics |= {
+                f"holdout.{k}": float(v) for k, v in holdout.items() if k.startswith("pass@") or k.endswith("_rate")
+            }
+        details = {
+            "model": "gold" if job["gold"] else job["run_id"] or job["model_version_id"],
+            "samples": summary["samples"],
+            "isolation": summary["isolation"],
+            "cpu_threads": summary.get("cpu_threads"),  # the model's torch threads (None: gold, or an older evaluator)
+            "placement": summary.get("placement"),  # device, dtype and why (None: gold, or an older evaluator)
+            "per_task": {tid: {"family": t["family"], "pass@1": t["pass@1"]} for tid, t in overall["per_task"].items()},
+            "by_family": overall["by_family"],
+            "holdout_gate": summary["holdout_gate"],
+            "contamination": summary["contamination"],
+            "canaries": summary.get("canaries"),
+            "safety": summary.get("safety"),  # how attempts were watched and what they did (None: an older evaluator)
+            "suite_digest": summary["suite_digest"],
+            "partial": summary.get("partial"),
+            "attempts_sha256": attempts_sha,
+        }
+        spec = EvalResultSpec(
+            suite_id=summary["suite_id"],
+            run_id=job["run_id"],
+            attempt_id=attempt_id,
+            model_version_id=job["model_version_id"],
+            metrics=metrics,
+            sample_count=int(overall["attempts"]),
+            details=details,
+        )
+        written = await self.ledger.record_eval_result(actor, ws, project, spec)
+        return str(written.record["result_id"])
+
+    async def _record_heldout(
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        eval_dir: Path,
+        job: dict[str, Any],
+        attempt_id: str | None,
+        summary: dict[str, Any],
+    ) -> str:
+        request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
+        data_sha, size = await self.blobs.put_file(Path(str(request.dataset_path)))
+        await self.ledger.hold_blob(actor, ws, project, data_sha, size)  # the suite's data is the project's
+        suite_id = f"heldout-{summary['kind']}-{data_sha[:16]}"
+        suite = EvalSuiteSpec.model_validate(
+            {
+                "suite_id": suite_id,
+                "kind": f"heldout_{summary['kind']}",
+                "scoring_contract": HELDOUT_CONTRACTS[summary["kind"]],
+                "code_digest": data_sha,
+            }
+        )
+        await self.ledger.register_eval_suite(actor, ws, project, suite)
+        job["suite_id"] = suite_id
+        metrics = {k: float(v) for k, v in summary["metrics"].items() if v == v}  # NaN: no scored rows
+        details = {
+            "model": job["run_id"] or job["model_version_id"],
+            "kind": summary["kind"],
+            "dataset_sha256": data_sha,
+            "reference_model": summary.get("reference_model"),
+            "cpu_threads": summary.get("cpu_threads"),
+            "placement": summary.get("placement"),
+            "per_task": {
+                tid: {"family": t["family"], "pass@1": t["pass@1"]}
+                for tid, t in summary["per_task"].items()
+                if "pass@1" in t
+            },
+        }
+        spec = EvalResultSpec(
+            suite_id=suite_id,
+            run_id=job["run_id"],
+            attempt_id=attempt_id,
+            model_version_id=job["model_version_id"],
+            metrics=metrics,
+            sample_count=int(summary["rows"]),
+            details=details,
+        )
+        written = await self.ledger.record_eval_result(actor, ws, project, spec)
+        return str(written.record["result_id"])
+
+    async def compare(self, actor: Actor, ws: str, project: str, body: CompareBody) -> dict[str, Any]:
+        """Paired bootstrap of the primary metric over the tasks both results share, clustered by family."""
+        listing = await self.ledger.list_evaluations(ws, project)
+        by_id = {r["result_id"]: r for r in listing["results"]}
+        missing = [rid for rid in (body.baseline_result_id, body.candidate_result_id) if rid not in by_id]
+        if missing:
+            raise NotFound(f"No evaluation result {missing[0]!r} in project {project!r}.")
+        baseline, candidate = by_id[body.baseline_result_id], by_id[body.candidate_result_id]
+        if baseline["suite_id"] != candidate["suite_id"]:
+            raise RuleRejected(
+                f"Result {baseline['result_id']} is on suite {baseline['suite_id']!r} and {candidate['result_id']} on "
+                f"{candidate['suite_id']!r}; results compare only on the exact same suite.",
+                hint="Evaluate both models on one suite, then compare those results.",
+            )
+        base_tasks = (baseline.get("details") or {}).get("per_task") or {}
+        cand_tasks = (candidate.get("details") or {}).get("per_task") or {}
+        if not base_tasks or not cand_tasks:
+            raise RuleRejected(
+                "Both results need per-task scores to compare; one was recorded without them.",
+                hint="Re-run the evaluation with bashgym eval run.",
+            )
+        shared = sorted(set(base_tasks) & set(cand_tasks))
+        if not shared:
+            raise RuleRejected("The two results share no task; they cannot be paired.")
+        try:
+            stats = paired_bootstrap(
+                {t: base_tasks[t]["pass@1"] for t in shared},
+                {t: cand_tasks[t]["pass@1"] for t in shared},
+                {t: base_tasks[t]["family"] for t in shared},
+                resamples=body.resamples,
+                seed=body.seed,
+            )
+        except ValueError as exc:
+            raise RuleRejected(
+                f"These results cannot be compared: {exc}",
+                hint="Evaluate both models on more of the suite (a larger --limit-tasks, or all of it).",
+            ) from exc
+        # Where each side's model ran: bfloat16 on a GPU does not sample bit for bit as float32 on a CPU, so a
+        # comparison across placements says so (the notice shows it).
+        base_ran, cand_ran = ran_on(baseline.get("details") or {}, candidate.get("details") or {})
+        suite = next((x for x in listing["suites"] if x["suite_id"] == baseline["suite_id"]), None)
+        primary = suite["scoring_contract"]["primary_metric"] if suite else "pass@1"
+        spec = ComparisonSpec(
+            baseline_result_id=baseline["result_id"],
+            candidate_result_id=candidate["result_id"],
+            primary_metric=primary,
+            delta=stats["delta"],
+            ci_low=stats["ci_low"],
+            ci_high=stats["ci_high"],
+            details={
+                **stats,
+                "paired_tasks": len(shared),
+                "method": "paired cluster bootstrap by task_family",
+                "ran_on": {"baseline": base_ran, "candidate": cand_ran},
+                "ran_alike": ran_alike(base_ran, cand_ran),
+            },
+        )
+        return (await self.ledger.record_comparison(actor, ws, project, spec)).record
+
+
+def _observe(job: dict[str, Any], raw: bytes) -> None:
+    """Apply one protocol line of the evaluator to the job's progress."""
+    try:
+        line = json.loads(raw)
+    except ValueError:
+        return
+    if line.get("event") == "started":
+        job["total"], job["isolation"] = line.get("tasks"), line.get("isolation")
+        job["placement"] = line.get("placement")
+    elif line.get("event") == "progress":
+        job["done"] = line.get("done", job["done"])
+    elif line.get("event") == "failed":
+        job["error"] = str(line.get("error", ""))[:2000]
+
+
+def _scores(summary: dict[str, Any], *, prefix: str) -> dict[str, float]:
+    """The rates and pass@k of a summary, as ledger metrics."""
+    return {
+        f"{prefix}{name}": float(value)
+        for name, value in summary.items()
+        if name.startswith("pass@") or name.endswith("_rate")
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

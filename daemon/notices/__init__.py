@@ -1,0 +1,1 @@
+"""Ledger events for people: notices rendered for Discord and the console, and sinks that forward events."""

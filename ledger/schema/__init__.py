@@ -1,0 +1,1 @@
+"""The ledger's schema, one numbered migration per module (append-only: ledger/migrations.py pins each)."""

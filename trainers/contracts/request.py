@@ -1,0 +1,337 @@
+"""The training request: the one model every launch surface validates, importable without torch.
+
+Field names are those of the operator documents (see ../shared/RECIPES.md); an unknown field is
+refused with the closest valid name, so a typo never trains with defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Strategy = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+STRATEGIES: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
+
+# Methods BashGym knows of but does not start directly, and where they run instead.
+SEPARATE_WORKFLOWS: dict[str, str] = {
+    "dppo": "DPPO replay and its backends run as a separate method-specific workflow, not a direct launch.",
+    "reward_model": "Reward-model training is a separate workflow, not a direct launch.",
+    "reward-model": "Reward-model training is a separate workflow, not a direct launch.",
+    "rm": "Reward-model training is a separate workflow, not a direct launch.",
+    "cascade": "Cascade (MOPD) training is a separate workflow, not a direct launch.",
+    "mopd": "Cascade (MOPD) training is a separate workflow, not a direct launch.",
+    "echo": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+    "rwml": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+    "echo_rwml": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+}
+
+REFUSED_TARGETS: dict[str, str] = {
+    "cloud": "Bare `cloud` names no lane; use `cloud:nemo-customizer`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
+    "`local`.",
+    "hf-jobs": "Hugging Face Jobs run through their own surface and keep their job identity; use `local`, "
+    "`ssh:<device_id>`, `ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "managed": "Managed provider fine-tunes run through their own surface; use `local`, `ssh:<device_id>`, "
+    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "skypilot": "SkyPilot plans run through their own surface; use `local`, `ssh:<device_id>`, "
+    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "dstack": "dstack plans run through their own surface; use `local`, `ssh:<device_id>`, "
+    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+}
+
+_DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+# A speed setting: "auto" lets the trainer decide from the machine and the data; true or false forces it.
+Toggle = Literal["auto"] | bool
+SPEED_FIELDS: tuple[str, ...] = (
+    "compile",
+    "packing",
+    "liger",
+    "bf16",
+    "fused_adamw",
+    "gradient_checkpointing",
+    "dataloader_workers",
+    "pin_memory",
+    "find_unused_parameters",
+)
+# Scale-out (issue 14): the strategies `accelerate launch` runs; DeepSpeed's only where the package is installed.
+DistributedStrategy = Literal["ddp", "fsdp", "deepspeed-zero2", "deepspeed-zero3"]
+MixedPrecision = Literal["auto", "no", "bf16", "fp16"]
+
+
+class InvalidRequest(ValueError):
+    """A request that cannot be trained as sent; the message says what to send instead."""
+
+
+def closest_field(name: str, fields: list[str]) -> str | None:
+    matches = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    if matches:
+        return matches[0]
+    # "epochs" is far from "num_epochs" by ratio but is its suffix; accept such containment.
+    contained = [f for f in fields if f.endswith(name) or name.endswith(f)]
+    return min(contained, key=len) if contained else None
+
+
+def parse_compute_target(target: str) -> tuple[str, str | None]:
+    """Split a compute target into (lane, device id); raise InvalidRequest for anything not a real lane."""
+    if target == "local":
+        return "local", None
+    if target == "cloud:nemo-customizer":
+        return "nemo", None
+    if target.startswith("ssh:"):
+        device = target[len("ssh:") :]
+        if not _DEVICE_ID.match(device):
+            raise InvalidRequest(
+                f"`{target}` does not name a device; use ssh:<device_id> with a registered id (bashgym device list)."
+            )
+        return "ssh", device
+    if target.startswith("ssh-group:"):
+        group = target[len("ssh-group:") :]
+        if not _DEVICE_ID.match(group):
+            raise InvalidRequest(
+                f"`{target}` does not name a device group; use ssh-group:<group_id> with a registered group "
+                "(bashgym device group list)."
+            )
+        return "ssh-group", group
+    head, _, rest = target.lower().partition(":")
+    if head == "cloud" and rest:
+        # `cloud:<name>` names the lane it means: say that lane's refusal, not bare cloud's.
+        if rest.startswith("nemo"):
+            raise InvalidRequest(f"compute_target `{target}` is not a lane; did you mean `cloud:nemo-customizer`?")
+        head = rest.split(":", 1)[0]
+    for prefix, reason in REFUSED_TARGETS.items():
+        if head == prefix or head.startswith(prefix):
+            raise InvalidRequest(f"compute_target `{target}` is refused. {reason}")
+    raise InvalidRequest(
+        f"compute_target `{target}` is not a lane; use `local`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
+        "`cloud:nemo-customizer`."
+    )
+
+
+class TrainingRequest(BaseModel):
+    """One training launch, exactly as the operator documents spell it."""
+
+    # allow_inf_nan=False: NaN passes no range check's comparison, so `learning_rate: NaN` would otherwise be
+    # refused as "less than or equal to 1" instead of as what it is.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    strategy: Strategy
+    base_model: Annotated[str, Field(min_length=1, max_length=500)]
+    dataset_path: Annotated[str, Field(min_length=1, max_length=4000)]
+    eval_dataset_path: str | None = None
+    num_epochs: Annotated[float, Field(gt=0, le=1000)] = 1.0
+    max_steps: Annotated[int, Field(ge=-1)] = -1
+    batch_size: Annotated[int, Field(ge=1, le=4096)] = 1
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=4096)] = 8
+    learning_rate: Annotated[float, Field(gt=0, le=1.0)] = 2e-5
+    warmup_ratio: Probability = 0.0
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
+    # Speed (issue 13): "auto" resolves per machine and run (bashgym.trainers.speed); the run records what
+    # was asked and what was used. null is read as "auto" (it used to mean the trainer's default).
+    gradient_checkpointing: Toggle = "auto"
+    compile: Toggle = "auto"
+    packing: Toggle = "auto"
+    liger: Toggle = "auto"
+    bf16: Toggle = "auto"
+    fused_adamw: Toggle = "auto"
+    dataloader_workers: Annotated[int, Field(ge=0, le=64)] | Literal["auto"] = "auto"
+    pin_memory: Toggle = "auto"
+    # DDP's search for weights a step did not reach (a scaled-out run only).
+    find_unused_parameters: Toggle = "auto"
+    # Scale-out (issue 14), in accelerate's terms: num_processes counts every process over all machines.
+    # One process on one machine with ddp is the plain path; anything else runs through `accelerate launch`.
+    num_processes: Annotated[int, Field(ge=1, le=4096)] = 1
+    num_machines: Annotated[int, Field(ge=1, le=64)] = 1
+    distributed_strategy: DistributedStrategy = "ddp"
+    # "auto" follows the bf16 speed setting; "no", "bf16" and "fp16" fix it for every rank.
+    mixed_precision: MixedPrecision = "auto"
+    max_seq_length: Annotated[int, Field(ge=8, le=1_048_576)] = 4096
+    save_steps: Annotated[int, Field(ge=1)] = 500
+    logging_steps: Annotated[int, Field(ge=1)] = 1
+    seed: int = 42
+    use_lora: bool = True
+    lora_rank: Annotated[int, Field(ge=1, le=1024)] = 16
+    lora_alpha: Annotated[int, Field(ge=1, le=4096)] = 32
+    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    load_in_4bit: bool = False
+    sft_backend: Literal["auto", "plain"] = "auto"
+    # DPO
+    dpo_beta: Annotated[float, Field(gt=0, le=100)] = 0.1
+    dpo_backend: Literal["auto", "plain"] = "auto"
+    # GRPO / RLVR
+    training_profile: Literal["default", "terminal_rl_tmax_like"] = "default"
+    grpo_backend: Literal["auto", "plain"] = "auto"
+    grpo_loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
+    grpo_reward_mode: Literal["verification", "execution"] = "verification"
+    grpo_group_size: Annotated[int, Field(ge=2, le=1024)] = 32
+    grpo_num_generations: Annotated[int, Field(ge=2, le=1024)] = 32
+    grpo_temperature: Annotated[float, Field(gt=0, le=5)] = 0.7
+    grpo_max_completion_length: Annotated[int, Field(ge=1, le=65536)] = 256
+    filter_zero_std_groups: bool = True
+    active_sampling: bool = False
+    token_level_loss: bool = True
+    lm_head_fp32: bool = False
+    # Teacher distillation
+    teacher_model: str | None = None
+    teacher_temperature: Annotated[float, Field(gt=0, le=10)] = 0.7
+    distillation_alpha: Probability = 0.5
+    distillation_max_completion_length: Annotated[int, Field(ge=1, le=65536)] = 256
+    # Session distillation
+    session_distillation_alpha: Probability = 0.7
+    session_distillation_temperature: Annotated[float, Field(gt=0, le=10)] = 1.0
+    session_distillation_min_confidence: Probability = 0.6
+    session_distillation_mask_policy: Literal["target_span_only"] = "target_span_only"
+    session_distillation_context_mode: Literal["hint_injected"] = "hint_injected"
+    session_distillation_reader: Literal["heuristic"] = "heuristic"
+    # Storage and publication
+    checkpoint_limit: Annotated[int, Field(ge=1, le=20)] = 1
+    artifact_retention: Literal["adapter_only", "adapter_checkpoint", "deployable", "full_run"] = "adapter_only"
+    auto_push_hf: bool = False
+    hf_repo_name: (
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")] | None
+    ) = None
+    hf_private: bool = True
+    hf_upload_artifact: Literal["auto", "adapter", "merged"] = "auto"
+    # Set by the daemon at launch, never by a request: `<workspace>/<project>` the run is recorded under. The
+    # trainer pushes only into a repository it created for that project (trainers/hub.py).
+    hf_repo_owner: Annotated[str, Field(max_length=400)] | None = None
+    # Where and for whom
+    compute_target: str = "local"
+    device_id: str | None = None
+    nemo_dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
+    use_remote_ssh: bool = False
+    tracking_context: dict[str, Any] | None = None
+    correlation_id: Annotated[str, Field(max_length=200)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _explain_unknown_and_refused(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = list(cls.model_fields)
+        for key in data:
+            if key not in cls.model_fields:
+                suggestion = closest_field(str(key), fields)
+                hint = f"; did you mean `{suggestion}`?" if suggestion else "."
+                raise InvalidRequest(f"`{key}` is not a field{hint}")
+        if data.get("gradient_checkpointing", "auto") is None:
+            # Requests stored before the speed fields said null for "the trainer's default"; auto replaces it.
+            data = {**data, "gradient_checkpointing": "auto"}
+        strategy = str(data.get("strategy", "")).lower()
+        if strategy in SEPARATE_WORKFLOWS:
+            raise InvalidRequest(f"strategy `{strategy}` is not started directly. {SEPARATE_WORKFLOWS[strategy]}")
+        if strategy and strategy not in STRATEGIES:
+            raise InvalidRequest(f"strategy `{strategy}` is unknown; use one of {', '.join(STRATEGIES)}.")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingRequest:
+        lane, device = parse_compute_target(self.compute_target)
+        if lane == "ssh":
+            if self.device_id is not None and self.device_id != device:
+                raise InvalidRequest(
+                    f"compute_target names device `{device}` but device_id is `{self.device_id}`; they must agree."
+                )
+            if "use_remote_ssh" in self.model_fields_set and not self.use_remote_ssh:
+                raise InvalidRequest(
+                    f"compute_target `{self.compute_target}` runs over SSH, but use_remote_ssh is "
+                    "false; drop use_remote_ssh or set it true."
+                )
+            # Normalised, so the request as stored (request.json) validates again as it was accepted.
+            object.__setattr__(self, "use_remote_ssh", True)
+            object.__setattr__(self, "device_id", device)
+        elif self.use_remote_ssh:
+            raise InvalidRequest(
+                f"use_remote_ssh is true but compute_target is `{self.compute_target}`; use "
+                "compute_target `ssh:<device_id>`."
+            )
+        elif self.device_id is not None:
+            raise InvalidRequest(
+                f"device_id `{self.device_id}` is set with compute_target `{self.compute_target}`; "
+                "a device belongs only with `ssh:<device_id>`."
+            )
+        self._check_scale_out(lane)
+        if self.nemo_dataset is not None and lane != "nemo":
+            raise InvalidRequest(
+                f"nemo_dataset names a NeMo Data Store dataset, which only compute_target "
+                f"`cloud:nemo-customizer` reads; drop it for `{self.compute_target}`."
+            )
+        if self.auto_push_hf and not self.hf_repo_name:
+            raise InvalidRequest("auto_push_hf needs hf_repo_name; BashGym never invents a repository name.")
+        both = {"token_level_loss", "grpo_loss_type"} <= self.model_fields_set
+        if both and self.token_level_loss != (self.grpo_loss_type in {"dapo", "bnpo", "dr_grpo"}):
+            averaging = "per sequence" if self.token_level_loss else "over tokens"
+            raise InvalidRequest(
+                f"token_level_loss is {str(self.token_level_loss).lower()} but grpo_loss_type "
+                f"`{self.grpo_loss_type}` averages {averaging}; "
+                "use dapo/bnpo/dr_grpo for token-level loss, grpo for sequence-level."
+            )
+        if self.strategy == "rlvr" and self.grpo_reward_mode != "verification":
+            raise InvalidRequest(
+                "rlvr rewards come from a deterministic verifier; set grpo_reward_mode "
+                "`verification` or use strategy `grpo`."
+            )
+        return self
+
+    def _check_scale_out(self, lane: str) -> None:
+        if self.num_processes % self.num_machines:
+            raise InvalidRequest(
+                f"num_processes {self.num_processes} does not split evenly over num_machines {self.num_machines}; "
+                "num_processes counts every process on every machine (accelerate's meaning), so make it a multiple."
+            )
+        if self.num_machines > 1 and lane != "ssh-group":
+            raise InvalidRequest(
+                f"num_machines {self.num_machines} needs compute_target `ssh-group:<group_id>`, a device group with "
+                "one member per machine (bashgym device group create)."
+            )
+        if lane == "nemo" and (self.is_distributed or self.mixed_precision != "auto"):
+            raise InvalidRequest(
+                "NeMo Customizer places its own jobs; drop num_processes, num_machines, distributed_strategy and "
+                "mixed_precision for `cloud:nemo-customizer`."
+            )
+        clash = {"bf16": self.bf16 is False, "no": self.bf16 is True, "fp16": self.bf16 is True}
+        if clash.get(self.mixed_precision, False):
+            raise InvalidRequest(
+                f"mixed_precision `{self.mixed_precision}` contradicts bf16 {str(self.bf16).lower()}; set one of them, "
+                "or make them agree."
+            )
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether the run goes through `accelerate launch` rather than one plain trainer process."""
+        return self.num_processes > 1 or self.num_machines > 1 or self.distributed_strategy != "ddp"
+
+    @property
+    def lane(self) -> str:
+        return parse_compute_target(self.compute_target)[0]
+
+    @property
+    def ssh_device(self) -> str | None:
+        lane, name = parse_compute_target(self.compute_target)
+        return name if lane == "ssh" else None
+
+    @property
+    def device_group(self) -> str | None:
+        lane, name = parse_compute_target(self.compute_target)
+        return name if lane == "ssh-group" else None
+
+
+CLI_ONLY_FIELDS = frozenset(
+    {"strategy", "base_model", "dataset_path", "compute_target", "correlation_id", "tracking_context"}
+)
+
+
+def merge_config_file(config: dict[str, Any]) -> dict[str, Any]:
+    """Check a --config file: known request fields only, and never the ones the command line owns."""
+    owned = sorted(CLI_ONLY_FIELDS & set(config))
+    if owned:
+        raise InvalidRequest(f"--config may not set {', '.join(owned)}; pass them as command-line flags.")
+    fields = list(TrainingRequest.model_fields)
+    for key in config:
+        if key not in TrainingRequest.model_fields:
+            suggestion = closest_field(str(key), fields)
+            hint = f"; did you mean `{suggestion}`?" if suggestion else "."
+            raise InvalidRequest(f"`{key}` in --config is not a field{hint}")
+    return dict(config)
