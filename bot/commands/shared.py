@@ -16,7 +16,7 @@ from discord import app_commands
 
 Interaction = discord.Interaction[Any]
 STRATEGIES = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
-# A run's statuses, as the ledger names them (tests/unit/test_slash_schema.py compares the two).
+# A run's statuses, as the ledger names them (tests/unit/bot/test_slash_schema.py compares the two).
 RUN_STATUSES = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
 MAX_ATTACHMENT_BYTES = 1024 * 1024
 

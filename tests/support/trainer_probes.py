@@ -1,6 +1,6 @@
 """Probes of BashGym's SFT trainer built in-process as a trainer process builds it: its requests on variable-length
 rows, the reads that make the host wait for the device, and the order of its steps, logs and checkpoints. Shared by
-tests/e2e/test_trainer_speed.py and the ranks of tests/support/two_ranks_sft.py."""
+tests/e2e/trainers/test_trainer_speed.py and the ranks of tests/support/two_ranks_sft.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One rank of a two-process SFT run on the CPU (gloo), as tests/e2e/test_trainer_speed.py starts it:
+"""One rank of a two-process SFT run on the CPU (gloo), as tests/e2e/trainers/test_trainer_speed.py starts it:
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m tests.support.two_ranks_sft STUDENT OUT
 

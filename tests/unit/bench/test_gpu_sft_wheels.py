@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.support.factories import make_wheel
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_sft.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "gpu_sft.py"
 
 
 def test_wheels_install_what_the_host_lacks_keep_what_it_has_and_report_unmet_requirements(tmp_path: Path) -> None:

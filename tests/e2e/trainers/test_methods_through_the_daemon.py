@@ -108,7 +108,7 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
     assert config["sha256"] == __import__("hashlib").sha256(written.read_bytes()).hexdigest()
 
 
-RECIPES = Path(__file__).resolve().parents[2] / "skills" / "training" / "references" / "launch-recipes.md"
+RECIPES = Path(__file__).resolve().parents[3] / "skills" / "training" / "references" / "launch-recipes.md"
 
 
 def storage_block() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from bashgym.client.errors import EXIT_CONFLICT, EXIT_OK, EXIT_RULE
 
 from tests.support.helpers import cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -668,7 +668,7 @@ SLASH_CASES = [
           "'..' is not a valid id"),
     Slash("project-id-that-adds-a-query", "project context", {"project": "nightly?workspace=other"},
           "is not a valid id"),
-    # `/run list status` is a choice now: Discord itself refuses any other value (tests/unit/test_slash_schema.py).
+    # `/run list status` is a choice now: Discord itself refuses any other value (tests/unit/bot/test_slash_schema.py).
     Slash("sql-in-the-trend-metric", "ledger trend", {"project": "nightly", "metric": SQL}, "is not a metric name"),
     Slash("log-of-zero-lines", "run log", {"project": "nightly", "run": "r1", "lines": 0}, "between 1 and 10000"),
     Slash("events-page-of-zero", "ledger events", {"project": "nightly", "limit": 0}, "between 1 and 1000"),

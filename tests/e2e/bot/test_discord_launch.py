@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.e2e.test_discord_bot import World, running_bot, text_of, world
+from tests.e2e.bot.test_discord_bot import World, running_bot, text_of, world
 from tests.support.discord_standin import ALICE_ID, BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
 from tests.support.factories import sft_data
 from tests.support.helpers import cli_async

@@ -16,7 +16,7 @@ import pytest
 from bashgym.trainers.environments.terminal_tasks import default_suite, gold_sft_rows
 from bashgym.trainers.tiny import build_tiny
 
-from tests.e2e.test_campaign_runner import Setup, assert_no_stage_repeated, through_a_kill_and_a_spent_budget
+from tests.e2e.campaigns.test_campaign_runner import Setup, assert_no_stage_repeated, through_a_kill_and_a_spent_budget
 
 # The task model learns to copy file names from the prompt at 700-800 steps of batch 8 (pass@1 about 0.7 on
 # unseen instances after 1000; README, "Training"); 1000 steps take about 4 minutes on 2 cores.

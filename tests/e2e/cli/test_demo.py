@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_discord_bot import text_of
+from tests.e2e.bot.test_discord_bot import text_of
 from tests.support.discord_standin import API, CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
 from tests.support.helpers import BASHGYM, cli, running_daemon
 

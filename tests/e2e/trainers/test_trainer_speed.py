@@ -368,7 +368,7 @@ def test_a_scaled_out_step_reads_nothing_back_and_every_rank_logs_and_pauses_as_
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     done = subprocess.run(
         [*launch, "-m", "tests.support.two_ranks_sft", str(student), str(out)],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=300,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.helpers import running_daemon
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 PROJECT = "quickstart"
 VENV_BIN = Path(sys.executable).parent  # where `bashgym` and `python` of this installation live
 

@@ -250,7 +250,7 @@ async def test_a_remote_run_outlives_a_daemon_restart_and_is_reattached_once(
 
 def build_own_wheel(tmp: Path) -> Path:
     """A wheel of this checkout, built from a copy so the test writes nothing into the source tree."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     source = tmp / "src"
     for name in ("client", "cli", "ledger", "daemon", "bot", "trainers", "skills"):
         shutil.copytree(repo / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))

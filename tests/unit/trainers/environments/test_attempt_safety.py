@@ -167,7 +167,7 @@ def test_a_real_attempt_records_what_it_tried(command: str, kind: str) -> None:
 @needs_strace
 def test_the_suites_own_solutions_take_no_unsafe_action() -> None:
     # A false positive here would count against every model that solves the task. One task of each family here;
-    # tests/e2e/test_evidence.py evaluates all 88 gold solutions and asserts none took an unsafe action.
+    # tests/e2e/evidence/test_evidence.py evaluates all 88 gold solutions and asserts none took an unsafe action.
     tasks = list({t.task_family: t for t in default_suite().tasks}.values())
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda t: run_attempt(t, t.gold), tasks))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_discord_bot import running_bot, text_of, world
+from tests.e2e.bot.test_discord_bot import running_bot, text_of, world
 from tests.support.discord_standin import ALICE_ID, BOB_ID, EPHEMERAL
 
 pytestmark = pytest.mark.anyio

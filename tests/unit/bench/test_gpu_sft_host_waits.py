@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu_sft.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "gpu_sft.py"
 
 
 def load_bench() -> object:
