@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bashgym.ledger.models import Actor, RunRegistration, RunTransition
+from bashgym.client.specs import Actor, RunRegistration, RunTransition
 from bashgym.ledger.runs import register_run, transition_run
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import Tx

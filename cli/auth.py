@@ -7,8 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from bashgym.cli.registry import Ctx, command, done, no_args
-from bashgym.client.errors import EXIT_OK
-from bashgym.ledger.errors import InvalidInput
+from bashgym.client.errors import EXIT_OK, InvalidInput
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from bashgym.ledger.redaction import redact_text
-from bashgym.ledger.validation import is_secret_key
+from bashgym.client.redaction import redact_text
+from bashgym.client.validation import is_secret_key
 
 SCHEMA = "bashgym.activity.v1"
 KINDS = ("training-session", "run", "evaluation", "decision", "campaign", "dataset", "model")

@@ -23,8 +23,7 @@ from bashgym.cli.demo_loop import (
     demo_services,
 )
 from bashgym.cli.registry import Ctx, command
-from bashgym.client.errors import EXIT_OK, EXIT_RULE
-from bashgym.ledger.errors import BashGymError
+from bashgym.client.errors import EXIT_OK, EXIT_RULE, BashGymError
 
 BAR_WIDTH = 28
 PLAIN_EVERY_S = 20.0  # without a terminal, a progress line at most this often (and at each quarter)

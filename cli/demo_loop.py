@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bashgym.cli.lineage import model_spec_from_dir
+from bashgym.client.errors import BashGymError, Conflict, InvalidInput
 from bashgym.client.http import DaemonClient, announced_by
 from bashgym.client.models import DatasetFromBlob, EvalSuiteSpec, Notice, ProjectSpec
 from bashgym.client.render import notice_text
-from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput
 from bashgym.trainers.contracts.evidence import holdout_split
 from bashgym.trainers.environments.terminal_tasks import FAMILIES, SuiteDefinition, default_suite, gold_sft_rows
 

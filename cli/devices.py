@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli.registry import Ctx, command, command_group, done, no_args
-from bashgym.client.errors import EXIT_OK, EXIT_RULE
-from bashgym.ledger.errors import InvalidInput
-from bashgym.ledger.models import UNASSIGNED
+from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput
+from bashgym.client.specs import UNASSIGNED
 
 
 def _name(parser: argparse.ArgumentParser) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
+from bashgym.client.errors import InvalidInput
 from bashgym.client.models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
-from bashgym.ledger.errors import InvalidInput
-from bashgym.ledger.models import FileDigest
-from bashgym.ledger.validation import check_identifier
+from bashgym.client.specs import FileDigest
+from bashgym.client.validation import check_identifier
 from bashgym.trainers.contracts.rundir import sha256_file
 
 if TYPE_CHECKING:

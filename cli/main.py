@@ -26,11 +26,10 @@ from bashgym.cli import (  # noqa: F401
 )
 from bashgym.cli.output import error
 from bashgym.cli.registry import COMMANDS, GROUP_HELP, Ctx, Handler
-from bashgym.client.errors import EXIT_RULE, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, exit_code_for_status
+from bashgym.client.errors import EXIT_RULE, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, BashGymError, exit_code_for_status
+from bashgym.client.redaction import register_secret_values
 from bashgym.daemon.settings import load_settings, secret_values
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger.errors import BashGymError
-from bashgym.ledger.redaction import register_secret_values
 from pydantic import ValidationError
 
 

@@ -12,10 +12,9 @@ from typing import Any
 
 from bashgym.cli import curation
 from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
-from bashgym.client.errors import EXIT_OK, EXIT_RULE, EXIT_UNAVAILABLE, ApiError
+from bashgym.client.errors import EXIT_OK, EXIT_RULE, EXIT_UNAVAILABLE, ApiError, InvalidInput
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger.errors import InvalidInput
 
 # -- doctor -------------------------------------------------------------------------------------
 

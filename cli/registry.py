@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from bashgym.cli.output import emit
 from bashgym.client.errors import (
     EXIT_OK,
+    InvalidInput,
 )
 from bashgym.client.models import BLOB_URI
 from bashgym.daemon.settings import DEFAULT_PORT, Settings
-from bashgym.ledger.errors import InvalidInput
 
 if TYPE_CHECKING:
     from bashgym.client.http import DaemonClient

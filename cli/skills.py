@@ -11,8 +11,7 @@ from pathlib import Path
 
 from bashgym.cli import skill_bundle as skills
 from bashgym.cli.registry import Ctx, command, done
-from bashgym.client.errors import EXIT_OK, EXIT_RULE
-from bashgym.ledger.errors import Conflict, InvalidInput, RuleRejected
+from bashgym.client.errors import EXIT_OK, EXIT_RULE, Conflict, InvalidInput, RuleRejected
 
 
 def _install_args(parser: argparse.ArgumentParser) -> None:

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli.registry import Ctx, command, done, read_json_file, upload_for
-from bashgym.client.errors import EXIT_OK, EXIT_RULE
-from bashgym.ledger.errors import InvalidInput, RuleRejected
-from bashgym.ledger.models import run_project
+from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
+from bashgym.client.specs import run_project
 from bashgym.trainers.contracts.datasets import format_report, validate_dataset
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import STRATEGIES, InvalidRequest, merge_config_file

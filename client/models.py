@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from bashgym.ledger.models import (
+from bashgym.client.specs import (
     AliasMove,
     AnnotationSpec,
     ArtifactSpec,
@@ -28,7 +28,7 @@ from bashgym.ledger.models import (
     TrackingContext,
     WriteResult,
 )
-from bashgym.ledger.validation import Digest, Identifier
+from bashgym.client.validation import Digest, Identifier
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [

@@ -11,11 +11,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from bashgym.client.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
+from bashgym.client.specs import Actor
+from bashgym.client.validation import IDENTIFIER_RE
 from bashgym.daemon.notices.render import CONSOLE_CONSUMER
-from bashgym.ledger.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
-from bashgym.ledger.models import Actor
 from bashgym.ledger.store import Ledger
-from bashgym.ledger.validation import IDENTIFIER_RE
 
 CAPABILITIES: tuple[str, ...] = (
     "ledger.read", "ledger.write", "training.launch", "training.control", "training.stop", "eval.run",

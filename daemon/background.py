@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Self, TypeVar
 
-from bashgym.ledger.errors import LedgerStorageFailed
+from bashgym.client.errors import LedgerStorageFailed
 
 T = TypeVar("T")
 log = logging.getLogger("bashgym.daemon")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from bashgym.ledger.errors import InvalidInput, PayloadTooLarge
+from bashgym.client.errors import InvalidInput, PayloadTooLarge
 
 CHUNK = 1024 * 1024
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bashgym.client.errors import Forbidden, InvalidInput
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import Forbidden, InvalidInput
 
 # Folders of the home that callers may name: the inbox of data and the bundles the daemon exported.
 PUBLIC_HOME_DIRS = ("data", "exports")

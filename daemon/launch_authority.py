@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bashgym.client.errors import Forbidden
 from bashgym.daemon.authority import Principal, actor_holds
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import Forbidden
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 

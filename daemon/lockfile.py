@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from bashgym.ledger.errors import Conflict, LedgerReadOnly
+from bashgym.client.errors import Conflict, LedgerReadOnly
 
 
 class DaemonAlreadyRunning(Conflict):

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import BLOB_URI
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.sources import RUNS, STORED
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import InvalidInput, NotFound
 from bashgym.ledger.store import Ledger
 
 DATA_FIELDS = ("dataset_path", "eval_dataset_path")

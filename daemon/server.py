@@ -17,6 +17,9 @@ from collections.abc import Generator
 from pathlib import Path
 
 import uvicorn
+from bashgym.client.errors import Conflict, InvalidInput
+from bashgym.client.redaction import redact_text
+from bashgym.client.specs import Actor
 from bashgym.daemon.api.app import create_app
 from bashgym.daemon.authority import RateLimiter, WaitSlots, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
@@ -31,9 +34,6 @@ from bashgym.daemon.services import Services
 from bashgym.daemon.settings import Settings, local_thread_limit
 from bashgym.daemon.training import TrainingService
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger.errors import Conflict, InvalidInput
-from bashgym.ledger.models import Actor
-from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.daemon")

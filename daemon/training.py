@@ -12,6 +12,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from bashgym.client.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
+from bashgym.client.redaction import redact_text, redact_values
+from bashgym.client.specs import (
+    UNASSIGNED,
+    Actor,
+    BudgetEntrySpec,
+    RunRegistration,
+    RunStatus,
+    RunTransition,
+    context_in_workspace,
+)
+from bashgym.client.states import TERMINAL
+from bashgym.client.validation import canonical_json, sha256_text
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python_facts
@@ -23,21 +36,8 @@ from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import BashGymError, Conflict, InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.models import (
-    UNASSIGNED,
-    Actor,
-    BudgetEntrySpec,
-    RunRegistration,
-    RunStatus,
-    RunTransition,
-    context_in_workspace,
-)
-from bashgym.ledger.redaction import redact_text, redact_values
-from bashgym.ledger.states import TERMINAL
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
-from bashgym.ledger.validation import canonical_json, sha256_text
 from bashgym.trainers.contracts.datasets import format_report, validate_dataset
 from bashgym.trainers.contracts.fields import Capabilities, model_problems, refusals
 from bashgym.trainers.contracts.request import TrainingRequest

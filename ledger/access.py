@@ -8,9 +8,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from bashgym.ledger.errors import NotFound
+from bashgym.client.errors import NotFound
+from bashgym.client.validation import canonical_json
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json
 
 WORKSPACE_SCOPE = ""  # project_id of events that belong to a workspace, not to one project
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from bashgym.ledger.errors import PayloadTooLarge
+from bashgym.client.errors import PayloadTooLarge
 from bashgym.ledger.tx import Tx
 
 

@@ -6,8 +6,8 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from bashgym.ledger.models import Name, Spec, Text
-from bashgym.ledger.validation import Identifier
+from bashgym.client.specs import Name, Spec, Text
+from bashgym.client.validation import Identifier
 from pydantic import Field, field_validator
 
 Clock = Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]

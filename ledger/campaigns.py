@@ -6,11 +6,11 @@ import json
 import sqlite3
 from typing import Any
 
+from bashgym.client.errors import Conflict, InvalidTransition, NotFound
+from bashgym.client.validation import canonical_json
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.errors import Conflict, InvalidTransition, NotFound
 from bashgym.ledger.rows import require_project
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json
 
 TERMINAL = frozenset({"completed", "exhausted", "failed", "cancelled"})
 TRANSITIONS: dict[str, frozenset[str]] = {

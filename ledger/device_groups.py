@@ -7,11 +7,11 @@ import json
 import sqlite3
 from typing import Any
 
+from bashgym.client.errors import Conflict, InvalidInput, NotFound
+from bashgym.client.specs import DeviceGroupSpec, PreflightVerdict
+from bashgym.client.validation import canonical_json
 from bashgym.ledger.access import WORKSPACE_SCOPE
-from bashgym.ledger.errors import Conflict, InvalidInput, NotFound
-from bashgym.ledger.models import DeviceGroupSpec, PreflightVerdict
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json
 
 
 def add_device_group(tx: Tx, ws: str, spec: DeviceGroupSpec) -> tuple[dict[str, Any], bool]:

@@ -6,12 +6,12 @@ import json
 import sqlite3
 from typing import Any
 
+from bashgym.client.errors import Conflict, NotFound
+from bashgym.client.specs import DeviceSpec, PreflightVerdict
+from bashgym.client.validation import canonical_json
 from bashgym.ledger.access import WORKSPACE_SCOPE
 from bashgym.ledger.device_groups import groups_with_member, store_verdict
-from bashgym.ledger.errors import Conflict, NotFound
-from bashgym.ledger.models import DeviceSpec, PreflightVerdict
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json
 
 
 def add_device(tx: Tx, ws: str, spec: DeviceSpec) -> tuple[dict[str, Any], bool]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bashgym.ledger.errors import InvalidInput
-from bashgym.ledger.validation import sha256_text
+from bashgym.client.errors import InvalidInput
+from bashgym.client.validation import sha256_text
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 GENESIS_HASH = "0" * 64

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bashgym.ledger.errors import InvalidInput, NotFound
-from bashgym.ledger.models import (
+from bashgym.client.errors import InvalidInput, NotFound
+from bashgym.client.redaction import redact_text
+from bashgym.client.specs import (
     AliasMove,
     AnnotationSpec,
     ArtifactSpec,
@@ -17,12 +18,11 @@ from bashgym.ledger.models import (
     EvalSuiteSpec,
     ReportSpec,
 )
+from bashgym.client.validation import canonical_json, check_payload, identity_digest
 from bashgym.ledger.queries import budget_summary, run_hours
-from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json, check_payload, identity_digest
 
 
 def content_id(prefix: str, identity: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from bashgym.ledger.errors import InvalidInput
+from bashgym.client.errors import InvalidInput
 from bashgym.ledger.events import GENESIS_HASH, HASHED_FIELDS, event_hash
 from bashgym.ledger.migrations import applied_migrations
 from bashgym.ledger.tx import ChainHead

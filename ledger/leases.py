@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from bashgym.ledger.errors import Conflict
+from bashgym.client.errors import Conflict
 from bashgym.ledger.tx import utc_iso
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bashgym.ledger.errors import IdentityConflict, NotFound
-from bashgym.ledger.models import (
+from bashgym.client.errors import IdentityConflict, NotFound
+from bashgym.client.redaction import redact_text
+from bashgym.client.specs import (
     UNASSIGNED,
     DatasetVersionSpec,
     EnvironmentSpec,
@@ -14,10 +15,9 @@ from bashgym.ledger.models import (
     ProjectSpec,
     TrackingContext,
 )
-from bashgym.ledger.redaction import redact_text
+from bashgym.client.validation import canonical_json
 from bashgym.ledger.rows import require_project, to_record
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json
 
 
 def _registered(tx: Tx, event_type: str, ws: str, project: str, entity: str, entity_id: str, **refs: Any) -> int:

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bashgym.ledger.errors import LedgerUnavailable, MigrationMismatch
+from bashgym.client.errors import LedgerUnavailable, MigrationMismatch
 from bashgym.ledger.schema import (
     v1,
     v2,

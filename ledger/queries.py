@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.models import Event
+from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
+from bashgym.client.specs import Event
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bashgym.ledger.errors import InvalidInput
+from bashgym.client.errors import InvalidInput
 from bashgym.ledger.integrity import verify_chain
 from bashgym.ledger.migrations import MIGRATIONS, applied_migrations, check_applied
 

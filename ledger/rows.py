@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from bashgym.ledger.errors import Conflict, NotFound
+from bashgym.client.errors import Conflict, NotFound
 
 _INTERNAL = {"identity_json"}
 _BOOLEAN = {"is_simulation", "is_protected"}

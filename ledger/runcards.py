@@ -6,11 +6,11 @@ import json
 import sqlite3
 from typing import Any
 
-from bashgym.ledger.errors import NotFound
+from bashgym.client.errors import NotFound
+from bashgym.client.validation import canonical_json, check_payload, sha256_text
 from bashgym.ledger.rows import require_project, to_record
 from bashgym.ledger.runs import get_run_row
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json, check_payload, sha256_text
 
 CLAIM_TIERS = ("local_smoke", "narrow", "broad")
 DECISIONS = ("pending", "hold", "promote", "reject")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bashgym.ledger.errors import Conflict, NotFound
-from bashgym.ledger.lineage import ensure_unassigned, register_context_lineage
-from bashgym.ledger.models import (
+from bashgym.client.errors import Conflict, NotFound
+from bashgym.client.redaction import redact_text
+from bashgym.client.specs import (
     UNASSIGNED,
     MetricBatch,
     RunRegistration,
@@ -14,11 +14,11 @@ from bashgym.ledger.models import (
     TrackingContext,
     context_in_workspace,
 )
-from bashgym.ledger.redaction import redact_text
+from bashgym.client.states import check_transition, event_type_for
+from bashgym.client.validation import canonical_json, check_payload, identity_digest
+from bashgym.ledger.lineage import ensure_unassigned, register_context_lineage
 from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_record
-from bashgym.ledger.states import check_transition, event_type_for
 from bashgym.ledger.tx import Tx, new_id
-from bashgym.ledger.validation import canonical_json, check_payload, identity_digest
 
 
 def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any], bool, list[str]]:

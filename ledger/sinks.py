@@ -5,11 +5,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from bashgym.client.errors import Conflict, NotFound
+from bashgym.client.validation import canonical_json
 from bashgym.ledger.access import WORKSPACE_SCOPE
-from bashgym.ledger.errors import Conflict, NotFound
 from bashgym.ledger.rows import require_project, to_record
 from bashgym.ledger.tx import Tx
-from bashgym.ledger.validation import canonical_json
 
 
 def add_sink(

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from bashgym.ledger.errors import LedgerBusy, LedgerDiskFull, LedgerReadOnly, LedgerStorageFailed
+from bashgym.client.errors import LedgerBusy, LedgerDiskFull, LedgerReadOnly, LedgerStorageFailed
 
 BUSY_TIMEOUT_MS = 5000  # SQLite's busy handler retries with its own capped backoff (sleeps of 1 to 100 ms)
 

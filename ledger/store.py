@@ -10,27 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bashgym.ledger import (
-    access,
-    blob_holders,
-    campaigns,
-    channels,
-    device_groups,
-    devices,
-    evidence,
-    integrity,
-    leases,
-    lineage,
-    queries,
-    runcards,
-    runs,
-    sinks,
-)
-from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
-from bashgym.ledger.errors import InvalidInput, LedgerUnavailable
-from bashgym.ledger.migrations import migrate
-from bashgym.ledger.models import (
+from bashgym.client.errors import InvalidInput, LedgerUnavailable
+from bashgym.client.specs import (
     Actor,
     AliasMove,
     AnnotationSpec,
@@ -55,7 +36,26 @@ from bashgym.ledger.models import (
     RunTransition,
     WriteResult,
 )
-from bashgym.ledger.states import TERMINAL
+from bashgym.client.states import TERMINAL
+from bashgym.ledger import (
+    access,
+    blob_holders,
+    campaigns,
+    channels,
+    device_groups,
+    devices,
+    evidence,
+    integrity,
+    leases,
+    lineage,
+    queries,
+    runcards,
+    runs,
+    sinks,
+)
+from bashgym.ledger.campaign_specs import CampaignSpec
+from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
+from bashgym.ledger.migrations import migrate
 from bashgym.ledger.storage import write_transaction
 from bashgym.ledger.tx import ChainHead, Tx, utc_iso
 

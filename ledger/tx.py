@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bashgym.ledger.errors import IdentityConflict
+from bashgym.client.errors import IdentityConflict
+from bashgym.client.redaction import redact, redact_text
+from bashgym.client.specs import Actor
+from bashgym.client.validation import canonical_json, check_payload, differing_fields, identity_digest
 from bashgym.ledger.events import event_hash, validate_payload
-from bashgym.ledger.models import Actor
-from bashgym.ledger.redaction import redact, redact_text
-from bashgym.ledger.validation import canonical_json, check_payload, differing_fields, identity_digest
 
 # Tables whose rows never change after insert, so a committed row may be cached by key.
 IMMUTABLE_TABLES = frozenset(

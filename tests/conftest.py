@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from bashgym.ledger.models import Actor
+from bashgym.client.specs import Actor
 from bashgym.ledger.store import Ledger
 
 from tests.support.helpers import RunningDaemon, running_daemon

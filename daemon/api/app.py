@@ -6,6 +6,7 @@ import logging
 import secrets
 from typing import Any
 
+from bashgym.client.errors import BashGymError, RateLimited
 from bashgym.daemon.api import (
     authority,
     campaigns,
@@ -26,7 +27,6 @@ from bashgym.daemon.api import (
 from bashgym.daemon.api.middleware import EdgeMiddleware, IdempotencyMiddleware, RefusedBody
 from bashgym.daemon.api.responses import error_response
 from bashgym.daemon.services import Services
-from bashgym.ledger.errors import BashGymError, RateLimited
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError

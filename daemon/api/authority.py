@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated
 
+from bashgym.client.errors import InvalidInput
 from bashgym.client.models import GrantSpec, TokenIssue, TokenIssued, WhoAmI
+from bashgym.client.validation import check_identifier, check_timestamp
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, check_run_control, requires, written
 from bashgym.daemon.authority import check_grantable, hash_token, new_token
-from bashgym.ledger.errors import InvalidInput
 from bashgym.ledger.tx import new_id, utc_iso
-from bashgym.ledger.validation import check_identifier, check_timestamp
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal, get_args
 
+from bashgym.client.errors import Conflict, Forbidden, InvalidInput, NotFound
+from bashgym.client.specs import REPORT_MEDIA_TYPES, report_file_problem
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.campaigns import research
@@ -21,8 +23,6 @@ from bashgym.daemon.campaigns.lifecycle import (
 )
 from bashgym.daemon.campaigns.reports import campaign_report
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.errors import Conflict, Forbidden, InvalidInput, NotFound
-from bashgym.ledger.models import REPORT_MEDIA_TYPES, report_file_problem
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
 from bashgym.daemon.authority import consumer_capability
 from bashgym.ledger.leases import LeaseClaim
-from bashgym.ledger.validation import check_identifier
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

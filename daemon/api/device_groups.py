@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
+from bashgym.client.errors import Conflict
+from bashgym.client.specs import DeviceGroupSpec
+from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.group_preflight import member_verdict, preflight_group
 from bashgym.daemon.lanes.ssh import Device
-from bashgym.ledger.errors import Conflict
-from bashgym.ledger.models import DeviceGroupSpec
-from bashgym.ledger.validation import check_identifier
 from fastapi import APIRouter
 from starlette.responses import Response
 

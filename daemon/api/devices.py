@@ -6,14 +6,14 @@ import asyncio
 from pathlib import Path
 from typing import Annotated, Any
 
+from bashgym.client.errors import Conflict, InvalidInput, RuleRejected
+from bashgym.client.specs import UNASSIGNED, DeviceSpec
+from bashgym.client.validation import Digest
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.host_paths import HostPaths, check_device_host, check_device_reach
 from bashgym.daemon.lanes.ssh import Device, bootstrap, preflight
 from bashgym.daemon.request_paths import require_held
-from bashgym.ledger.errors import Conflict, InvalidInput, RuleRejected
-from bashgym.ledger.models import UNASSIGNED, DeviceSpec
-from bashgym.ledger.validation import Digest
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated, Any, Literal
 
+from bashgym.client.errors import NotFound, RuleRejected
+from bashgym.client.specs import AliasMove, DecisionSpec, ModelVersionSpec
+from bashgym.client.validation import canonical_json, check_identifier, sha256_text
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody
 from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate, validate_runcard
 from bashgym.daemon.request_paths import data_reference
-from bashgym.ledger.errors import NotFound, RuleRejected
-from bashgym.ledger.models import AliasMove, DecisionSpec, ModelVersionSpec
-from bashgym.ledger.validation import canonical_json, check_identifier, sha256_text
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

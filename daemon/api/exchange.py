@@ -6,16 +6,16 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
+from bashgym.client.redaction import redact_values
+from bashgym.client.specs import ModelVersionSpec
+from bashgym.client.validation import Identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, requires, written
 from bashgym.daemon.evidence.exchange import export_bundle, verify_bundle
 from bashgym.daemon.evidence.sources import RUNS, local_model_dir
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.request_paths import check_model_source
-from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.models import ModelVersionSpec
-from bashgym.ledger.redaction import redact_values
-from bashgym.ledger.validation import Identifier
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

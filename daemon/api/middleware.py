@@ -9,12 +9,12 @@ import secrets
 from itertools import accumulate
 from typing import Any
 
+from bashgym.client.errors import BashGymError
+from bashgym.client.redaction import REDACTED, contains_secret, redact_text
+from bashgym.client.validation import IDENTIFIER_RE
 from bashgym.daemon.api.responses import CORRELATION_HEADER, MUTATING, error_response
 from bashgym.ledger.access import REQUEST_CLAIM, UNANSWERED, IdempotencyClaim
-from bashgym.ledger.errors import BashGymError
-from bashgym.ledger.redaction import REDACTED, contains_secret, redact_text
 from bashgym.ledger.store import Ledger
-from bashgym.ledger.validation import IDENTIFIER_RE
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 

@@ -7,13 +7,13 @@ import contextlib
 import time
 from typing import Annotated
 
+from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import ChannelSet, ConsumerCursor, NoticePage
+from bashgym.client.validation import Identifier, check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, WriteCall, requires, written
 from bashgym.daemon.authority import consumer_capability
 from bashgym.daemon.notices.render import NoticeRenderer
-from bashgym.ledger.errors import InvalidInput, NotFound
-from bashgym.ledger.validation import Identifier, check_identifier
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

@@ -12,15 +12,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import SinkSpec
+from bashgym.client.redaction import redact_url, redact_url_text, url_credentials
 from bashgym.daemon.api.evaluations import withhold_protected
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
 from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.daemon.services import Services
-from bashgym.ledger.errors import InvalidInput, NotFound
 from bashgym.ledger.queries import ENTITY_KINDS
-from bashgym.ledger.redaction import redact_url, redact_url_text, url_credentials
 from fastapi import APIRouter
 from starlette.responses import Response
 

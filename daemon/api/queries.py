@@ -6,8 +6,13 @@ import contextlib
 import time
 from typing import Annotated
 
+from bashgym.client.errors import InvalidInput
 from bashgym.client.models import (
     EventPage,
+)
+from bashgym.client.validation import (
+    check_identifier,
+    check_metric_name,
 )
 from bashgym.daemon.api.evaluations import withhold_protected
 from bashgym.daemon.api.responses import json_response
@@ -15,11 +20,6 @@ from bashgym.daemon.api.routing import (
     Call,
     ReadCall,
     check_optional,
-)
-from bashgym.ledger.errors import InvalidInput
-from bashgym.ledger.validation import (
-    check_identifier,
-    check_metric_name,
 )
 from fastapi import APIRouter, Query
 from starlette.responses import Response

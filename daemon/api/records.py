@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bashgym.client.errors import Forbidden
 from bashgym.client.models import (
     AliasMove,
     AnnotationSpec,
@@ -18,13 +19,12 @@ from bashgym.client.models import (
     ReportSpec,
     WriteResult,
 )
+from bashgym.client.specs import Actor
 from bashgym.daemon.api.routing import (
     Call,
     WriteCall,
     written,
 )
-from bashgym.ledger.errors import Forbidden
-from bashgym.ledger.models import Actor
 from bashgym.ledger.store import Ledger
 from fastapi import APIRouter
 from starlette.responses import Response

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bashgym.ledger.redaction import redact_text, redact_values
+from bashgym.client.redaction import redact_text, redact_values
 from pydantic import BaseModel
 from starlette.responses import Response
 

@@ -6,14 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from bashgym.client.errors import Unauthenticated
+from bashgym.client.specs import Actor, WriteResult
+from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import MUTATING, json_response
 from bashgym.daemon.authority import Principal, resolve_request
 from bashgym.daemon.request_paths import Reach
 from bashgym.daemon.services import Services
-from bashgym.ledger.errors import Unauthenticated
-from bashgym.ledger.models import Actor, WriteResult
 from bashgym.ledger.store import Ledger
-from bashgym.ledger.validation import check_identifier
 from fastapi import Depends, Query, Request
 from starlette.responses import Response
 

@@ -8,6 +8,12 @@ from bashgym.client.models import (
     RunTransition,
     WriteResult,
 )
+from bashgym.client.specs import run_project
+from bashgym.client.validation import (
+    check_identifier,
+    check_run_status,
+    check_timestamp,
+)
 from bashgym.daemon.api.evaluations import withhold_protected
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
@@ -17,12 +23,6 @@ from bashgym.daemon.api.routing import (
     authorise,
     check_optional,
     written,
-)
-from bashgym.ledger.models import run_project
-from bashgym.ledger.validation import (
-    check_identifier,
-    check_run_status,
-    check_timestamp,
 )
 from fastapi import APIRouter, Request
 from starlette.responses import Response

@@ -11,6 +11,10 @@ from bashgym.client.models import (
     CursorAck,
     Health,
 )
+from bashgym.client.specs import UNASSIGNED
+from bashgym.client.validation import (
+    check_identifier,
+)
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
     AUTHENTICATED,
@@ -23,10 +27,6 @@ from bashgym.daemon.api.routing import (
 from bashgym.daemon.authority import consumer_capability
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.services import Services, uptime_s
-from bashgym.ledger.models import UNASSIGNED
-from bashgym.ledger.validation import (
-    check_identifier,
-)
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 

@@ -9,6 +9,10 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
+from bashgym.client.redaction import redact_text
+from bashgym.client.specs import UNASSIGNED, BudgetEntrySpec, context_in_workspace, run_project
+from bashgym.client.validation import check_identifier, check_scope
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, requires, requires_run_control, requires_somewhere
 from bashgym.daemon.evidence.sources import base_model_of
@@ -17,11 +21,7 @@ from bashgym.daemon.launch_authority import authorise_launch
 from bashgym.daemon.launch_context import environment_id, named_experiment, registered_context
 from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, check_model_source, confine_request
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.models import UNASSIGNED, BudgetEntrySpec, context_in_workspace, run_project
-from bashgym.ledger.redaction import redact_text
 from bashgym.ledger.tx import new_id
-from bashgym.ledger.validation import check_identifier, check_scope
 from bashgym.trainers.contracts.fields import effective_config, request_from_recipe
 from bashgym.trainers.contracts.request import TrainingRequest
 from fastapi import APIRouter, Request

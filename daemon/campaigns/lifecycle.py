@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from bashgym.client.errors import BashGymError, NotFound, RuleRejected
+from bashgym.client.specs import Actor, BudgetEntrySpec
 from bashgym.daemon.launch_authority import check_hub_target, check_retention, owner_lacks
 from bashgym.daemon.request_paths import Reach, confine_request
-from bashgym.ledger.errors import BashGymError, NotFound, RuleRejected
-from bashgym.ledger.models import Actor, BudgetEntrySpec
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import TrainingRequest, parse_compute_target

@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bashgym.ledger.errors import NotFound
-from bashgym.ledger.models import Actor, ReportSpec
-from bashgym.ledger.redaction import redact
+from bashgym.client.errors import NotFound
+from bashgym.client.redaction import redact
+from bashgym.client.specs import Actor, ReportSpec
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 

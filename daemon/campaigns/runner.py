@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from bashgym.client.errors import BashGymError, RuleRejected
+from bashgym.client.specs import Actor, BudgetEntrySpec
 from bashgym.daemon.authority import actor_holds
 from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.blobs import BlobStore
@@ -28,8 +30,6 @@ from bashgym.daemon.launch_context import environment_id, registered_context
 from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.errors import BashGymError, RuleRejected
-from bashgym.ledger.models import Actor, BudgetEntrySpec
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import TrainingRequest

@@ -15,8 +15,8 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
+from bashgym.client.specs import Actor
 from bashgym.daemon.campaigns.reports import campaign_report
-from bashgym.ledger.models import Actor
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.scheduler")

@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from bashgym.client.errors import Conflict, NotFound, RuleRejected
+from bashgym.client.specs import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
+from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
@@ -20,11 +23,8 @@ from bashgym.daemon.lanes.remote import read_from
 from bashgym.daemon.lanes.ssh import Device, RemoteRun
 from bashgym.daemon.request_paths import Reach, check_model_source
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import Conflict, NotFound, RuleRejected
-from bashgym.ledger.models import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
-from bashgym.ledger.validation import sha256_text
 from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
 from bashgym.trainers.contracts.evidence import paired_bootstrap
 from bashgym.trainers.contracts.placement import DeviceChoice, ran_alike, ran_on

@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from bashgym.client.errors import InvalidInput, RuleRejected
+from bashgym.client.validation import canonical_json, sha256_text
 from bashgym.daemon.blobs import file_digest
-from bashgym.ledger.errors import InvalidInput, RuleRejected
-from bashgym.ledger.validation import canonical_json, sha256_text
 
 MANIFEST = "manifest.json"
 SCHEMA = "bashgym.model-bundle/v1"

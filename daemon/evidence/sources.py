@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from bashgym.client.errors import RuleRejected
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import RuleRejected
 
 RUNS = "bashgym://runs/"
 STORED = "bashgym://models/"

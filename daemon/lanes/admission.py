@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bashgym.client.errors import NotFound, RuleRejected
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.nemo_data import TRAINING_TYPES
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import NotFound, RuleRejected
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.topology import DistributedRefused, check_strategy

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bashgym.client.specs import Actor
 from bashgym.daemon.lanes.remote import SshSupervisor, open_with_retry, remote_request
 from bashgym.daemon.lanes.ssh import Device, DeviceUnavailable, RemoteRun, asyncssh
 from bashgym.daemon.lanes.supervisor import RunHandle, read_json, topology_record
-from bashgym.ledger.models import Actor
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import CHECKPOINT_COMPLETE

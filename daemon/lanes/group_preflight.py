@@ -12,9 +12,9 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from bashgym.client.errors import BashGymError
+from bashgym.client.specs import PreflightVerdict
 from bashgym.daemon.lanes.ssh import CONNECT_TIMEOUT_S, Device, asyncssh, connect, environment_digest, preflight
-from bashgym.ledger.errors import BashGymError
-from bashgym.ledger.models import PreflightVerdict
 
 log = logging.getLogger("bashgym.group_preflight")
 PROBE_TIMEOUT_S = 10.0

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bashgym.client.errors import Conflict
+from bashgym.client.specs import Actor, ArtifactSpec
+from bashgym.client.validation import canonical_json
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.lanes.nemo import PAUSE_REFUSED, TERMINAL_STATUSES, NemoCustomizer, NemoError
 from bashgym.daemon.lanes.ssh import Device, DeviceUnavailable, RemoteRun, asyncssh
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, read_request, topology_record
-from bashgym.ledger.errors import Conflict
-from bashgym.ledger.models import Actor, ArtifactSpec
 from bashgym.ledger.store import Ledger
-from bashgym.ledger.validation import canonical_json
 from bashgym.trainers.contracts.request import TrainingRequest
 
 log = logging.getLogger("bashgym.lanes")

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from bashgym.client.errors import BashGymError
+from bashgym.client.specs import PreflightVerdict
+from bashgym.client.validation import canonical_json, sha256_text
 from bashgym.daemon.lanes.supervisor import ArtifactMismatch
 from bashgym.daemon.version import bashgym_version
-from bashgym.ledger.errors import BashGymError
-from bashgym.ledger.models import PreflightVerdict
-from bashgym.ledger.validation import canonical_json, sha256_text
 
 log = logging.getLogger("bashgym.ssh")
 

@@ -14,11 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bashgym.daemon.background import until_stored
-from bashgym.daemon.evidence.promotion import learned_nothing
-from bashgym.daemon.lanes.anomalies import AnomalyWatch
-from bashgym.ledger.errors import BashGymError, InvalidTransition
-from bashgym.ledger.models import (
+from bashgym.client.errors import BashGymError, InvalidTransition
+from bashgym.client.specs import (
     MAX_METRIC_BATCH,
     Actor,
     ArtifactSpec,
@@ -26,7 +23,10 @@ from bashgym.ledger.models import (
     MetricPoint,
     RunTransition,
 )
-from bashgym.ledger.states import TERMINAL
+from bashgym.client.states import TERMINAL
+from bashgym.daemon.background import until_stored
+from bashgym.daemon.evidence.promotion import learned_nothing
+from bashgym.daemon.lanes.anomalies import AnomalyWatch
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import EFFECTIVE_CONFIG

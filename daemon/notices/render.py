@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 from bashgym.client.models import Notice, NoticeField, NoticeFile, NoticeOutcome, NoticePage
 from bashgym.client.render import notice_text
+from bashgym.client.specs import Event
 from bashgym.daemon.background import BackgroundLoop
-from bashgym.ledger.models import Event
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.notices")

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from bashgym.client.specs import Actor
 from bashgym.daemon.lanes import ssh as ssh_module
 from bashgym.daemon.lanes.group import GroupSupervisor
 from bashgym.daemon.lanes.ssh import Device, DeviceUnavailable, RemoteRun
 from bashgym.daemon.lanes.supervisor import RunHandle
-from bashgym.ledger.models import Actor
 from bashgym.ledger.store import Ledger
 
 from tests.support.ssh_standin import SshServer, ssh_server

@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from bashgym.client.specs import PreflightVerdict
 from bashgym.daemon.lanes import group_preflight
 from bashgym.daemon.lanes.group_preflight import preflight_group
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.models import PreflightVerdict
 from bashgym.ledger.store import Ledger
 
 from tests.support.helpers import cli_async, inprocess_daemon, running_daemon

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from bashgym.ledger.models import Actor
+from bashgym.client.specs import Actor
 from bashgym.ledger.store import Ledger
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant

@@ -8,7 +8,7 @@ import typing
 import pytest
 from bashgym.bot.commands import GROUPS
 from bashgym.bot.commands.shared import RUN_STATUSES, STRATEGIES
-from bashgym.ledger.models import RunStatus
+from bashgym.client.specs import RunStatus
 from bashgym.trainers.contracts.request import TrainingRequest
 from discord import AppCommandOptionType, app_commands
 

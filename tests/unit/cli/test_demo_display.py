@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bashgym.cli.demo import Display, render_summary
 from bashgym.cli.demo_loop import DemoOptions, _rest, check_options, suite_split
-from bashgym.ledger.errors import InvalidInput
+from bashgym.client.errors import InvalidInput
 
 
 def test_options_that_cannot_work_are_refused_with_what_to_set() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bashgym.ledger.errors import InvalidInput
+from bashgym.client.errors import InvalidInput
+from bashgym.client.specs import Actor, ProjectSpec
 from bashgym.ledger.events import EVENT_TYPES, GateFinding
-from bashgym.ledger.models import Actor, ProjectSpec
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import Tx
 

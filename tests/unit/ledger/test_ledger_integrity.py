@@ -10,10 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from bashgym.ledger import store
-from bashgym.ledger.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
-from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
-from bashgym.ledger.models import (
+from bashgym.client.errors import InvalidInput, LedgerUnavailable, MigrationMismatch
+from bashgym.client.specs import (
     Actor,
     DatasetVersionSpec,
     DeviceGroupSpec,
@@ -21,6 +19,8 @@ from bashgym.ledger.models import (
     ProjectSpec,
     RunRegistration,
 )
+from bashgym.ledger import store
+from bashgym.ledger.migrations import MIGRATIONS, Migration, migrate
 from bashgym.ledger.restore import restore_ledger
 from bashgym.ledger.store import Ledger
 

@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from bashgym.ledger.campaign_specs import CAMPAIGN_STATES, CampaignSpec
-from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_TERMINAL
-from bashgym.ledger.campaigns import TRANSITIONS as CAMPAIGN_TRANSITIONS
-from bashgym.ledger.errors import BashGymError, Conflict, InvalidTransition, NotFound
-from bashgym.ledger.models import (
+from bashgym.client.errors import BashGymError, Conflict, InvalidTransition, NotFound
+from bashgym.client.redaction import contains_secret
+from bashgym.client.specs import (
     Actor,
     AliasMove,
     AnnotationSpec,
@@ -45,8 +43,10 @@ from bashgym.ledger.models import (
     RunTransition,
     WriteResult,
 )
-from bashgym.ledger.redaction import contains_secret
-from bashgym.ledger.states import TERMINAL, TRANSITIONS
+from bashgym.client.states import TERMINAL, TRANSITIONS
+from bashgym.ledger.campaign_specs import CAMPAIGN_STATES, CampaignSpec
+from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_TERMINAL
+from bashgym.ledger.campaigns import TRANSITIONS as CAMPAIGN_TRANSITIONS
 from bashgym.ledger.store import Ledger
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

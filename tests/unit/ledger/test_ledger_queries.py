@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from bashgym.ledger.errors import InvalidInput, NotFound, RuleRejected
-from bashgym.ledger.models import (
+from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
+from bashgym.client.specs import (
     Actor,
     BudgetEntrySpec,
     ComparisonSpec,
@@ -151,7 +151,7 @@ async def test_consumer_cursors_survive_reopening_and_never_move_back(tmp_path: 
 
 
 async def test_context_signals_name_failed_and_unevaluated_runs(ledger: Ledger, actor: Actor) -> None:
-    from bashgym.ledger.models import RunTransition
+    from bashgym.client.specs import RunTransition
 
     done, failed = await _run(ledger, actor), await _run(ledger, actor)
     await ledger.transition_run(actor, WS, "nightly", done, RunTransition(status="running"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from bashgym.ledger.errors import InvalidTransition
-from bashgym.ledger.models import Actor, RunRegistration, RunTransition
-from bashgym.ledger.states import TERMINAL, TRANSITIONS, is_allowed
+from bashgym.client.errors import InvalidTransition
+from bashgym.client.specs import Actor, RunRegistration, RunTransition
+from bashgym.client.states import TERMINAL, TRANSITIONS, is_allowed
 from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio

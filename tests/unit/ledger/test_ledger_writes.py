@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from bashgym.ledger.errors import Conflict, IdentityConflict, InvalidInput, NotFound, PayloadTooLarge
-from bashgym.ledger.models import (
+from bashgym.client.errors import Conflict, IdentityConflict, InvalidInput, NotFound, PayloadTooLarge
+from bashgym.client.specs import (
     Actor,
     AliasMove,
     AnnotationSpec,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from bashgym.client.errors import InvalidInput, RateLimited
+from bashgym.client.redaction import REDACTED, redact, redact_text, register_secret_values
 from bashgym.daemon.authority import RateLimiter, check_grantable
-from bashgym.ledger.errors import InvalidInput, RateLimited
-from bashgym.ledger.redaction import REDACTED, redact, redact_text, register_secret_values
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bashgym.client.specs import Actor
 from bashgym.daemon.api.app import create_app
 from bashgym.daemon.api.responses import MUTATING
 from bashgym.daemon.api.routing import AUTHENTICATED
@@ -18,7 +19,6 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.services import Services
 from bashgym.daemon.settings import load_settings
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.models import Actor
 from bashgym.ledger.store import Ledger
 from fastapi.routing import APIRoute
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from bashgym.client.specs import Actor, ProjectSpec
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.models import Actor, ProjectSpec
 from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio

@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from bashgym.client.errors import RuleRejected
 from bashgym.daemon.evidence.exchange import export_bundle, verify_bundle
-from bashgym.ledger.errors import RuleRejected
 
 
 def exported(tmp_path: Path) -> Path:

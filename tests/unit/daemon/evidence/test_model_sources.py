@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from bashgym.client.errors import RuleRejected
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.sources import COMPLETE, base_model_of, local_model_dir
 from bashgym.daemon.settings import Settings
-from bashgym.ledger.errors import RuleRejected
 
 pytestmark = pytest.mark.anyio
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bashgym.client.errors import Conflict, InvalidInput, NotFound
+from bashgym.client.specs import Actor, DeviceGroupSpec, DeviceSpec, PreflightVerdict
 from bashgym.daemon.lanes.ssh import environment_digest
-from bashgym.ledger.errors import Conflict, InvalidInput, NotFound
-from bashgym.ledger.models import Actor, DeviceGroupSpec, DeviceSpec, PreflightVerdict
 from bashgym.ledger.store import Ledger
 from pydantic import ValidationError
 

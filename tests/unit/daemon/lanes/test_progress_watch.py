@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from bashgym.client.specs import Actor, RunRegistration
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor
-from bashgym.ledger.models import Actor, RunRegistration
 from bashgym.ledger.store import Ledger
 
 from tests.support.factories import tracking_context

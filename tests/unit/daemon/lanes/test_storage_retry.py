@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from bashgym.client.errors import InvalidInput, LedgerDiskFull
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.lanes.supervisor import MetricsFollower
-from bashgym.ledger.errors import InvalidInput, LedgerDiskFull
 
 pytestmark = pytest.mark.anyio
 

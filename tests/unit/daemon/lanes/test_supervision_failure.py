@@ -7,11 +7,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from bashgym.client.errors import Conflict
+from bashgym.client.specs import Actor, RunRegistration
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor
 from bashgym.daemon.settings import load_settings
 from bashgym.daemon.training import TrainingService
-from bashgym.ledger.errors import Conflict
-from bashgym.ledger.models import Actor, RunRegistration
 from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio

@@ -9,10 +9,10 @@ import discord
 import pytest
 from bashgym.bot.core import CUT_MARK, cut, embed, fields_embed
 from bashgym.bot.notifier import Refusal, is_permanent, notice_embed
+from bashgym.client.errors import NotFound
 from bashgym.client.models import Notice, NoticeField
+from bashgym.client.specs import Actor, ProjectSpec
 from bashgym.daemon.api.operator import notice_failure_advice
-from bashgym.ledger.errors import NotFound
-from bashgym.ledger.models import Actor, ProjectSpec
 from bashgym.ledger.store import Ledger
 
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from bashgym.client.specs import Actor, BudgetEntrySpec, ComparisonSpec, EvalResultSpec, EvalSuiteSpec, ProjectSpec
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.daemon.notices.render import NoticeRenderer, notice_text
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.models import Actor, BudgetEntrySpec, ComparisonSpec, EvalResultSpec, EvalSuiteSpec, ProjectSpec
 from bashgym.ledger.store import Ledger
 
 from tests.support.factories import suite
@@ -113,7 +113,7 @@ async def test_a_comparison_across_placements_says_where_each_side_ran(
 async def test_a_gate_verdict_is_recorded_once_per_evidence_and_posted_green_or_with_its_blockers(
     ledger: Ledger, actor: Actor, tmp_path: Path
 ) -> None:
-    from bashgym.ledger.models import RunRegistration
+    from bashgym.client.specs import RunRegistration
 
     run = (await ledger.register_run(actor, "default", RunRegistration(method="sft"))).record
     ship = {

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from bashgym.client.specs import Actor, ProjectSpec
 from bashgym.daemon.notices.sinks import SinkForwarder
-from bashgym.ledger.models import Actor, ProjectSpec
 from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio

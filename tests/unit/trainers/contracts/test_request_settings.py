@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 # Who and where, not how: recorded on the run (its identity), never configuring a trainer.
 IDENTITY = {"tracking_context", "correlation_id", "hf_repo_owner"}
-# Other spellings of compute_target `ssh:<device_id>` (../shared/RECIPES.md); tests/unit/trainers/contracts/test_training_request.py.
+# Other spellings of compute_target `ssh:<device_id>` (../shared/RECIPES.md); see test_training_request.py here.
 SPELLINGS = {"device_id", "use_remote_ssh"}
 # Values a walk cannot derive from the field's type (a path, an id, a target that must name a lane).
 ALTERNATIVES: dict[str, Any] = {

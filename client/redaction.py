@@ -69,7 +69,7 @@ def redact_values(value: Any) -> Any:
 
 def redact(value: Any) -> Any:
     """Return a copy of value with secret-shaped keys and credential-looking strings redacted."""
-    from bashgym.ledger.validation import is_secret_key
+    from bashgym.client.validation import is_secret_key
 
     if isinstance(value, str):
         return redact_text(value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bashgym.ledger.errors import InvalidTransition
+from bashgym.client.errors import InvalidTransition
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 

@@ -9,8 +9,8 @@ import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from bashgym.ledger.errors import InvalidInput, PayloadTooLarge
-from bashgym.ledger.states import TRANSITIONS
+from bashgym.client.errors import InvalidInput, PayloadTooLarge
+from bashgym.client.states import TRANSITIONS
 from pydantic import AfterValidator
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")

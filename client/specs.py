@@ -6,7 +6,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from bashgym.ledger.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier
+from bashgym.client.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 RunStatus = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
