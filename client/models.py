@@ -31,6 +31,10 @@ from bashgym.client.specs import (
 from bashgym.client.validation import Digest, Identifier
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# The training strategies a direct launch takes (trainers/contracts/request.py's STRATEGIES, which a test compares):
+# the bot offers exactly these as choices.
+TrainingStrategy = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+
 __all__ = [
     "AliasMove",
     "AnnotationSpec",
@@ -68,6 +72,7 @@ __all__ = [
     "RunTransition",
     "SinkSpec",
     "TrackingContext",
+    "TrainingStrategy",
     "WhoAmI",
     "WriteResult",
 ]

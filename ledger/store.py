@@ -54,9 +54,8 @@ from bashgym.ledger import (
     sinks,
 )
 from bashgym.ledger.campaign_specs import CampaignSpec
-from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection
+from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection, write_transaction
 from bashgym.ledger.migrations import migrate
-from bashgym.ledger.storage import write_transaction
 from bashgym.ledger.tx import ChainHead, Tx, utc_iso
 
 T = TypeVar("T")

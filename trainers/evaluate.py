@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
     """A method's held-out rows: generation match and loss, or preference accuracy and margin."""
     from bashgym.trainers.heldout_eval import evaluate_rows
-    from bashgym.trainers.modeling import load_rows
+    from bashgym.trainers.loading import load_rows
 
     if not request.dataset_path:
         raise ValueError("a held-out evaluation needs dataset_path")

@@ -73,7 +73,7 @@ def _train(
 ) -> int:
     from bashgym.trainers.artifacts import write_effective_config
     from bashgym.trainers.contracts.topology import hold_until_exit
-    from bashgym.trainers.modeling import load_model_and_tokenizer
+    from bashgym.trainers.loading import load_model_and_tokenizer
     from bashgym.trainers.strategies import build_trainer
 
     checkpoint = run.last_checkpoint() if resume else None

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable
-from typing import Any, Literal
+from typing import Any
 
 import discord
 from bashgym.bot.core import (
     Daemon,
 )
 from bashgym.client.errors import ApiError
+from bashgym.client.models import TrainingStrategy
+from bashgym.client.specs import RunStatus
 from discord import app_commands
 
 Interaction = discord.Interaction[Any]
-STRATEGIES = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
-# A run's statuses, as the ledger names them (tests/unit/bot/test_slash_schema.py compares the two).
-RUN_STATUSES = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
+# The choices of the strategy and status options are the wire contract's own lists, never a copy.
+STRATEGIES = TrainingStrategy
+RUN_STATUSES = RunStatus
 MAX_ATTACHMENT_BYTES = 1024 * 1024
 
 

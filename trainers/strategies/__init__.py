@@ -14,7 +14,7 @@ import torch
 from bashgym.trainers.attention import use_packed_attention
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
-from bashgym.trainers.modeling import load_rows
+from bashgym.trainers.loading import load_rows
 from bashgym.trainers.reporting import ReportingCallback
 from bashgym.trainers.speed import (
     SFT_PATH,

@@ -12,7 +12,7 @@ from typing import Any
 from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
-from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.loading import load_rows, lora_config
 from bashgym.trainers.strategies.sft import DeviceMetricsSFTTrainer
 from datasets import Dataset
 from transformers import AutoModelForCausalLM

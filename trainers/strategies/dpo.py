@@ -7,7 +7,7 @@ from typing import Any
 from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
-from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.loading import load_rows, lora_config
 from bashgym.trainers.strategies.common import eval_args
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer

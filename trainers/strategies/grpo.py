@@ -10,7 +10,7 @@ from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.environments.verifiers import reward_function
-from bashgym.trainers.modeling import load_rows, lora_config
+from bashgym.trainers.loading import load_rows, lora_config
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 

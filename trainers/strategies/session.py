@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
-from bashgym.trainers.modeling import load_rows
+from bashgym.trainers.loading import load_rows
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 
@@ -135,7 +135,7 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         flush=True,
     )
     if request.use_lora:
-        from bashgym.trainers.modeling import lora_config
+        from bashgym.trainers.loading import lora_config
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(request))

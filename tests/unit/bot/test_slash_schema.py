@@ -8,7 +8,9 @@ import typing
 import pytest
 from bashgym.bot.commands import GROUPS
 from bashgym.bot.commands.shared import RUN_STATUSES, STRATEGIES
+from bashgym.client.models import TrainingStrategy
 from bashgym.client.specs import RunStatus
+from bashgym.trainers.contracts.request import STRATEGIES as TRAINER_STRATEGIES
 from bashgym.trainers.contracts.request import TrainingRequest
 from discord import AppCommandOptionType, app_commands
 
@@ -46,7 +48,7 @@ def test_every_number_is_bounded_and_enumerations_are_choices() -> None:
     assert [c.value for c in statuses.choices] == list(typing.get_args(RunStatus))
 
 
-def test_the_bots_lists_are_the_daemons() -> None:
-    assert typing.get_args(RUN_STATUSES) == typing.get_args(RunStatus)
+def test_the_bots_lists_are_the_wire_contracts_and_the_contract_is_the_trainers() -> None:
+    assert RUN_STATUSES is RunStatus and STRATEGIES is TrainingStrategy  # derived, not copied
     strategy = TrainingRequest.model_fields["strategy"].annotation
-    assert set(typing.get_args(STRATEGIES)) == set(typing.get_args(strategy))
+    assert typing.get_args(TrainingStrategy) == typing.get_args(strategy) == TRAINER_STRATEGIES

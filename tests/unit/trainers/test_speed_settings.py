@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from bashgym.trainers.contracts.request import TrainingRequest
-from bashgym.trainers.modeling import load_rows
+from bashgym.trainers.loading import load_rows
 from bashgym.trainers.speed import Machine, ModelShape, SpeedRefused, padding_waste, plan_speed
 from bashgym.trainers.strategies import _most_steps
 from pydantic import ValidationError
