@@ -5,33 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from bashgym.client.errors import InvalidInput, LedgerUnavailable
 from bashgym.client.specs import (
     Actor,
-    AliasMove,
-    AnnotationSpec,
-    ArtifactSpec,
-    BudgetEntrySpec,
-    ComparisonSpec,
-    DatasetVersionSpec,
-    DecisionSpec,
-    DeviceGroupSpec,
-    DeviceSpec,
-    EnvironmentSpec,
-    EvalResultSpec,
-    EvalSuiteSpec,
     EventPage,
-    ExperimentSpec,
     MetricBatch,
-    ModelVersionSpec,
-    PreflightVerdict,
-    ProjectSpec,
-    ReportSpec,
     RunRegistration,
     RunTransition,
     WriteResult,
@@ -53,13 +36,89 @@ from bashgym.ledger import (
     runs,
     sinks,
 )
-from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection, write_transaction
 from bashgym.ledger.migrations import migrate
 from bashgym.ledger.tx import ChainHead, Tx, utc_iso
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Clock = Callable[[], datetime]
+Put = tuple[dict[str, Any], bool]  # a domain writer's answer: the record, and whether it was replayed
+
+
+# -- the facade's three ways through --------------------------------------------------------------
+# Each ledger operation is written once, in its domain module, with the connection or transaction first.
+# The facade names it with one line (`get_run = reads(queries.get_run)`): the descriptors below run it on a
+# reader, or in one write transaction on the single writer, with the same arguments and types.
+
+
+class reads(Generic[P, T]):
+    """`ledger.f(*args)` runs `fn(conn, *args)` on a reader connection."""
+
+    def __init__(self, fn: Callable[Concatenate[sqlite3.Connection, P], T]) -> None:
+        self.fn = fn
+
+    @overload
+    def __get__(self, ledger: None, owner: type) -> reads[P, T]: ...
+    @overload
+    def __get__(self, ledger: Ledger, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    def __get__(self, ledger: Ledger | None, owner: type) -> reads[P, T] | Callable[P, Coroutine[Any, Any, T]]:
+        if ledger is None:
+            return self
+        fn, at = self.fn, ledger
+
+        async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await at.read(lambda conn: fn(conn, *args, **kwargs))
+
+        return call
+
+
+class writes(Generic[P, T]):
+    """`ledger.f(actor, *args)` runs `fn(tx, *args)` in one write transaction and answers what it returns."""
+
+    def __init__(self, fn: Callable[Concatenate[Tx, P], T]) -> None:
+        self.fn = fn
+
+    @overload
+    def __get__(self, ledger: None, owner: type) -> writes[P, T]: ...
+    @overload
+    def __get__(self, ledger: Ledger, owner: type) -> Callable[Concatenate[Actor, P], Coroutine[Any, Any, T]]: ...
+    def __get__(
+        self, ledger: Ledger | None, owner: type
+    ) -> writes[P, T] | Callable[Concatenate[Actor, P], Coroutine[Any, Any, T]]:
+        if ledger is None:
+            return self
+        fn, at = self.fn, ledger
+
+        async def call(actor: Actor, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await at.write(actor, lambda tx: fn(tx, *args, **kwargs))
+
+        return call
+
+
+class puts(Generic[P]):
+    """`ledger.f(actor, *args)` runs `fn(tx, *args)` in one write transaction and answers a WriteResult."""
+
+    def __init__(self, fn: Callable[Concatenate[Tx, P], Put]) -> None:
+        self.fn = fn
+
+    @overload
+    def __get__(self, ledger: None, owner: type) -> puts[P]: ...
+    @overload
+    def __get__(
+        self, ledger: Ledger, owner: type
+    ) -> Callable[Concatenate[Actor, P], Coroutine[Any, Any, WriteResult]]: ...
+    def __get__(
+        self, ledger: Ledger | None, owner: type
+    ) -> puts[P] | Callable[Concatenate[Actor, P], Coroutine[Any, Any, WriteResult]]:
+        if ledger is None:
+            return self
+        fn, at = self.fn, ledger
+
+        async def call(actor: Actor, /, *args: P.args, **kwargs: P.kwargs) -> WriteResult:
+            return await at._put(actor, lambda tx: fn(tx, *args, **kwargs))
+
+        return call
 
 
 def _utc_now() -> datetime:
@@ -176,22 +235,15 @@ class Ledger:
 
     # -- lineage ---------------------------------------------------------------------------------
 
-    async def create_project(self, actor: Actor, ws: str, spec: ProjectSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: lineage.create_project(tx, ws, spec))
+    create_project = puts(lineage.create_project)
 
-    async def create_experiment(self, actor: Actor, ws: str, project: str, spec: ExperimentSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: lineage.create_experiment(tx, ws, project, spec))
+    create_experiment = puts(lineage.create_experiment)
 
-    async def register_model_version(self, actor: Actor, ws: str, project: str, spec: ModelVersionSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: lineage.register_model_version(tx, ws, project, spec))
+    register_model_version = puts(lineage.register_model_version)
 
-    async def register_dataset_version(
-        self, actor: Actor, ws: str, project: str, spec: DatasetVersionSpec
-    ) -> WriteResult:
-        return await self._put(actor, lambda tx: lineage.register_dataset_version(tx, ws, project, spec))
+    register_dataset_version = puts(lineage.register_dataset_version)
 
-    async def register_environment(self, actor: Actor, ws: str, project: str, spec: EnvironmentSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: lineage.register_environment(tx, ws, project, spec))
+    register_environment = puts(lineage.register_environment)
 
     # -- runs ------------------------------------------------------------------------------------
 
@@ -245,46 +297,25 @@ class Ledger:
 
     # -- evidence --------------------------------------------------------------------------------
 
-    async def register_artifact(self, actor: Actor, ws: str, project: str, spec: ArtifactSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.register_artifact(tx, ws, project, spec))
+    register_artifact = puts(evidence.register_artifact)
 
-    async def register_eval_suite(self, actor: Actor, ws: str, project: str, spec: EvalSuiteSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.register_eval_suite(tx, ws, project, spec))
+    register_eval_suite = puts(evidence.register_eval_suite)
 
-    async def record_eval_result(self, actor: Actor, ws: str, project: str, spec: EvalResultSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.record_eval_result(tx, ws, project, spec))
+    record_eval_result = puts(evidence.record_eval_result)
 
-    async def record_comparison(self, actor: Actor, ws: str, project: str, spec: ComparisonSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.record_comparison(tx, ws, project, spec))
+    record_comparison = puts(evidence.record_comparison)
 
-    async def record_decision(self, actor: Actor, ws: str, project: str, spec: DecisionSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.record_decision(tx, ws, project, spec))
+    record_decision = puts(evidence.record_decision)
 
-    async def move_alias(self, actor: Actor, ws: str, project: str, spec: AliasMove) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.move_alias(tx, ws, project, spec))
+    move_alias = puts(evidence.move_alias)
 
-    async def add_budget_entry(self, actor: Actor, ws: str, project: str, spec: BudgetEntrySpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.add_budget_entry(tx, ws, project, spec))
+    add_budget_entry = puts(evidence.add_budget_entry)
 
-    async def record_report(self, actor: Actor, ws: str, project: str, spec: ReportSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.record_report(tx, ws, project, spec))
+    record_report = puts(evidence.record_report)
 
-    async def add_annotation(self, actor: Actor, ws: str, project: str, spec: AnnotationSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: evidence.add_annotation(tx, ws, project, spec))
+    add_annotation = puts(evidence.add_annotation)
 
-    async def record_gate(
-        self,
-        actor: Actor,
-        ws: str,
-        project: str,
-        run_id: str,
-        verdict: dict[str, Any],
-        evidence_digest: str,
-        asked_by: str,
-    ) -> WriteResult:
-        return await self._put(
-            actor, lambda tx: evidence.record_gate(tx, ws, project, run_id, verdict, evidence_digest, asked_by)
-        )
+    record_gate = puts(evidence.record_gate)
 
     async def _put(self, actor: Actor, fn: Callable[[Tx], tuple[dict[str, Any], bool]]) -> WriteResult:
         def run(tx: Tx) -> WriteResult:
@@ -305,8 +336,7 @@ class Ledger:
             ),
         )
 
-    async def remove_sink(self, actor: Actor, ws: str, name: str) -> WriteResult:
-        return await self._put(actor, lambda tx: sinks.remove_sink(tx, ws, name))
+    remove_sink = puts(sinks.remove_sink)
 
     async def list_sinks(self, ws: str | None = None) -> list[dict[str, Any]]:
         return await self.read(lambda conn: sinks.list_sinks(conn, ws))
@@ -318,16 +348,13 @@ class Ledger:
             actor, lambda tx: channels.set_channel(tx, ws, project, channel_id=channel_id, guild_id=guild_id)
         )
 
-    async def get_channel(self, ws: str, project: str) -> dict[str, Any] | None:
-        return await self.read(lambda conn: channels.get_channel(conn, ws, project))
+    get_channel = reads(channels.get_channel)
 
-    async def channel_map(self, ws: str) -> dict[str, str]:
-        return await self.read(lambda conn: channels.channel_map(conn, ws))
+    channel_map = reads(channels.channel_map)
 
     # -- campaigns -----------------------------------------------------------------------------
 
-    async def create_campaign(self, actor: Actor, ws: str, project: str, spec: CampaignSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: campaigns.create_campaign(tx, ws, project, spec))
+    create_campaign = puts(campaigns.create_campaign)
 
     async def transition_campaign(
         self,
@@ -349,31 +376,21 @@ class Ledger:
 
         return await self._put(actor, move)
 
-    async def campaign_approvals(self, ws: str, project: str, campaign_id: str) -> set[tuple[str, str]]:
-        return await self.read(lambda conn: campaigns.campaign_approvals(conn, ws, project, campaign_id))
+    campaign_approvals = reads(campaigns.campaign_approvals)
 
-    async def get_campaign(self, ws: str, project: str, campaign_id: str) -> dict[str, Any]:
-        return await self.read(lambda conn: campaigns.get_campaign(conn, ws, project, campaign_id))
+    get_campaign = reads(campaigns.get_campaign)
 
-    async def list_campaigns(self, ws: str, project: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: campaigns.list_campaigns(conn, ws, project))
+    list_campaigns = reads(campaigns.list_campaigns)
 
-    async def add_iterations(
-        self, actor: Actor, ws: str, project: str, campaign_id: str, proposals: list[dict[str, Any]]
-    ) -> WriteResult:
-        return await self._put(actor, lambda tx: campaigns.add_iterations(tx, ws, project, campaign_id, proposals))
+    add_iterations = puts(campaigns.add_iterations)
 
-    async def list_iterations(self, ws: str, project: str, campaign_id: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: campaigns.list_iterations(conn, ws, project, campaign_id))
+    list_iterations = reads(campaigns.list_iterations)
 
-    async def budget_entries(self, ws: str, project: str, scope: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: campaigns.budget_entries(conn, ws, project, scope))
+    budget_entries = reads(campaigns.budget_entries)
 
-    async def mark_schedule_fired(self, actor: Actor, ws: str, project: str, schedule_id: str, at: str) -> WriteResult:
-        return await self._put(actor, lambda tx: campaigns.mark_schedule_fired(tx, ws, project, schedule_id, at))
+    mark_schedule_fired = puts(campaigns.mark_schedule_fired)
 
-    async def add_baseline(self, actor: Actor, ws: str, project: str, campaign_id: str) -> WriteResult:
-        return await self._put(actor, lambda tx: campaigns.add_baseline(tx, ws, project, campaign_id))
+    add_baseline = puts(campaigns.add_baseline)
 
     async def update_iteration(
         self, actor: Actor, ws: str, project: str, campaign_id: str, iteration_id: str, stage: str, **fields: Any
@@ -401,58 +418,41 @@ class Ledger:
 
     # -- runcards ------------------------------------------------------------------------------
 
-    async def record_runcard(self, actor: Actor, ws: str, project: str, card: dict[str, Any]) -> WriteResult:
-        return await self._put(actor, lambda tx: runcards.record_runcard(tx, ws, project, card))
+    record_runcard = puts(runcards.record_runcard)
 
-    async def runcards_of_run(self, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: runcards.runcards_of_run(conn, ws, project, run_id))
+    runcards_of_run = reads(runcards.runcards_of_run)
 
-    async def get_runcard(self, ws: str, project: str, card_id: str) -> dict[str, Any]:
-        return await self.read(lambda conn: runcards.get_runcard(conn, ws, project, card_id))
+    get_runcard = reads(runcards.get_runcard)
 
-    async def comparisons_with_candidates(self, ws: str, project: str, result_ids: list[str]) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: runcards.comparisons_with_candidates(conn, ws, project, result_ids))
+    comparisons_with_candidates = reads(runcards.comparisons_with_candidates)
 
     # -- devices -------------------------------------------------------------------------------
 
-    async def add_device(self, actor: Actor, ws: str, spec: DeviceSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: devices.add_device(tx, ws, spec))
+    add_device = puts(devices.add_device)
 
-    async def remove_device(self, actor: Actor, ws: str, device_id: str) -> WriteResult:
-        return await self._put(actor, lambda tx: devices.remove_device(tx, ws, device_id))
+    remove_device = puts(devices.remove_device)
 
-    async def record_preflight(self, actor: Actor, ws: str, device_id: str, verdict: PreflightVerdict) -> WriteResult:
-        return await self._put(actor, lambda tx: devices.record_preflight(tx, ws, device_id, verdict))
+    record_preflight = puts(devices.record_preflight)
 
-    async def get_device(self, ws: str, device_id: str) -> dict[str, Any]:
-        return await self.read(lambda conn: devices.get_device(conn, ws, device_id))
+    get_device = reads(devices.get_device)
 
-    async def list_devices(self, ws: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: devices.list_devices(conn, ws))
+    list_devices = reads(devices.list_devices)
 
     # -- device groups -------------------------------------------------------------------------
 
-    async def add_device_group(self, actor: Actor, ws: str, spec: DeviceGroupSpec) -> WriteResult:
-        return await self._put(actor, lambda tx: device_groups.add_device_group(tx, ws, spec))
+    add_device_group = puts(device_groups.add_device_group)
 
-    async def remove_device_group(self, actor: Actor, ws: str, group_id: str) -> WriteResult:
-        return await self._put(actor, lambda tx: device_groups.remove_device_group(tx, ws, group_id))
+    remove_device_group = puts(device_groups.remove_device_group)
 
-    async def record_group_preflight(
-        self, actor: Actor, ws: str, group_id: str, verdict: PreflightVerdict
-    ) -> WriteResult:
-        return await self._put(actor, lambda tx: device_groups.record_group_preflight(tx, ws, group_id, verdict))
+    record_group_preflight = puts(device_groups.record_group_preflight)
 
-    async def get_device_group(self, ws: str, group_id: str) -> dict[str, Any]:
-        return await self.read(lambda conn: device_groups.get_device_group(conn, ws, group_id))
+    get_device_group = reads(device_groups.get_device_group)
 
-    async def list_device_groups(self, ws: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: device_groups.list_device_groups(conn, ws))
+    list_device_groups = reads(device_groups.list_device_groups)
 
     # -- consumers -------------------------------------------------------------------------------
 
-    async def get_consumer_cursor(self, name: str) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.get_consumer_cursor(conn, name))
+    get_consumer_cursor = reads(queries.get_consumer_cursor)
 
     async def ack_consumer_cursor(
         self, name: str, cursor: int, *, actor: Actor | None = None, ws: str = ""
@@ -597,19 +597,15 @@ class Ledger:
             )
         )
 
-    async def holds_blob(self, ws: str, project: str, sha256: str) -> bool:
-        return await self.read(lambda conn: blob_holders.holds_blob(conn, ws, project, sha256))
+    holds_blob = reads(blob_holders.holds_blob)
 
     # -- reads -----------------------------------------------------------------------------------
 
-    async def list_projects(self, ws: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: queries.list_projects(conn, ws))
+    list_projects = reads(queries.list_projects)
 
-    async def get_project(self, ws: str, project: str) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.get_project(conn, ws, project))
+    get_project = reads(queries.get_project)
 
-    async def list_experiments(self, ws: str, project: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: queries.list_experiments(conn, ws, project))
+    list_experiments = reads(queries.list_experiments)
 
     async def project_context(self, ws: str, project: str, *, stale_after_s: float = 3600) -> dict[str, Any]:
         stale_before = utc_iso(self._clock() - timedelta(seconds=stale_after_s))
@@ -624,35 +620,25 @@ class Ledger:
     async def active_runs(self) -> list[dict[str, Any]]:
         return await self.read(queries.active_runs)
 
-    async def settled_gpu_hours(self, ws: str, project: str, run_id: str) -> float | None:
-        return await self.read(lambda conn: queries.settled_gpu_hours(conn, ws, project, run_id))
+    settled_gpu_hours = reads(queries.settled_gpu_hours)
 
-    async def run_event_payloads(self, ws: str, project: str, run_id: str, event_type: str) -> list[Any]:
-        return await self.read(lambda conn: queries.run_event_payloads(conn, ws, project, run_id, event_type))
+    run_event_payloads = reads(queries.run_event_payloads)
 
-    async def protected_suites(self, ws: str, project: str) -> set[str]:
-        return await self.read(lambda conn: queries.protected_suites(conn, ws, project))
+    protected_suites = reads(queries.protected_suites)
 
-    async def entity(self, ws: str, project: str, kind: str, entity_id: str) -> dict[str, Any] | None:
-        return await self.read(lambda conn: queries.entity(conn, ws, project, kind, entity_id))
+    entity = reads(queries.entity)
 
-    async def campaign_schedule_channel(self, ws: str, project: str, campaign_id: str) -> str:
-        return await self.read(lambda conn: queries.campaign_schedule_channel(conn, ws, project, campaign_id))
+    campaign_schedule_channel = reads(queries.campaign_schedule_channel)
 
-    async def get_report(self, ws: str, project: str, report_id: str) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.get_report(conn, ws, project, report_id))
+    get_report = reads(queries.get_report)
 
-    async def get_model_version(self, ws: str, project: str, version: str) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.get_model_version(conn, ws, project, version))
+    get_model_version = reads(queries.get_model_version)
 
-    async def find_environment(self, ws: str, project: str, environment: str | None) -> dict[str, Any] | None:
-        return await self.read(lambda conn: queries.find_environment(conn, ws, project, environment))
+    find_environment = reads(queries.find_environment)
 
-    async def get_dataset_version(self, ws: str, project: str, version: str) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.get_dataset_version(conn, ws, project, version))
+    get_dataset_version = reads(queries.get_dataset_version)
 
-    async def get_run(self, ws: str, project: str, run_id: str) -> dict[str, Any]:
-        return await self.read(lambda conn: queries.get_run(conn, ws, project, run_id))
+    get_run = reads(queries.get_run)
 
     async def trend(self, ws: str, project: str, metric: str, run_id: str | None = None) -> dict[str, Any]:
         return dict(json.loads(await self.trend_json(ws, project, metric, run_id)))
@@ -697,8 +683,7 @@ class Ledger:
     async def verify(self) -> dict[str, Any]:
         return await self.read(integrity.verify_chain)
 
-    async def backup(self, target: Path) -> dict[str, Any]:
-        return await self.read(lambda conn: integrity.backup_to(conn, target))
+    backup = reads(integrity.backup_to)
 
     # -- access ----------------------------------------------------------------------------------
 
@@ -736,8 +721,7 @@ class Ledger:
         finally:
             self._forget_authority()
 
-    async def list_grants(self, workspace_id: str) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: access.list_grants(conn, workspace_id))
+    list_grants = reads(access.list_grants)
 
     async def tokens_of_actor(self, workspace_id: str, actor_id: str) -> list[dict[str, Any]]:
         """The live (unrevoked) tokens issued to an actor in a workspace; expiry is the caller's to judge."""
@@ -763,8 +747,7 @@ class Ledger:
     async def count_tokens(self) -> int:
         return await self.read(access.count_tokens)
 
-    async def find_idempotent(self, principal: str, key: str) -> dict[str, Any] | None:
-        return await self.read(lambda conn: access.find_idempotent(conn, principal, key))
+    find_idempotent = reads(access.find_idempotent)
 
     async def store_idempotent(self, **fields: Any) -> None:
         now = utc_iso(self._clock())

@@ -3,7 +3,8 @@ entries, reports and annotations, one POST each, straight to the ledger's writer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bashgym.client.errors import Forbidden
@@ -32,9 +33,13 @@ from starlette.responses import Response
 router = APIRouter(prefix="/v1/projects/{project}", tags=["evidence"])
 
 
-def add(path: str, spec: type[Any], method: Callable[..., Any]) -> None:
+# The ledger's writer of each record, given the ledger: `lambda ledger: ledger.register_artifact`.
+Writer = Callable[[Ledger], Callable[[Actor, str, str, Any], Awaitable[WriteResult]]]
+
+
+def add(path: str, spec: type[Any], writer: Writer) -> None:
     async def handler(call: Call, project: str, body: Any) -> Response:
-        return written(await method(call.services.ledger, call.actor, call.workspace, project, body))
+        return written(await writer(call.services.ledger)(call.actor, call.workspace, project, body))
 
     # Real annotation objects (this module's annotations are strings) so FastAPI sees the body model.
     handler.__annotations__ = {"call": WriteCall, "project": str, "body": spec, "return": Response}
@@ -42,7 +47,9 @@ def add(path: str, spec: type[Any], method: Callable[..., Any]) -> None:
     router.add_api_route(f"/{path}", handler, methods=["POST"], response_model=WriteResult, status_code=201)
 
 
-async def _bookkeeping_budget_entry(ledger: Any, actor: Actor, ws: str, project: str, spec: BudgetEntrySpec) -> Any:
+async def _bookkeeping_budget_entry(
+    ledger: Ledger, actor: Actor, ws: str, project: str, spec: BudgetEntrySpec
+) -> WriteResult:
     """Reservations and settlements from other systems; limits and amendments need budget.amend."""
     if spec.kind in {"limit", "amend"}:
         raise Forbidden(
@@ -53,12 +60,12 @@ async def _bookkeeping_budget_entry(ledger: Any, actor: Actor, ws: str, project:
     return await ledger.add_budget_entry(actor, ws, project, spec)
 
 
-add("artifacts", ArtifactSpec, Ledger.register_artifact)
-add("eval-suites", EvalSuiteSpec, Ledger.register_eval_suite)
-add("eval-results", EvalResultSpec, Ledger.record_eval_result)
-add("comparisons", ComparisonSpec, Ledger.record_comparison)
-add("decisions", DecisionSpec, Ledger.record_decision)
-add("aliases", AliasMove, Ledger.move_alias)
-add("budget-entries", BudgetEntrySpec, _bookkeeping_budget_entry)
-add("reports", ReportSpec, Ledger.record_report)
-add("annotations", AnnotationSpec, Ledger.add_annotation)
+add("artifacts", ArtifactSpec, lambda ledger: ledger.register_artifact)
+add("eval-suites", EvalSuiteSpec, lambda ledger: ledger.register_eval_suite)
+add("eval-results", EvalResultSpec, lambda ledger: ledger.record_eval_result)
+add("comparisons", ComparisonSpec, lambda ledger: ledger.record_comparison)
+add("decisions", DecisionSpec, lambda ledger: ledger.record_decision)
+add("aliases", AliasMove, lambda ledger: ledger.move_alias)
+add("budget-entries", BudgetEntrySpec, lambda ledger: functools.partial(_bookkeeping_budget_entry, ledger))
+add("reports", ReportSpec, lambda ledger: ledger.record_report)
+add("annotations", AnnotationSpec, lambda ledger: ledger.add_annotation)
