@@ -30,7 +30,7 @@ test: $(STAMP)
 # each process trains with one torch thread (tests/conftest.py), so two files at once use both cores: 13 to 18
 # minutes on 2 cores (13:04 and 17:50 on 2026-12-05; it was 17:50 to 34:17 one file at a time).
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -30,11 +30,16 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-import httpx
+from bashgym.daemon.lanes import on_first_use
 from bashgym.daemon.lanes.nemo_data import DATA_DIRS, NemoDataset
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = on_first_use("httpx")  # loaded when the first NeMo job is sent
 
 __all__ = [
     "JOB_STATUSES",

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
 import json
 import logging
 import platform
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -19,33 +17,17 @@ from typing import TYPE_CHECKING, Any
 from bashgym.client.errors import BashGymError
 from bashgym.client.specs import PreflightVerdict
 from bashgym.client.validation import canonical_json, sha256_text
+from bashgym.daemon.lanes import on_first_use
 from bashgym.daemon.lanes.supervisor import ArtifactMismatch
 from bashgym.daemon.version import bashgym_version
 
 log = logging.getLogger("bashgym.ssh")
 
 
-def _on_first_use(name: str) -> Any:
-    """The module `name`, executed when an attribute of it is first read (importlib's LazyLoader).
-
-    asyncssh takes ~0.35 s to import (its cryptography); a daemon with no SSH device never pays it.
-    """
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    assert spec is not None and spec.loader is not None, name
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
-
-
 if TYPE_CHECKING:
     import asyncssh as asyncssh  # re-exported: the other SSH lanes import it from here
 else:
-    asyncssh = _on_first_use("asyncssh")  # the SSH lanes use it through this name, loaded at the first connect
+    asyncssh = on_first_use("asyncssh")  # the SSH lanes use it through this name, loaded at the first connect
 
 CONNECT_TIMEOUT_S = 15.0
 MIN_DISK_GIB = 1.0

@@ -16,10 +16,12 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from bashgym.ledger.store import Ledger
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("bashgym.sinks")
 SIGNATURE_HEADER = "X-BashGym-Signature"
@@ -50,7 +52,6 @@ class SinkForwarder:
         self._http: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> SinkForwarder:
-        self._http = httpx.AsyncClient(timeout=self.timeout_s)
         self._loop_task = asyncio.create_task(self._sync_loop())
         return self
 
@@ -124,7 +125,10 @@ class SinkForwarder:
             "X-BashGym-Sink": sink["name"],
             "X-BashGym-Cursor": str(cursor),
         }
-        assert self._http is not None
+        import httpx  # here: ~0.15 s at start-up (it loads rich) that a daemon without sinks never pays
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.timeout_s)
         try:
             response = await self._http.post(sink["url"], content=body, headers=headers)
         except httpx.HTTPError as exc:

@@ -124,10 +124,12 @@ def test_the_trainer_modules_the_daemon_uses_do_not_import_torch() -> None:
     assert "torch" not in loaded and "transformers" not in loaded
 
 
-def test_daemon_start_up_imports_no_ssh_and_no_torch() -> None:
-    """asyncssh costs ~0.35 s to import: the daemon loads it when a run or a check first reaches an SSH device."""
+def test_daemon_start_up_imports_no_ssh_no_http_client_and_no_torch() -> None:
+    """asyncssh (~0.35 s) loads when a run or a check first reaches an SSH device; httpx (~0.15 s, with rich)
+    when the first NeMo job or sink post goes out."""
     loaded = _loaded("import sys, bashgym.daemon.server, bashgym.daemon.api.app")
     assert not [m for m in loaded if m.startswith("asyncssh.")], "asyncssh's body ran at start-up"
+    assert not [m for m in loaded if m.startswith("httpx.") or m.startswith("rich.")], "httpx loaded at start-up"
     assert "torch" not in loaded and "transformers" not in loaded
 
 
