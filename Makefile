@@ -23,14 +23,18 @@ demo: $(STAMP)  # the whole loop on a fresh demo home, 3 to 6 minutes on 2 cores
 # TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 
+# Every run takes a new order (pytest-randomly): no test may lean on another having run first. The seed is on
+# the command line make prints; TEST_SEED=N repeats that order.
+TEST_SEED ?= $(shell date +%s)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -p randomly --randomly-seed=$(TEST_SEED)
 
 # Acceptance checks that train for minutes (CI runs them after the suite), one test file per worker as `test` does:
 # each process trains with one torch thread (tests/conftest.py), so two files at once use both cores: 13 to 18
 # minutes on 2 cores (13:04 and 17:50 on 2026-12-05; it was 17:50 to 34:17 one file at a time).
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10 -p no:randomly
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
