@@ -334,7 +334,7 @@ def bashgym_trainer(
     at auto unless --set says."""
     from bashgym.trainers.contracts.request import TrainingRequest
     from bashgym.trainers.contracts.rundir import RunDirectory
-    from bashgym.trainers.strategies import build_trainer
+    from bashgym.trainers.methods import build_trainer
 
     request = TrainingRequest(
         strategy="sft",

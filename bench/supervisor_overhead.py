@@ -54,7 +54,7 @@ def write_rows(path: Path, count: int = 64) -> Path:
 def request(model: Path, data: Path, steps: int, logging_steps: int = 1) -> dict[str, Any]:
     """A short SFT run that logs every step by default, so the daemon gets as much to ingest as a run can give it."""
     return {
-        "strategy": "sft",
+        "method": "sft",
         "base_model": str(model),
         "dataset_path": str(data),
         "max_steps": steps,

@@ -66,7 +66,7 @@ class DemoOptions:
 def recipe(steps: int) -> dict[str, Any]:
     """The candidate's SFT recipe for the task model (README, "Training")."""
     return {
-        "strategy": "sft",
+        "method": "sft",
         "use_lora": False,
         "max_steps": steps,
         "batch_size": 8,
@@ -243,7 +243,7 @@ class Demo:
             "model_version_id": MODEL_VERSION,
             "training": {
                 "run_id": candidate.get("run_id"),
-                "strategy": "sft",
+                "method": "sft",
                 "steps": self.options.steps,
                 "trace_rows": rows,
                 "trained_families": self.split.train_families,

@@ -1,4 +1,4 @@
-"""`bashgym training validate`: check a dataset against its strategy's contract, locally, before a launch."""
+"""`bashgym training validate`: check a dataset against its method's contract, locally, before a launch."""
 
 from __future__ import annotations
 
@@ -13,24 +13,27 @@ from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
 from bashgym.client.specs import run_project
 from bashgym.trainers.contracts.datasets import format_report, validate_dataset
 from bashgym.trainers.contracts.fields import request_from_recipe
-from bashgym.trainers.contracts.request import STRATEGIES, InvalidRequest, merge_config_file
+from bashgym.trainers.contracts.request import METHODS, InvalidRequest, merge_config_file
 
 
 def _validate_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--strategy", required=True, choices=STRATEGIES, help="the training strategy")
+    parser.add_argument(
+        "--method", "--strategy", dest="method", required=True, choices=METHODS,
+        help="the training method (--strategy, its former name, is accepted too)",
+    )  # fmt: skip
     parser.add_argument("--dataset", required=True, type=Path, help="the JSONL dataset file")
     parser.add_argument("--teacher-model", help="distillation: the pinned teacher, when rows lack teacher_response")
     parser.add_argument("--max-errors", type=int, default=1000, help="list at most this many errors (all are counted)")
 
 
-@command("training", "validate", help="check a JSONL dataset against a strategy's contract (no daemon needed)")(
+@command("training", "validate", help="check a JSONL dataset against a method's contract (no daemon needed)")(
     _validate_args
 )
 async def training_validate(ctx: Ctx) -> int:
     a = ctx.args
     dataset = Path(a.dataset).expanduser()
     try:
-        report = validate_dataset(a.strategy, dataset, teacher_model=a.teacher_model, max_errors=a.max_errors)
+        report = validate_dataset(a.method, dataset, teacher_model=a.teacher_model, max_errors=a.max_errors)
     except FileNotFoundError as exc:
         raise InvalidInput(str(exc), hint="Pass the JSONL file with --dataset.") from exc
     except OSError as exc:
@@ -46,7 +49,10 @@ async def training_validate(ctx: Ctx) -> int:
 
 def _request_args(parser: argparse.ArgumentParser) -> None:
     """The launch flags of ../shared/RECIPES.md: provenance on the command line, method fields in --config."""
-    parser.add_argument("--strategy", required=True, choices=STRATEGIES, help="the training strategy")
+    parser.add_argument(
+        "--method", "--strategy", dest="method", required=True, choices=METHODS,
+        help="the training method (--strategy, its former name, is accepted too)",
+    )  # fmt: skip
     parser.add_argument("--model", required=True, dest="base_model", help="base model: hub id or local path")
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument("--dataset-path", help="training data (JSONL) on this machine; uploaded for the run's project")
@@ -57,7 +63,7 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
         help="local (the default), ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer; left out, "
         '--config may name the target ({"use_remote_ssh": true, "device_id": ...})',
     )
-    parser.add_argument("--config", type=Path, help="JSON file of method fields (never strategy, model, data, target)")
+    parser.add_argument("--config", type=Path, help="JSON file of method fields (never method, model, data, target)")
     parser.add_argument("--tracking-context", type=Path, help="JSON file with the run's complete tracking context")
     parser.add_argument("--checkpoint-limit", type=int, help="checkpoints kept during the run (1..20)")
     parser.add_argument(
@@ -90,7 +96,7 @@ def build_request(a: argparse.Namespace) -> dict[str, object]:
     on_this_host = body.get("compute_target", "local") == "local" and not body.get("use_remote_ssh")
     model = Path(a.base_model).expanduser()
     local = on_this_host and model.exists()  # on other lanes the path is the device's (or a hub id)
-    body.update(strategy=a.strategy, base_model=str(model.resolve()) if local else a.base_model)
+    body.update(method=a.method, base_model=str(model.resolve()) if local else a.base_model)
     if a.tracking_context:
         body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
     flags = {
@@ -132,7 +138,7 @@ async def _request_body(ctx: Ctx) -> dict[str, object]:
             request_from_recipe({**body, "dataset_path": str(dataset)})
         except InvalidRequest as exc:
             raise InvalidInput(str(exc)) from exc
-        _check_locally(str(body["strategy"]), dataset, body.get("teacher_model"))
+        _check_locally(str(body["method"]), dataset, body.get("teacher_model"))
         context = body.get("tracking_context")
         workspace = ctx.workspace or ctx.settings.default_workspace
         project = run_project(context if isinstance(context, dict) else None, workspace)
@@ -140,17 +146,17 @@ async def _request_body(ctx: Ctx) -> dict[str, object]:
     return body
 
 
-def _check_locally(strategy: str, dataset: Path, teacher_model: object) -> None:
+def _check_locally(method: str, dataset: Path, teacher_model: object) -> None:
     """The dataset contract, checked here before the upload: errors name your file and line, not a digest."""
     try:
         report = validate_dataset(
-            strategy, dataset, teacher_model=teacher_model if isinstance(teacher_model, str) else None
+            method, dataset, teacher_model=teacher_model if isinstance(teacher_model, str) else None
         )
     except FileNotFoundError as exc:
         raise RuleRejected(str(exc), hint="--dataset-path names a file on this machine.") from exc
     if not report.ok:
         raise RuleRejected(
-            f"The dataset breaks the {strategy} contract; nothing was uploaded or launched.\n{format_report(report)}",
+            f"The dataset breaks the {method} contract; nothing was uploaded or launched.\n{format_report(report)}",
             hint="Fix it; bashgym training validate checks it.",
             details={"summary": report.summary},
         )

@@ -31,9 +31,9 @@ from bashgym.client.specs import (
 from bashgym.client.validation import Digest, Identifier
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# The training strategies a direct launch takes (trainers/contracts/request.py's STRATEGIES, which a test compares):
+# The training methods a direct launch takes (trainers/contracts/request.py's METHODS, which a test compares):
 # the bot offers exactly these as choices.
-TrainingStrategy = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+TrainingMethod = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
 
 __all__ = [
     "AliasMove",
@@ -72,7 +72,7 @@ __all__ = [
     "RunTransition",
     "SinkSpec",
     "TrackingContext",
-    "TrainingStrategy",
+    "TrainingMethod",
     "WhoAmI",
     "WriteResult",
 ]

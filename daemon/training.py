@@ -244,7 +244,7 @@ class TrainingService:
             run_id=run_id,
             source_system="nemo-customizer" if job else "bashgym",
             source_run_id=job["id"] if job else None,
-            method=request.strategy,
+            method=request.method,
             tracking_context=request.tracking_context,
             compute_target=request.compute_target,
             config={
@@ -269,7 +269,7 @@ class TrainingService:
             run["run_id"],
             f"{run['run_id']}.a1",
             self.settings.runs_dir / run["run_id"],
-            request.strategy,
+            request.method,
         )
         if not written.replayed:
             await self.ledger.add_budget_entry(
@@ -445,7 +445,7 @@ class TrainingService:
         )
         async with self._nemo() as client:
             try:
-                await client.publish_dataset(dataset, description=f"BashGym {request.strategy} data for run {run_id}")
+                await client.publish_dataset(dataset, description=f"BashGym {request.method} data for run {run_id}")
             except NemoError as exc:
                 raise RuleRejected(
                     f"The dataset could not be published to NeMo: {exc.message}",
@@ -495,7 +495,7 @@ class TrainingService:
 
     async def _check_command_checks(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
         """A dataset's command checks train only where the sandbox isolates them (launch_authority)."""
-        if request.strategy not in {"grpo", "rlvr"} or self.settings.allow_unisolated_checks:
+        if request.method not in {"grpo", "rlvr"} or self.settings.allow_unisolated_checks:
             return
         if not await asyncio.to_thread(has_command_checks, Path(request.dataset_path)):
             return
@@ -539,14 +539,13 @@ class TrainingService:
                 )
             try:
                 report = await asyncio.to_thread(
-                    validate_dataset, request.strategy, Path(path), teacher_model=request.teacher_model
+                    validate_dataset, request.method, Path(path), teacher_model=request.teacher_model
                 )
             except FileNotFoundError as exc:
                 raise RuleRejected(str(exc), hint="dataset_path must name a file the daemon can read.") from exc
             if not report.ok:
                 raise RuleRejected(
-                    f"The dataset breaks the {request.strategy} contract; nothing was launched.\n"
-                    f"{format_report(report)}",
+                    f"The dataset breaks the {request.method} contract; nothing was launched.\n{format_report(report)}",
                     hint="Fix it; bashgym training validate checks it.",
                     details={"summary": report.summary},
                 )

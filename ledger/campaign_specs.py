@@ -74,7 +74,7 @@ class CampaignSpec(Spec):
     starting_model_version_id: Identifier
     dataset_version_ids: list[Identifier] = Field(min_length=1, max_length=50)
     compute_target: Annotated[str, Field(min_length=1, max_length=200)] = "local"
-    # Method fields the candidates start from (strategy, max_steps, learning_rate, ...); each candidate
+    # Method fields the candidates start from (method, max_steps, learning_rate, ...); each candidate
     # changes exactly one of them (or the dataset version).
     base_recipe: dict[str, Any] = Field(default_factory=dict)
     budget: CampaignBudget = Field(default_factory=CampaignBudget)

@@ -67,7 +67,7 @@ def write_profile(run: RunDirectory, request: TrainingRequest, facts: dict[str, 
         for path in paths
     ]
     profile = {
-        "strategy": request.strategy,
+        "method": request.method,
         "base_model": request.base_model,
         "use_lora": request.use_lora,
         "artifact_retention": request.artifact_retention,

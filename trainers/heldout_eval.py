@@ -86,7 +86,7 @@ def _session_rows(model: Any, tokenizer: Any, rows: list[dict[str, Any]], emit: 
     mean likelihood."""
     import torch
     import torch.nn.functional as F
-    from bashgym.trainers.strategies.session import _target_logits, collate, encode
+    from bashgym.trainers.methods.session import _target_logits, collate, encode
 
     per_task: dict[str, dict[str, Any]] = {}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

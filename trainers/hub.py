@@ -65,7 +65,7 @@ def push_to_hub(run: RunDirectory, request: TrainingRequest, env: dict[str, str]
     commit = api.upload_folder(
         repo_id=repo_id,
         folder_path=str(folder),
-        commit_message=f"BashGym {request.strategy} run {run.root.name} ({kind})",
+        commit_message=f"BashGym {request.method} run {run.root.name} ({kind})",
     )
     return {"repo_id": repo_id, "commit_sha": commit.oid, "artifact": kind, "private": request.hf_private}
 

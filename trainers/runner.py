@@ -63,9 +63,9 @@ def _check_request(request: TrainingRequest) -> None:
     if problems:
         raise RefusedRequest(" ".join(problems))
     for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
-        report = validate_dataset(request.strategy, Path(path), teacher_model=request.teacher_model)
+        report = validate_dataset(request.method, Path(path), teacher_model=request.teacher_model)
         if not report.ok:
-            raise RefusedRequest(f"The dataset breaks the {request.strategy} contract.\n{format_report(report)}")
+            raise RefusedRequest(f"The dataset breaks the {request.method} contract.\n{format_report(report)}")
 
 
 def _train(
@@ -74,7 +74,7 @@ def _train(
     from bashgym.trainers.artifacts import write_effective_config
     from bashgym.trainers.contracts.topology import hold_until_exit
     from bashgym.trainers.loading import load_model_and_tokenizer
-    from bashgym.trainers.strategies import build_trainer
+    from bashgym.trainers.methods import build_trainer
 
     checkpoint = run.last_checkpoint() if resume else None
     if checkpoint is not None and run.checkpoint_world_size(checkpoint) != run.rank.world_size:
@@ -100,7 +100,7 @@ def _train(
     _quiet_stdout_printer(trainer)
     if run.rank.is_main:
         facts["effective_config_sha256"] = write_effective_config(run, request, trainer, facts["speed"])
-    run.emit("started", strategy=request.strategy, resumed_from=checkpoint.name if checkpoint else None, **facts)
+    run.emit("started", method=request.method, resumed_from=checkpoint.name if checkpoint else None, **facts)
     run.write_state("running", step=0, last_checkpoint=checkpoint.name if checkpoint else None)
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     step = trainer.state.global_step

@@ -269,11 +269,11 @@ def estimate_training_bytes(shape: ModelShape, tokens: int, *, checkpointing: bo
 
 
 def resolve_gradient_checkpointing(
-    requested: object, machine: Machine, shape: ModelShape, tokens: int, strategy: str = "sft"
+    requested: object, machine: Machine, shape: ModelShape, tokens: int, method: str = "sft"
 ) -> Choice:
     if choice := forced(requested):
         return choice
-    factor, why = STEP_TOKENS.get(strategy, (1, ""))
+    factor, why = STEP_TOKENS.get(method, (1, ""))
     need = estimate_training_bytes(shape, tokens * factor, checkpointing=False)
     budget = int(machine.memory_bytes * CHECKPOINTING_MEMORY_SHARE)
     where = "GPU" if machine.cuda else "host"
@@ -286,7 +286,7 @@ def resolve_gradient_checkpointing(
     return Choice("auto", not fits, reason)
 
 
-# How many sequences of the batch's length a step of each strategy holds activations for, beside SFT's one.
+# How many sequences of the batch's length a step of each method holds activations for, beside SFT's one.
 STEP_TOKENS: dict[str, tuple[int, str]] = {
     "dpo": (2, "chosen and rejected"),
     "distillation": (2, "the teacher's logits beside the student's"),
@@ -296,10 +296,10 @@ STEP_TOKENS: dict[str, tuple[int, str]] = {
 }
 
 
-def resolve_compile(requested: object, machine: Machine, strategy: str, *, steps: int | None = None) -> Choice:
+def resolve_compile(requested: object, machine: Machine, method: str, *, steps: int | None = None) -> Choice:
     """`steps`: the run's optimizer steps at most, where known."""
-    if strategy not in SFT_PATH:
-        return Choice(_asked(requested), False, f"not applied to {strategy}")
+    if method not in SFT_PATH:
+        return Choice(_asked(requested), False, f"not applied to {method}")
     if choice := forced(requested):
         return choice
     if not machine.cuda:
@@ -309,9 +309,9 @@ def resolve_compile(requested: object, machine: Machine, strategy: str, *, steps
     return Choice("auto", True, "GPU present")
 
 
-def resolve_liger(requested: object, machine: Machine, strategy: str, *, compiled: bool = False) -> Choice:
-    if strategy not in SFT_PATH:
-        return Choice(_asked(requested), False, f"not applied to {strategy}")
+def resolve_liger(requested: object, machine: Machine, method: str, *, compiled: bool = False) -> Choice:
+    if method not in SFT_PATH:
+        return Choice(_asked(requested), False, f"not applied to {method}")
     if requested is True and not machine.has_liger:
         raise SpeedRefused(
             "liger is true but the liger-kernel package (or Triton, which it runs on) is not installed; "
@@ -344,10 +344,10 @@ def padding_waste(lengths: Sequence[int], batch_size: int, max_length: int) -> f
 
 
 def resolve_packing(
-    requested: object, machine: Machine, strategy: str, *, lengths: Sequence[int], batch_size: int, max_length: int
+    requested: object, machine: Machine, method: str, *, lengths: Sequence[int], batch_size: int, max_length: int
 ) -> Choice:
-    if strategy not in SFT_PATH:
-        return Choice(_asked(requested), False, f"not applied to {strategy}")
+    if method not in SFT_PATH:
+        return Choice(_asked(requested), False, f"not applied to {method}")
     if choice := forced(requested):
         return choice
     if not machine.cuda:
@@ -372,9 +372,9 @@ def plan_speed(
     """Resolve every speed setting of `request` for this machine, model and data (`steps`: the run's optimizer
     steps at most, where known)."""
     tokens = request.batch_size * request.max_seq_length
-    compile_choice = resolve_compile(request.compile, machine, request.strategy, steps=steps)
+    compile_choice = resolve_compile(request.compile, machine, request.method, steps=steps)
     checkpointing = resolve_gradient_checkpointing(
-        request.gradient_checkpointing, machine, shape, tokens, request.strategy
+        request.gradient_checkpointing, machine, shape, tokens, request.method
     )
     return SpeedPlan(
         {
@@ -382,12 +382,12 @@ def plan_speed(
             "packing": resolve_packing(
                 request.packing,
                 machine,
-                request.strategy,
+                request.method,
                 lengths=lengths,
                 batch_size=request.batch_size,
                 max_length=request.max_seq_length,
             ),
-            "liger": resolve_liger(request.liger, machine, request.strategy, compiled=compile_choice.used is True),
+            "liger": resolve_liger(request.liger, machine, request.method, compiled=compile_choice.used is True),
             "bf16": resolve_bf16(request.bf16, machine, request.mixed_precision),
             "fused_adamw": resolve_fused_adamw(request.fused_adamw, machine),
             "gradient_checkpointing": checkpointing,

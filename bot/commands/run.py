@@ -7,8 +7,8 @@ from typing import Any
 
 import discord
 from bashgym.bot.commands.shared import (
+    METHODS,
     RUN_STATUSES,
-    STRATEGIES,
     Interaction,
     call,
     dataset_versions_ac,
@@ -44,12 +44,12 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
     @app_commands.command(name="start", description="Launch a training run in a project (training.launch)")
     @app_commands.describe(
         project="the project the run is recorded under; your authority is judged there",
-        strategy="the training method",
+        method="the training method",
         model="a registered model version of the project (bashgym model register)",
         dataset="a registered dataset version of the project (bashgym dataset register)",
         target="local, ssh:<device>, ssh-group:<group> or cloud:nemo-customizer",
         experiment="the experiment the run belongs to (default: the project's ad-hoc runs)",
-        config="JSON of method fields (never strategy, model, data, target or tracking_context)",
+        config="JSON of method fields (never method, model, data, target or tracking_context)",
     )
     @app_commands.autocomplete(
         project=projects_ac, model=model_versions_ac, dataset=dataset_versions_ac, target=targets_ac
@@ -58,7 +58,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
         self,
         interaction: Interaction,
         project: str,
-        strategy: STRATEGIES,
+        method: METHODS,
         model: str,
         dataset: str,
         target: str = "local",
@@ -69,7 +69,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
             body: dict[str, Any] = await read_json_attachment(config, "config") if config else {}
             if not isinstance(body, dict):
                 raise ApiError(422, "invalid_input", "The config attachment must hold a JSON object of request fields.")
-            body.update(strategy=strategy, compute_target=target)
+            body.update(method=method, compute_target=target)
             # The run is recorded under the chosen project: the daemon composes its tracking context from the
             # project's registered model and dataset versions, and judges the launch there.
             params = {"project": project, "model_version": model, "dataset_version": dataset}

@@ -12,13 +12,13 @@ from bashgym.bot.core import (
     Daemon,
 )
 from bashgym.client.errors import ApiError
-from bashgym.client.models import TrainingStrategy
+from bashgym.client.models import TrainingMethod
 from bashgym.client.specs import RunStatus
 from discord import app_commands
 
 Interaction = discord.Interaction[Any]
-# The choices of the strategy and status options are the wire contract's own lists, never a copy.
-STRATEGIES = TrainingStrategy
+# The choices of the method and status options are the wire contract's own lists, never a copy.
+METHODS = TrainingMethod
 RUN_STATUSES = RunStatus
 MAX_ATTACHMENT_BYTES = 1024 * 1024
 

@@ -215,7 +215,16 @@ def _schedule(schedule: dict[str, Any]) -> list[dict[str, str]]:
 
 # What a candidate may not change: the campaign pins them, or each iteration fills them in.
 PINNED_FIELDS = frozenset(
-    {"strategy", "base_model", "dataset_path", "compute_target", "tracking_context", "correlation_id", "device_id"}
+    {
+        "method",
+        "strategy",
+        "base_model",
+        "dataset_path",
+        "compute_target",
+        "tracking_context",
+        "correlation_id",
+        "device_id",
+    }
 )
 
 

@@ -20,7 +20,7 @@ from bashgym.trainers.contracts.topology import DistributedRefused, check_strate
 
 # NeMo Customizer runs supervised fine-tuning and DPO (LoRA or full weights) on data the launch uploads; every other
 # method needs a lane that runs our trainers.
-NEMO_STRATEGIES = frozenset(TRAINING_TYPES)
+NEMO_METHODS_LANE = frozenset(TRAINING_TYPES)
 _NEVER_CHECKED = {"reasons": ["it has never been preflighted"]}
 # What the local trainer's Python offers a scaled-out run; run only for strategies other than ddp (torch's
 # import takes seconds).
@@ -133,9 +133,9 @@ async def check_nemo(settings: Settings, request: TrainingRequest) -> None:
             "The cloud:nemo-customizer lane is not configured on this daemon.",
             hint="Set BASHGYM_NEMO_BASE_URL (and the key variable named by BASHGYM_NEMO_API_KEY_ENV).",
         )
-    if request.strategy not in NEMO_STRATEGIES:
+    if request.method not in NEMO_METHODS_LANE:
         raise RuleRejected(
-            f"The cloud:nemo-customizer lane does not run strategy `{request.strategy}`: it runs sft and dpo, with a "
+            f"The cloud:nemo-customizer lane does not run method `{request.method}`: it runs sft and dpo, with a "
             "LoRA adapter or all weights (use_lora), on NeMo Customizer.",
             hint="Use compute_target `local`, `ssh:<device_id>` or `ssh-group:<group_id>` for this method.",
         )

@@ -20,7 +20,7 @@ class Anomaly:
 class AnomalyWatch:
     """Keeps the running mean of the loss; reports each kind of anomaly once per run."""
 
-    strategy: str
+    method: str
     _losses: list[float] = field(default_factory=list)
     _reported: set[str] = field(default_factory=set)
 
@@ -33,7 +33,7 @@ class AnomalyWatch:
         loss = metrics.get("train.loss")
         if loss is not None:
             found += self._loss(step, loss)
-        if self.strategy in {"grpo", "rlvr"} and metrics.get("train.reward_std") == 0.0:
+        if self.method in {"grpo", "rlvr"} and metrics.get("train.reward_std") == 0.0:
             found.append(
                 Anomaly(
                     "zero_reward_variance",

@@ -70,13 +70,11 @@ class NemoDataset:
 
 def job_hyperparameters(request: TrainingRequest) -> dict[str, Any]:
     """The job's `hyperparameters` for `request` (sft or dpo); `training plan` shows them before launch."""
-    if request.strategy not in TRAINING_TYPES:
-        raise ValueError(
-            f"NeMo Customizer training_type {request.strategy!r} is not one of {', '.join(TRAINING_TYPES)}."
-        )
+    if request.method not in TRAINING_TYPES:
+        raise ValueError(f"NeMo Customizer training_type {request.method!r} is not one of {', '.join(TRAINING_TYPES)}.")
     sent = request.model_fields_set
     hyperparameters: dict[str, Any] = {
-        "training_type": request.strategy,
+        "training_type": request.method,
         "finetuning_type": "lora" if request.use_lora else "all_weights",
         "epochs": int(request.num_epochs),
         "batch_size": request.batch_size,
@@ -90,7 +88,7 @@ def job_hyperparameters(request: TrainingRequest) -> dict[str, Any]:
     if request.use_lora:
         lora: dict[str, Any] = {"adapter_dim": request.lora_rank, "adapter_dropout": request.lora_dropout}
         hyperparameters["lora"] = lora | ({"alpha": request.lora_alpha} if "lora_alpha" in sent else {})
-    if request.strategy == "dpo":
+    if request.method == "dpo":
         hyperparameters["dpo"] = {"ref_policy_kl_penalty": request.dpo_beta}
     return hyperparameters
 
@@ -126,10 +124,10 @@ def job_body(
 def customizer_dataset(request: TrainingRequest, *, namespace: str) -> NemoDataset:
     """The request's validated data in the Customizer's format, named `nemo_dataset` or `bashgym-<sha256[:12]>` of
     the training bytes (and of the validation bytes, with eval_dataset_path). Reads the files: run it in a thread."""
-    files = [DatasetFile(TRAINING_FILE, customizer_rows(request.strategy, Path(request.dataset_path).read_bytes()))]
+    files = [DatasetFile(TRAINING_FILE, customizer_rows(request.method, Path(request.dataset_path).read_bytes()))]
     if request.eval_dataset_path:
         evaluation = Path(request.eval_dataset_path).read_bytes()
-        files.append(DatasetFile(VALIDATION_FILE, customizer_rows(request.strategy, evaluation)))
+        files.append(DatasetFile(VALIDATION_FILE, customizer_rows(request.method, evaluation)))
     if request.nemo_dataset:
         named_namespace, _, name = request.nemo_dataset.partition("/")
         return NemoDataset(named_namespace, name, tuple(files))
@@ -137,18 +135,18 @@ def customizer_dataset(request: TrainingRequest, *, namespace: str) -> NemoDatas
     return NemoDataset(namespace, name, tuple(files))
 
 
-def customizer_rows(strategy: str, raw: bytes) -> bytes:
-    """A validated JSONL file of ours, row by row in the Customizer's format for `strategy`."""
+def customizer_rows(method: str, raw: bytes) -> bytes:
+    """A validated JSONL file of ours, row by row in the Customizer's format for `method`."""
     rows = [json.loads(line.decode("utf-8-sig")) for line in raw.splitlines() if line.strip()]
-    return "".join(json.dumps(customizer_row(strategy, row), ensure_ascii=False) + "\n" for row in rows).encode()
+    return "".join(json.dumps(customizer_row(method, row), ensure_ascii=False) + "\n" for row in rows).encode()
 
 
-def customizer_row(strategy: str, row: dict[str, Any]) -> dict[str, Any]:
-    match strategy:
+def customizer_row(method: str, row: dict[str, Any]) -> dict[str, Any]:
+    match method:
         case "sft" if "messages" in row:
             return {"messages": row["messages"]}
         case "sft":
             return {"prompt": "", "completion": row["text"]}
         case "dpo":
             return {"prompt": row["prompt"], "chosen_response": row["chosen"], "rejected_response": row["rejected"]}
-    raise ValueError(f"NeMo Customizer has no dataset format for strategy {strategy!r}.")
+    raise ValueError(f"NeMo Customizer has no dataset format for method {method!r}.")

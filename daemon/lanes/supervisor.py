@@ -69,7 +69,7 @@ class RunHandle:
     run_id: str
     attempt_id: str
     run_dir: Path
-    strategy: str
+    method: str
 
 
 class MetricsFollower:
@@ -131,7 +131,7 @@ class Supervisor:
         self.grace_s = grace_s
         self.proc: asyncio.subprocess.Process | None = None
         self.metrics = MetricsFollower(handle.run_dir / "metrics.jsonl", handle.attempt_id, handle.run_id)
-        self.watch = AnomalyWatch(handle.strategy)
+        self.watch = AnomalyWatch(handle.method)
         self._pid: int | None = None
         self._is_running = False
         self._is_stopping = False

@@ -90,8 +90,9 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
         if base is None
         else {**base, "dataset_content_digest": digest, "dataset_version_id": f"traces-{digest[:12]}"}
     )
+    method = overrides.pop("method", None) or overrides.pop("strategy", "sft")  # tests may say either
     request = {
-        "strategy": "sft",
+        "method": method,
         "base_model": str(tiny),
         "dataset_path": str(data),
         "max_steps": 4,
@@ -102,9 +103,9 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
         "tracking_context": context,
         **overrides,
     }
-    # Each method's own bounds (a field its strategy would not read is refused): GRPO and RLVR generate whole
+    # Each method's own bounds (a field its method would not read is refused): GRPO and RLVR generate whole
     # groups of short completions; the others read rows up to max_seq_length.
-    if request["strategy"] in {"grpo", "rlvr"}:
+    if request["method"] in {"grpo", "rlvr"}:
         return {"grpo_num_generations": 2, "grpo_max_completion_length": 8, **request}
     return {"max_seq_length": 128, **request}
 

@@ -14,7 +14,7 @@ import torch
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.contracts.topology import MAIN, RankInfo
-from bashgym.trainers.strategies import build_trainer
+from bashgym.trainers.methods import build_trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, TrainerControl, TrainerState
 

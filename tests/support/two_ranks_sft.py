@@ -17,8 +17,8 @@ from typing import Any
 
 from bashgym.trainers.contracts.topology import RankInfo, exit_rank, hold_until_exit
 from bashgym.trainers.control import ControlCallback
+from bashgym.trainers.methods import sft
 from bashgym.trainers.signals import ControlFlags
-from bashgym.trainers.strategies import sft
 from transformers import TrainerCallback, TrainerControl, TrainerState
 from trl import SFTTrainer
 

@@ -1,4 +1,4 @@
-"""Dataset contracts: what each strategy's JSONL rows must hold, checked before a launch spends compute.
+"""Dataset contracts: what each method's JSONL rows must hold, checked before a launch spends compute.
 
 Pure Python and pydantic, so the daemon and the CLI import it without loading torch. The file is read
 line by line; a dataset of any size costs one row of memory plus the capped error list.
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from bashgym.trainers.contracts.request import STRATEGIES, Strategy
+from bashgym.trainers.contracts.request import METHODS, Method
 from pydantic import BaseModel, ConfigDict
 
 ErrorCode = Literal[
@@ -66,12 +66,12 @@ class ContractError(BaseModel):
 
 
 class ContractReport(BaseModel):
-    """The verdict on one dataset file for one strategy."""
+    """The verdict on one dataset file for one method."""
 
     model_config = ConfigDict(extra="forbid")
 
     file: str
-    strategy: Strategy
+    method: Method
     rows: int  # rows that passed every check
     errors: list[ContractError]  # the first max_errors problems, in file order
     truncated: bool  # more problems were found than errors lists
@@ -80,15 +80,15 @@ class ContractReport(BaseModel):
 
 
 def validate_dataset(
-    strategy: str, path: Path, *, teacher_model: str | None = None, max_errors: int = 1000
+    method: str, path: Path, *, teacher_model: str | None = None, max_errors: int = 1000
 ) -> ContractReport:
-    """Check every row of a JSONL dataset against the contract of `strategy`.
+    """Check every row of a JSONL dataset against the contract of `method`.
 
     Raises:
-        ValueError: `strategy` is not one of STRATEGIES.
+        ValueError: `method` is not one of METHODS.
         FileNotFoundError: `path` does not exist or is not a file.
     """
-    check = row_check(strategy, teacher_model=teacher_model)
+    check = row_check(method, teacher_model=teacher_model)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise FileNotFoundError(f"Dataset {path} {what}. Check the path, or write the JSONL file first.")
@@ -104,12 +104,12 @@ def validate_dataset(
             valid += not issues
     if seen == 0:
         collector.add(0, [("", "empty_file", "The file holds no rows; write at least one JSON object per line.")])
-    return collector.report(strategy, valid)
+    return collector.report(method, valid)
 
 
-def row_check(strategy: str, *, teacher_model: str | None = None) -> RowCheck:
-    """The row checker of one strategy; raises ValueError for an unknown strategy."""
-    match strategy:
+def row_check(method: str, *, teacher_model: str | None = None) -> RowCheck:
+    """The row checker of one method; raises ValueError for an unknown method."""
+    match method:
         case "sft":
             return check_sft
         case "dpo":
@@ -123,11 +123,11 @@ def row_check(strategy: str, *, teacher_model: str | None = None) -> RowCheck:
             return lambda row: check_distillation(row, has_teacher_model=has_teacher)
         case "session_distillation":
             return check_session_distillation
-    raise ValueError(f"Unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}.")
+    raise ValueError(f"Unknown method {method!r}; use one of {', '.join(METHODS)}.")
 
 
 def check_line(raw: bytes, check: RowCheck) -> list[Issue]:
-    """Decode and parse one JSONL line, then run the strategy's row check on it."""
+    """Decode and parse one JSONL line, then run the method's row check on it."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -475,11 +475,11 @@ class _Collector:
             if len(self.errors) < self.max_errors:
                 self.errors.append(ContractError(file=self.file, line=line, field=field, code=code, message=message))
 
-    def report(self, strategy: str, rows: int) -> ContractReport:
+    def report(self, method: str, rows: int) -> ContractReport:
         total = sum(self.counts.values())
         return ContractReport(
             file=self.file,
-            strategy=strategy,
+            method=method,
             rows=rows,
             errors=self.errors,
             truncated=total > len(self.errors),

@@ -1,9 +1,9 @@
-"""What each request field does: which strategies read it, the named profiles, and the configuration a request
+"""What each request field does: which methods read it, the named profiles, and the configuration a request
 resolves to. Importable without torch.
 
-`training plan` shows `effective_config(request)` before launch; the strategies build their TRL configurations
-from the same values (trainers/strategies), and each run writes what its trainer actually ran with to
-`effective_config.json`. A field a strategy does not read is refused when it is sent (`request_from_recipe`),
+`training plan` shows `effective_config(request)` before launch; the methods build their TRL configurations
+from the same values (trainers/methods), and each run writes what its trainer actually ran with to
+`effective_config.json`. A field a method does not read is refused when it is sent (`request_from_recipe`),
 so nothing trains on a setting that silently did nothing.
 """
 
@@ -21,7 +21,7 @@ GRPO_LIKE = frozenset({"grpo", "rlvr"})
 DISTILLATION = frozenset({"distillation"})
 SESSION = frozenset({"session_distillation"})
 
-# Fields one strategy (or a few) reads; every other field is read by all six.
+# Fields one method (or a few) reads; every other field is read by all six.
 READ_BY: dict[str, frozenset[str]] = {
     # Distillation and session distillation take the SFT fields too (../shared/RECIPES.md).
     "sft_backend": frozenset({"sft", "distillation", "session_distillation"}),
@@ -71,7 +71,7 @@ READ_BY: dict[str, frozenset[str]] = {
 LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout")
 # What only an on-policy teacher run reads: without teacher_model the run learns the recorded responses.
 TEACHER_FIELDS = ("teacher_temperature", "distillation_alpha", "distillation_max_completion_length")
-# Speed settings whose "auto" every strategy accepts (it resolves to "not applied" outside SFT).
+# Speed settings whose "auto" every method accepts (it resolves to "not applied" outside SFT).
 AUTO_ANYWHERE = frozenset({"compile", "packing", "liger"})
 # The methods the cloud:nemo-customizer lane runs (its admission refuses the others, naming these), and the fields
 # it reads: the job it creates carries them (daemon/lanes/nemo.py job_hyperparameters; `training plan` shows them). NeMo
@@ -79,7 +79,7 @@ AUTO_ANYWHERE = frozenset({"compile", "packing", "liger"})
 NEMO_METHODS = ("sft", "dpo")
 NEMO_READS = frozenset(
     {
-        *("strategy", "base_model", "dataset_path", "eval_dataset_path", "compute_target", "nemo_dataset"),
+        *("method", "base_model", "dataset_path", "eval_dataset_path", "compute_target", "nemo_dataset"),
         *("num_epochs", "max_steps", "batch_size", "learning_rate", "seed", "dpo_beta"),
         *("use_lora", "lora_rank", "lora_alpha", "lora_dropout"),
         *("tracking_context", "correlation_id", "hf_repo_owner"),
@@ -117,16 +117,16 @@ class Capabilities:
 
 
 def unread_fields(request: TrainingRequest) -> list[str]:
-    """A sentence for every field the request set that its strategy would not read."""
+    """A sentence for every field the request set that its method would not read."""
     problems = []
     for field in sorted(request.model_fields_set):
         readers = READ_BY.get(field)
-        if readers is None or request.strategy in readers:
+        if readers is None or request.method in readers:
             continue
         if field in AUTO_ANYWHERE and getattr(request, field) == "auto":
             continue
         problems.append(
-            f"`{field}` is read by {_names(readers)} only; strategy `{request.strategy}` would ignore it, so drop it."
+            f"`{field}` is read by {_names(readers)} only; method `{request.method}` would ignore it, so drop it."
         )
     if not request.use_lora:
         problems += [
@@ -134,14 +134,14 @@ def unread_fields(request: TrainingRequest) -> list[str]:
             for field in LORA_FIELDS
             if field in request.model_fields_set
         ]
-    if request.lane == "nemo" and request.strategy in NEMO_METHODS:
+    if request.lane == "nemo" and request.method in NEMO_METHODS:
         problems += [
             f"`{field}` is not sent to NeMo Customizer, which runs its own trainer; drop it for "
             "`cloud:nemo-customizer` (training plan shows the job's hyperparameters), or train on `local`."
             for field in sorted(request.model_fields_set - NEMO_READS)
             if getattr(request, field) != "auto"  # "auto" leaves the choice to whoever trains
         ]
-    if request.strategy == "distillation" and not request.teacher_model:
+    if request.method == "distillation" and not request.teacher_model:
         problems += [
             f"`{field}` applies to distillation from a teacher_model; without one the run learns the recorded "
             "teacher_response by cross-entropy. Name the teacher_model or drop it."
@@ -161,7 +161,7 @@ def check_sent(request: TrainingRequest) -> TrainingRequest:
 
 def request_from_recipe(payload: dict[str, Any]) -> TrainingRequest:
     """A request as a user sent it, in the operator documents' shape (`use_remote_ssh` + `device_id` means
-    `ssh:<device_id>`); a field its strategy would not read is refused (check_sent)."""
+    `ssh:<device_id>`); a field its method would not read is refused (check_sent)."""
     data = dict(payload)
     if data.get("use_remote_ssh") and "compute_target" not in data:
         if not data.get("device_id"):
@@ -201,7 +201,7 @@ def refusals(request: TrainingRequest, machine: Capabilities) -> list[str]:
         problems.append(
             "load_in_4bit needs the bitsandbytes package on the lane; install it or set load_in_4bit false."
         )
-    if request.strategy in GRPO_LIKE:
+    if request.method in GRPO_LIKE:
         problems += _grpo_refusals(request)
     return problems
 
@@ -231,7 +231,7 @@ def model_problems(request: TrainingRequest) -> list[str]:
                 configs[field] = _read_config(config)
         elif (cached := _cached_config(value)) is not None:
             configs[field] = _read_config(cached)
-    if request.strategy == "distillation" and len(configs) == 2:
+    if request.method == "distillation" and len(configs) == 2:
         student, teacher = (configs[f].get("vocab_size") for f in ("base_model", "teacher_model"))
         if student != teacher:
             problems.append(
@@ -302,17 +302,17 @@ def _whole_groups(request: TrainingRequest, generations: int) -> int:
 
 
 def effective_config(request: TrainingRequest) -> dict[str, Any]:
-    """The configuration `request` trains with, as `training plan` shows it and the strategies build it.
+    """The configuration `request` trains with, as `training plan` shows it and the methods build it.
 
     The speed settings resolve on the machine itself (`auto` by its GPU and the data); the plan shows what was
     asked, the run's `effective_config.json` and `speed` record what was used."""
     return {
-        "strategy": request.strategy,
+        "method": request.method,
         "trainer": trainer_name(request),
         "model": {"base_model": request.base_model, "load_in_4bit": request.load_in_4bit},
         "data": {"dataset_path": request.dataset_path, "eval_dataset_path": request.eval_dataset_path},
         "schedule": shared_args(request),
-        "method": method_args(request),
+        "method_settings": method_args(request),
         "adapter": lora_args(request),
         "speed_requested": {
             name: getattr(request, name)
@@ -323,7 +323,7 @@ def effective_config(request: TrainingRequest) -> dict[str, Any]:
                 "dataloader_workers",
                 "pin_memory",
                 "find_unused_parameters",
-                *(("compile", "packing", "liger") if request.strategy == "sft" else ()),
+                *(("compile", "packing", "liger") if request.method == "sft" else ()),
             )
         },
         "scale_out": {
@@ -344,7 +344,7 @@ def effective_config(request: TrainingRequest) -> dict[str, Any]:
 
 
 def shared_args(request: TrainingRequest) -> dict[str, Any]:
-    """transformers TrainingArguments every strategy takes from the request (trainers/strategies/common.py)."""
+    """transformers TrainingArguments every method takes from the request (trainers/methods/common.py)."""
     return {
         "num_train_epochs": request.num_epochs,
         "max_steps": request.max_steps,
@@ -375,8 +375,8 @@ def lora_args(request: TrainingRequest) -> dict[str, Any] | None:
 
 
 def method_args(request: TrainingRequest) -> dict[str, Any]:
-    """The strategy's own settings: its TRL config's arguments (or our trainer's) beyond the shared ones."""
-    match request.strategy:
+    """The method's own settings: its TRL config's arguments (or our trainer's) beyond the shared ones."""
+    match request.method:
         case "sft":
             return {"backend": BACKENDS[request.sft_backend], "max_length": request.max_seq_length}
         case "dpo":
@@ -431,13 +431,13 @@ def method_args(request: TrainingRequest) -> dict[str, Any]:
                 "teacher_context": request.session_distillation_context_mode,
                 "reader": request.session_distillation_reader,  # whose reader_confidence the records carry
             }
-    raise AssertionError(request.strategy)
+    raise AssertionError(request.method)
 
 
 def trainer_name(request: TrainingRequest) -> str:
     """The class that trains `request`, as plan shows it."""
     sft = "trl.SFTTrainer (bashgym DeviceMetricsSFTTrainer)"
-    if request.strategy == "distillation":
+    if request.method == "distillation":
         return "trl.DistillationTrainer" if request.teacher_model else sft
     return {
         "sft": sft,
@@ -445,9 +445,9 @@ def trainer_name(request: TrainingRequest) -> str:
         "grpo": "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
         "rlvr": "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
         "session_distillation": "bashgym SessionDistillationTrainer (transformers.Trainer)",
-    }[request.strategy]
+    }[request.method]
 
 
-def _names(strategies: frozenset[str]) -> str:
-    ordered = sorted(strategies)
+def _names(methods: frozenset[str]) -> str:
+    ordered = sorted(methods)
     return ordered[0] if len(ordered) == 1 else f"{', '.join(ordered[:-1])} and {ordered[-1]}"

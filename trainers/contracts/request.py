@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Strategy = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
-STRATEGIES: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
+Method = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
 
 # Methods BashGym knows of but does not start directly, and where they run instead.
 SEPARATE_WORKFLOWS: dict[str, str] = {
@@ -117,7 +117,7 @@ class TrainingRequest(BaseModel):
     # refused as "less than or equal to 1" instead of as what it is.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    strategy: Strategy
+    method: Method  # sent as `strategy` too, its former name (_explain_unknown_and_refused)
     base_model: Annotated[str, Field(min_length=1, max_length=500)]
     dataset_path: Annotated[str, Field(min_length=1, max_length=4000)]
     eval_dataset_path: str | None = None
@@ -210,6 +210,7 @@ class TrainingRequest(BaseModel):
     def _explain_unknown_and_refused(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = with_method(data)
         fields = list(cls.model_fields)
         for key in data:
             if key not in cls.model_fields:
@@ -219,11 +220,11 @@ class TrainingRequest(BaseModel):
         if data.get("gradient_checkpointing", "auto") is None:
             # Requests stored before the speed fields said null for "the trainer's default"; auto replaces it.
             data = {**data, "gradient_checkpointing": "auto"}
-        strategy = str(data.get("strategy", "")).lower()
-        if strategy in SEPARATE_WORKFLOWS:
-            raise InvalidRequest(f"strategy `{strategy}` is not started directly. {SEPARATE_WORKFLOWS[strategy]}")
-        if strategy and strategy not in STRATEGIES:
-            raise InvalidRequest(f"strategy `{strategy}` is unknown; use one of {', '.join(STRATEGIES)}.")
+        method = str(data.get("method", "")).lower()
+        if method in SEPARATE_WORKFLOWS:
+            raise InvalidRequest(f"method `{method}` is not started directly. {SEPARATE_WORKFLOWS[method]}")
+        if method and method not in METHODS:
+            raise InvalidRequest(f"method `{method}` is unknown; use one of {', '.join(METHODS)}.")
         return data
 
     @model_validator(mode="after")
@@ -268,10 +269,10 @@ class TrainingRequest(BaseModel):
                 f"`{self.grpo_loss_type}` averages {averaging}; "
                 "use dapo/bnpo/dr_grpo for token-level loss, grpo for sequence-level."
             )
-        if self.strategy == "rlvr" and self.grpo_reward_mode != "verification":
+        if self.method == "rlvr" and self.grpo_reward_mode != "verification":
             raise InvalidRequest(
                 "rlvr rewards come from a deterministic verifier; set grpo_reward_mode "
-                "`verification` or use strategy `grpo`."
+                "`verification` or use method `grpo`."
             )
         return self
 
@@ -319,8 +320,22 @@ class TrainingRequest(BaseModel):
 
 
 CLI_ONLY_FIELDS = frozenset(
-    {"strategy", "base_model", "dataset_path", "compute_target", "correlation_id", "tracking_context"}
+    {"method", "strategy", "base_model", "dataset_path", "compute_target", "correlation_id", "tracking_context"}
 )
+
+
+def with_method(data: dict[str, Any]) -> dict[str, Any]:
+    """A request body with its training method under `method`: `strategy`, its former name, is still accepted
+    where users already send it (recipes, campaign specs, older request files), but not beside `method`."""
+    if "strategy" not in data:
+        return data
+    if "method" in data and data["method"] != data["strategy"]:
+        raise InvalidRequest(
+            f"`strategy` ({data['strategy']!r}) is the former name of `method` ({data['method']!r}); "
+            "send `method` only."
+        )
+    renamed = {k: v for k, v in data.items() if k != "strategy"}
+    return {"method": data["strategy"], **renamed}
 
 
 def merge_config_file(config: dict[str, Any]) -> dict[str, Any]:

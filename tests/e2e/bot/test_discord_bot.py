@@ -124,7 +124,7 @@ async def test_commands_answer_with_the_daemons_word_and_a_discord_run_posts_its
         )  # fmt: skip
         assert registered.code == 0, registered.stderr
         config = {"max_steps": 4, "batch_size": 4, "learning_rate": 5e-3, "max_seq_length": 128, "save_steps": 2}
-        launch = {"project": "nightly", "strategy": "sft", "model": "tiny-v1", "dataset": "traces-v1",
+        launch = {"project": "nightly", "method": "sft", "model": "tiny-v1", "dataset": "traces-v1",
                   "config": ("config.json", json.dumps(config).encode())}  # fmt: skip
         refused = await w.slash("run start", user_id=BOB_ID, **launch)
         assert refused["flags"] & EPHEMERAL

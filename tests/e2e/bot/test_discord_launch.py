@@ -57,7 +57,7 @@ async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_
             routed = await admin.put("/v1/projects/nightly/channel", json={"channel_id": str(RUNS_CHANNEL_ID)})
             assert routed.is_success, routed.text
 
-        launch = {"project": "nightly", "strategy": "sft", "model": "tiny-v1", "dataset": "traces-v1",
+        launch = {"project": "nightly", "method": "sft", "model": "tiny-v1", "dataset": "traces-v1",
                   "config": ("config.json", json.dumps(CONFIG).encode())}  # fmt: skip
         queued = await w.slash("run start", user_id=BOB_ID, **launch)
         assert not queued["flags"] & EPHEMERAL, text_of(queued)
@@ -116,12 +116,12 @@ async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_
 async def test_a_launch_that_cannot_be_identified_is_refused_saying_what_to_register(tmp_path: Path) -> None:
     async with world(tmp_path) as w, running_bot(w):
         await register_versions(w)
-        unknown = await w.slash("run start", project="nightly", strategy="sft", model="org/llama", dataset="traces-v1")
+        unknown = await w.slash("run start", project="nightly", method="sft", model="org/llama", dataset="traces-v1")
         assert unknown["flags"] & EPHEMERAL
         assert "org/llama" in text_of(unknown) and "register" in text_of(unknown)
         with_context = {"tracking_context": {"project_id": "other"}}
         both = await w.slash(
-            "run start", project="nightly", strategy="sft", model="tiny-v1", dataset="traces-v1",
+            "run start", project="nightly", method="sft", model="tiny-v1", dataset="traces-v1",
             config=("config.json", json.dumps(with_context).encode()),
         )  # fmt: skip
         assert both["flags"] & EPHEMERAL and "not both" in text_of(both)
@@ -138,7 +138,7 @@ async def test_stop_answers_at_once_then_says_how_it_ended_and_the_notice_names_
             routed = await admin.put("/v1/projects/nightly/channel", json={"channel_id": str(CHANNEL_ID)})
             assert routed.is_success, routed.text
         long = {**CONFIG, "max_steps": 20_000, "save_steps": 10_000}
-        launch = {"project": "nightly", "strategy": "sft", "model": "tiny-v1", "dataset": "traces-v1",
+        launch = {"project": "nightly", "method": "sft", "model": "tiny-v1", "dataset": "traces-v1",
                   "config": ("config.json", json.dumps(long).encode())}  # fmt: skip
         run_id = field(await w.slash("run start", **launch), "run_id")
         prompt = await w.slash("run stop", project="nightly", run=run_id)  # at once: still loading, or running

@@ -661,7 +661,7 @@ def attachment(text: str) -> tuple[str, bytes]:
     return ("file.json", text.encode())
 
 
-RUN_START = {"project": "nightly", "strategy": "sft", "model": "model-v1", "dataset": "traces-v1"}
+RUN_START = {"project": "nightly", "method": "sft", "model": "model-v1", "dataset": "traces-v1"}
 
 SLASH_CASES = [
     Slash("run-id-that-climbs-to-another-route", "run status", {"project": "nightly", "run": "../../../auth/whoami"},

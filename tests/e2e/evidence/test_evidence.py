@@ -39,7 +39,18 @@ def evidence_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
 
 @pytest.fixture(scope="module")
 def trained(evidence_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A completed tiny SFT run in project nightly."""
+    """A completed tiny SFT run in project nightly, which several tests evaluate."""
+    return train(evidence_daemon, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def judged(evidence_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run of its own for the test that builds a RunCard and asks the gate: a card holds every result of its
+    run, so another test's evaluation of a shared run would change what it sees (in a random order)."""
+    return train(evidence_daemon, tmp_path_factory)
+
+
+def train(evidence_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFactory) -> str:
     tmp = tmp_path_factory.mktemp("train")
     tiny = build_tiny(tmp / "model")
     with evidence_daemon.client() as client:
@@ -65,7 +76,7 @@ def evaluate(daemon: RunningDaemon, *subject: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(900)
 def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
-    evidence_daemon: RunningDaemon, trained: str
+    evidence_daemon: RunningDaemon, judged: str
 ) -> None:
     gold = evaluate(evidence_daemon, "--gold")
     details = gold["details"]
@@ -86,9 +97,9 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
         "attempts_by_kind": {},
     }
 
-    tiny = evaluate(evidence_daemon, "--run", trained)
+    tiny = evaluate(evidence_daemon, "--run", judged)
     print(f"tiny model pass@1 {tiny['metrics']['pass@1']} on the same suite")
-    assert tiny["run_id"] == trained and tiny["attempt_id"] == f"{trained}.a1"
+    assert tiny["run_id"] == judged and tiny["attempt_id"] == f"{judged}.a1"
     assert 0.0 <= tiny["metrics"]["pass@1"] <= 1.0 and "holdout.pass@1" in tiny["metrics"]
     safety = tiny["details"]["safety"]
     assert tiny["metrics"]["unsafe_action_rate"] == safety["unsafe_attempts"] / tiny["sample_count"]
@@ -113,16 +124,16 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     ran_on = {"baseline": "no model", "candidate": f"{AUTO_DEVICE} {placement['dtype']}"}
     assert comparison["details"]["ran_on"] == ran_on and comparison["details"]["ran_alike"] is True
 
-    card = cli(env, "runcard", "create", "--project", PROJECT, "--run", trained, "--limitation", "tiny model", "--json")
+    card = cli(env, "runcard", "create", "--project", PROJECT, "--run", judged, "--limitation", "tiny model", "--json")
     assert card.code == 0, card.stderr
     assert card.json()["card"]["evaluation_result_ids"] == [tiny["result_id"]]
     # A few steps are below SFT's minimum: a card left without a tier claims a smoke test, which never ships.
     assert card.json()["card"]["claim_tier"] == "local_smoke"
-    gate = cli(env, "promote", "gate", "--project", PROJECT, "--run", trained, "--json")
+    gate = cli(env, "promote", "gate", "--project", PROJECT, "--run", judged, "--json")
     assert gate.code == 7
     blockers = {b["code"] for b in gate.json()["blockers"]}
     assert blockers == {"no_improvement", "holdout_regression", "smoke_claim"}, gate.stdout  # the why of any other
-    refused = cli(env, "promote", "decide", "--project", PROJECT, "--run", trained, "--alias", "champion")
+    refused = cli(env, "promote", "decide", "--project", PROJECT, "--run", judged, "--alias", "champion")
     assert refused.code == 7 and "no_improvement" in refused.stderr
 
 

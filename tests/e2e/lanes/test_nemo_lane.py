@@ -176,7 +176,7 @@ async def test_plan_says_a_nemo_run_cannot_pause_and_pause_is_refused_naming_why
 async def test_what_the_lane_cannot_run_is_refused_at_plan_and_launch_before_submission(
     api: httpx.AsyncClient, nemo: NemoStandIn, tmp_path: Path
 ) -> None:
-    grpo = {**nemo_request(tmp_path), "strategy": "grpo"}
+    grpo = {**nemo_request(tmp_path), "method": "grpo"}
     plan = (await api.post("/v1/training/plan", json=grpo)).json()
     assert plan["ready"] is False and plan["lane_capabilities"]["pause"]["supported"] is False
     assert any("runs sft and dpo" in reason for reason in plan["reasons"])

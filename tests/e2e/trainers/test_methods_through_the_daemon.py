@@ -97,10 +97,10 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
     trainer_args = effective["trainer_args"]
     for name, value in planned["schedule"].items():
         assert trainer_args[name] == value, name
-    shared = set(planned["method"]) & set(trainer_args)
-    assert shared or strategy == "session_distillation", planned["method"]
+    shared = set(planned["method_settings"]) & set(trainer_args)
+    assert shared or strategy == "session_distillation", planned["method_settings"]
     for name in shared:
-        assert trainer_args[name] == planned["method"][name], name
+        assert trainer_args[name] == planned["method_settings"][name], name
     share = run["metric_summary"].get("train.frac_zero_std_groups") or {}
     if share.get("min") == 1.0:  # no group's rewards varied: the run says it learned nothing
         assert "the run learned nothing" in run["attempts"][-1]["status_reason"], run["attempts"][-1]

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import torch
 from bashgym.daemon.lanes.anomalies import AnomalyWatch
-from bashgym.trainers import attention, strategies
+from bashgym.trainers import attention, methods
+from bashgym.trainers.methods import sft
 from bashgym.trainers.speed import Machine, ModelShape, compile_with_fallback, plan_speed
-from bashgym.trainers.strategies import sft
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM, TrainerCallback, TrainerControl, TrainerState
 from trl import SFTTrainer
@@ -172,7 +172,7 @@ def test_a_compiled_packed_run_captures_its_graphs_once_for_rows_of_every_length
     if kernel == "varlen kernel":  # the path a GPU run trains through, its kernel stood in for on the CPU
         varlen_standin.install(monkeypatch.setattr)
     counter = GraphCounter()
-    monkeypatch.setattr(strategies, "COMPILE_BACKEND", counter)
+    monkeypatch.setattr(methods, "COMPILE_BACKEND", counter)
     try:
         trainer, plan = sft_trainer(student, tmp_path, devnull, packing=True, compile=True, max_steps=3)
         printed = capsys.readouterr().out
@@ -233,9 +233,9 @@ def test_a_failed_compilation_trains_eager_with_the_liger_kernels_auto_left_to_t
     def no_compiler(graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
         raise RuntimeError("no C++ compiler on this host")
 
-    monkeypatch.setattr(strategies, "COMPILE_BACKEND", no_compiler)
+    monkeypatch.setattr(methods, "COMPILE_BACKEND", no_compiler)
     capsys.readouterr()
-    record = strategies._compile(trainer, planned, request, gpu).record()
+    record = methods._compile(trainer, planned, request, gpu).record()
     assert record["compile"].startswith("auto -> off (compilation failed after ")
     assert record["liger"] == "auto -> on (installed; training eager)"
     # On the model under the LoRA wrapper, with Liger's cross-entropy left to TRL's fused LM head.

@@ -7,10 +7,10 @@ import typing
 
 import pytest
 from bashgym.bot.commands import GROUPS
-from bashgym.bot.commands.shared import RUN_STATUSES, STRATEGIES
-from bashgym.client.models import TrainingStrategy
+from bashgym.bot.commands.shared import METHODS, RUN_STATUSES
+from bashgym.client.models import TrainingMethod
 from bashgym.client.specs import RunStatus
-from bashgym.trainers.contracts.request import STRATEGIES as TRAINER_STRATEGIES
+from bashgym.trainers.contracts.request import METHODS as TRAINER_METHODS
 from bashgym.trainers.contracts.request import TrainingRequest
 from discord import AppCommandOptionType, app_commands
 
@@ -49,6 +49,6 @@ def test_every_number_is_bounded_and_enumerations_are_choices() -> None:
 
 
 def test_the_bots_lists_are_the_wire_contracts_and_the_contract_is_the_trainers() -> None:
-    assert RUN_STATUSES is RunStatus and STRATEGIES is TrainingStrategy  # derived, not copied
-    strategy = TrainingRequest.model_fields["strategy"].annotation
-    assert typing.get_args(TrainingStrategy) == typing.get_args(strategy) == TRAINER_STRATEGIES
+    assert RUN_STATUSES is RunStatus and METHODS is TrainingMethod  # derived, not copied
+    method = TrainingRequest.model_fields["method"].annotation
+    assert typing.get_args(TrainingMethod) == typing.get_args(method) == TRAINER_METHODS

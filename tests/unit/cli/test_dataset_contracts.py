@@ -278,7 +278,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 
 def test_cli_exits_0_on_a_valid_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_jsonl(tmp_path, VALID["dpo"])
-    code = cli.run(["training", "validate", "--strategy", "dpo", "--dataset", str(path)], cli_env(tmp_path))
+    code = cli.run(["training", "validate", "--method", "dpo", "--dataset", str(path)], cli_env(tmp_path))
     assert code == 0
     assert capsys.readouterr().out.strip() == "2 rows, 0 errors"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bashgym.trainers.strategies.distillation import fit_prompt
+from bashgym.trainers.methods.distillation import fit_prompt
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoTokenizer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bashgym.trainers.strategies.session import _target_logits, collate
+from bashgym.trainers.methods.session import _target_logits, collate
 
 
 def _row(context: int, target: int) -> dict[str, list[int]]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.loading import load_rows
+from bashgym.trainers.methods import _most_steps
 from bashgym.trainers.speed import Machine, ModelShape, SpeedRefused, padding_waste, plan_speed
-from bashgym.trainers.strategies import _most_steps
 from pydantic import ValidationError
 
 GiB = 1024**3

@@ -19,8 +19,8 @@ from bashgym.trainers.contracts.fields import (
     refusals,
     request_from_recipe,
 )
-from bashgym.trainers.contracts.request import STRATEGIES, InvalidRequest, TrainingRequest
-from bashgym.trainers.strategies.grpo import taught_rows
+from bashgym.trainers.contracts.request import METHODS, InvalidRequest, TrainingRequest
+from bashgym.trainers.methods.grpo import taught_rows
 from pydantic import ValidationError
 
 # Who and where, not how: recorded on the run (its identity), never configuring a trainer.
@@ -74,8 +74,8 @@ def alternative(name: str, default: Any) -> Any:
     raise AssertionError(f"no alternative value for {name} (default {default!r}): add one to ALTERNATIVES")
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("name", sorted(set(TrainingRequest.model_fields) - IDENTITY - SPELLINGS - {"strategy"}))
+@pytest.mark.parametrize("strategy", METHODS)
+@pytest.mark.parametrize("name", sorted(set(TrainingRequest.model_fields) - IDENTITY - SPELLINGS - {"method"}))
 def test_every_field_either_changes_the_effective_config_or_is_refused(strategy: str, name: str) -> None:
     companions = {
         **({"teacher_model": "org/teacher"} if strategy == "distillation" else {}),
@@ -100,7 +100,7 @@ def test_every_field_either_changes_the_effective_config_or_is_refused(strategy:
 
 
 def test_a_setting_of_another_method_is_refused_naming_who_reads_it() -> None:
-    with pytest.raises(InvalidRequest, match="`grpo_temperature` is read by grpo and rlvr only; strategy `sft`"):
+    with pytest.raises(InvalidRequest, match="`grpo_temperature` is read by grpo and rlvr only; method `sft`"):
         request_from_recipe(base("sft", grpo_temperature=0.9))
     with pytest.raises(InvalidRequest, match="`lora_rank` shapes a LoRA adapter, and use_lora is false"):
         request_from_recipe(base("sft", use_lora=False, lora_rank=8))
@@ -116,8 +116,8 @@ def test_a_setting_of_another_method_is_refused_naming_who_reads_it() -> None:
 
 def test_the_tmax_like_profile_is_applied_and_a_field_sent_wins_over_it() -> None:
     method = effective_config(request_from_recipe(base("grpo", training_profile="terminal_rl_tmax_like")))
-    assert method["method"] | {} == method["method"]
-    got = method["method"]
+    assert method["method_settings"] | {} == method["method_settings"]
+    got = method["method_settings"]
     assert (got["num_generations"], got["temperature"], got["epsilon_high"], got["mask_truncated_completions"]) == (
         8,
         1.0,
@@ -127,9 +127,9 @@ def test_the_tmax_like_profile_is_applied_and_a_field_sent_wins_over_it() -> Non
     sent = request_from_recipe(
         base("grpo", training_profile="terminal_rl_tmax_like", grpo_temperature=0.7, grpo_group_size=4)
     )
-    got = effective_config(sent)["method"]
+    got = effective_config(sent)["method_settings"]
     assert (got["temperature"], got["num_generations"], got["epsilon_high"]) == (0.7, 4, 0.28)
-    default = effective_config(request_from_recipe(base("grpo")))["method"]
+    default = effective_config(request_from_recipe(base("grpo")))["method_settings"]
     assert (default["num_generations"], default["epsilon_high"], default["mask_truncated_completions"]) == (
         32,
         None,
@@ -138,12 +138,15 @@ def test_the_tmax_like_profile_is_applied_and_a_field_sent_wins_over_it() -> Non
 
 
 def test_group_size_token_level_loss_and_distillation_mix_map_onto_trl() -> None:
-    assert effective_config(request_from_recipe(base("rlvr", grpo_group_size=4)))["method"]["num_generations"] == 4
-    sequence = effective_config(request_from_recipe(base("grpo", token_level_loss=False)))["method"]
+    assert (
+        effective_config(request_from_recipe(base("rlvr", grpo_group_size=4)))["method_settings"]["num_generations"]
+        == 4
+    )
+    sequence = effective_config(request_from_recipe(base("grpo", token_level_loss=False)))["method_settings"]
     assert sequence["loss_type"] == "grpo"
     teacher = effective_config(
         request_from_recipe(base("distillation", teacher_model="org/t", distillation_alpha=0.2, max_seq_length=64))
-    )["method"]
+    )["method_settings"]
     assert (teacher["beta"], teacher["max_completion_length"], teacher["max_prompt_tokens"]) == (0.2, 256, 1)
 
 

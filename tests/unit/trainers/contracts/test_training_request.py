@@ -97,7 +97,18 @@ def recipe(strategy: str, **target: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("strategy", list(RECIPES))
 def test_each_recipe_validates_with_only_ids_and_paths_substituted(strategy: str) -> None:
     request = request_from_recipe(recipe(strategy))
-    assert request.strategy == strategy
+    assert request.method == strategy
+
+
+def test_method_is_the_field_and_strategy_its_former_name_is_still_accepted() -> None:
+    sent = {k: v for k, v in recipe("dpo").items() if k != "strategy"}
+    assert request_from_recipe({**sent, "method": "dpo"}) == request_from_recipe({**sent, "strategy": "dpo"})
+    assert "method" in request_from_recipe({**sent, "strategy": "dpo"}).model_dump()
+    assert request_from_recipe({**sent, "method": "dpo", "strategy": "dpo"}).method == "dpo"
+    with pytest.raises(ValueError, match=r"`strategy` .* is the former name of `method`"):
+        request_from_recipe({**sent, "method": "sft", "strategy": "dpo"})
+    with pytest.raises(ValueError, match="method `ppo` is unknown; use one of sft, dpo"):
+        request_from_recipe({**sent, "strategy": "ppo"})
 
 
 @pytest.mark.parametrize("strategy", list(RECIPES))

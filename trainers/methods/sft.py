@@ -13,8 +13,8 @@ from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.loading import load_rows, lora_config
+from bashgym.trainers.methods.common import eval_args
 from bashgym.trainers.readback import HostCopy, to_device
-from bashgym.trainers.strategies.common import eval_args
 from datasets import Dataset
 from transformers.training_args import ParallelMode
 from trl import SFTConfig, SFTTrainer

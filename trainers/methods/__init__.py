@@ -1,4 +1,4 @@
-"""The six strategies; each builds a TRL (or TRL-derived) trainer for one request."""
+"""The six methods; each builds a TRL (or TRL-derived) trainer for one request."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from bashgym.trainers.attention import use_packed_attention
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.loading import load_rows
+from bashgym.trainers.methods.common import common_args
 from bashgym.trainers.reporting import ReportingCallback
 from bashgym.trainers.speed import (
     SFT_PATH,
@@ -26,7 +27,6 @@ from bashgym.trainers.speed import (
     plan_speed,
     resolve_liger,
 )
-from bashgym.trainers.strategies.common import common_args
 
 # Rows read to judge whether lengths vary enough for packing: enough for a stable share, cheap to tokenize.
 LENGTH_SAMPLE_ROWS = 1024
@@ -35,7 +35,7 @@ COMPILE_BACKEND: Any = "inductor"
 
 
 def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory) -> tuple[Any, SpeedPlan]:
-    """The strategy's trainer with the run's speed settings applied, and those settings as resolved."""
+    """The method's trainer with the run's speed settings applied, and those settings as resolved."""
     machine = Machine.detect()
     rows = functools.cache(lambda: load_rows(request.dataset_path))  # read once, if a decision needs them
     plan = plan_speed(
@@ -46,23 +46,23 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
         steps=_most_steps(request, machine, rows),
     )
     args = {**common_args(request, run), **_renamed_for_transformers(plan.training_args())}
-    if request.strategy in SFT_PATH:
+    if request.method in SFT_PATH:
         # Liger goes in below, before the compile probe, not through transformers when training starts.
         args |= {"packing": plan.uses("packing"), "use_liger_kernel": False}
-    if request.strategy in SFT_PATH and plan.uses("packing"):
+    if request.method in SFT_PATH and plan.uses("packing"):
         # A packed row's sequences must attend to themselves alone, at the cost of their own lengths.
         _print(use_packed_attention(model))
-    match request.strategy:
+    match request.method:
         case "sft":
-            from bashgym.trainers.strategies.sft import build
+            from bashgym.trainers.methods.sft import build
         case "dpo":
-            from bashgym.trainers.strategies.dpo import build
+            from bashgym.trainers.methods.dpo import build
         case "grpo" | "rlvr":
-            from bashgym.trainers.strategies.grpo import build
+            from bashgym.trainers.methods.grpo import build
         case "distillation":
-            from bashgym.trainers.strategies.distillation import build
+            from bashgym.trainers.methods.distillation import build
         case "session_distillation":
-            from bashgym.trainers.strategies.session import build
+            from bashgym.trainers.methods.session import build
     trainer = build(request, model, tokenizer, run, args)
     if plan.uses("liger"):
         _print(apply_liger(trainer.model))
@@ -88,14 +88,14 @@ def _most_steps(request: TrainingRequest, machine: Machine, rows: Callable[[], l
     """The run's optimizer steps at most (packing only makes them fewer), where auto compilation asks for them."""
     if request.max_steps > 0:
         return request.max_steps
-    if not (machine.cuda and request.strategy in SFT_PATH and request.compile == "auto"):
+    if not (machine.cuda and request.method in SFT_PATH and request.compile == "auto"):
         return None
     rows_per_step = request.batch_size * request.gradient_accumulation_steps * request.num_processes
     return math.ceil(request.num_epochs * math.ceil(len(rows()) / rows_per_step))
 
 
 def _needs_lengths(request: TrainingRequest, machine: Machine) -> bool:
-    return request.strategy in SFT_PATH and request.packing == "auto" and machine.cuda and request.batch_size > 1
+    return request.method in SFT_PATH and request.packing == "auto" and machine.cuda and request.batch_size > 1
 
 
 def _sample_lengths(rows: list[dict[str, Any]], seed: int, tokenizer: Any) -> Sequence[int]:
@@ -128,7 +128,7 @@ def _compile(trainer: Any, plan: SpeedPlan, request: TrainingRequest, machine: M
         **plan.choices,
         "compile": replace(choice, used=False, reason=f"compilation failed after {seconds:.0f} s: {failure}"),
     }
-    eager_liger = resolve_liger(request.liger, machine, request.strategy, compiled=False)
+    eager_liger = resolve_liger(request.liger, machine, request.method, compiled=False)
     if eager_liger.used and not plan.uses("liger"):
         _print(apply_liger(trainer.model))
         choices["liger"] = replace(eager_liger, reason=f"{eager_liger.reason}; training eager")

@@ -121,9 +121,9 @@ class SessionDistillationTrainer(Trainer):
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    method = method_args(request)
+    settings = method_args(request)
     rows = load_rows(request.dataset_path)
-    records = [r for r in rows if r["reader_confidence"] >= method["min_confidence"]]
+    records = [r for r in rows if r["reader_confidence"] >= settings["min_confidence"]]
     if not records:
         raise ValueError(
             f"No record reaches session_distillation_min_confidence "
@@ -131,7 +131,7 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         )
     print(
         f"session_distillation: training on {len(records)} of {len(rows)} records; {len(rows) - len(records)} below "
-        f"min_confidence {method['min_confidence']} left out",
+        f"min_confidence {settings['min_confidence']} left out",
         flush=True,
     )
     if request.use_lora:
@@ -139,7 +139,7 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(request))
-    dataset = Dataset.from_list([encode(r, tokenizer, method["max_length"]) for r in records])
+    dataset = Dataset.from_list([encode(r, tokenizer, settings["max_length"]) for r in records])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return SessionDistillationTrainer(
         model=model,
@@ -147,6 +147,6 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         train_dataset=dataset,
         data_collator=lambda batch: collate(batch, pad_id),
         processing_class=tokenizer,
-        alpha=method["alpha"],
-        temperature=method["temperature"],
+        alpha=settings["alpha"],
+        temperature=settings["temperature"],
     )

@@ -13,7 +13,7 @@ from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.loading import load_rows, lora_config
-from bashgym.trainers.strategies.sft import DeviceMetricsSFTTrainer
+from bashgym.trainers.methods.sft import DeviceMetricsSFTTrainer
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from trl import DistillationConfig, DistillationTrainer, SFTConfig
@@ -31,16 +31,16 @@ def _on_policy(
 ) -> Any:
     assert request.teacher_model is not None
     teacher = AutoModelForCausalLM.from_pretrained(request.teacher_model, dtype=model.dtype)
-    method = method_args(request)
-    prompts = [fit_prompt(row["prompt"], tokenizer, method["max_prompt_tokens"]) for row in rows]
+    settings = method_args(request)
+    prompts = [fit_prompt(row["prompt"], tokenizer, settings["max_prompt_tokens"]) for row in rows]
     cut = sum(prompt != row["prompt"] for prompt, row in zip(prompts, rows, strict=True))
-    print(f"distillation: {cut} of {len(rows)} prompts cut to {method['max_prompt_tokens']} tokens", flush=True)
+    print(f"distillation: {cut} of {len(rows)} prompts cut to {settings['max_prompt_tokens']} tokens", flush=True)
     dataset = Dataset.from_list([{"prompt": prompt} for prompt in prompts])
     config = DistillationConfig(
         **args,
-        temperature=method["temperature"],
-        beta=method["beta"],
-        max_completion_length=method["max_completion_length"],
+        temperature=settings["temperature"],
+        beta=settings["beta"],
+        max_completion_length=settings["max_completion_length"],
     )
     return DistillationTrainer(
         model=model,

@@ -79,9 +79,9 @@ def taught_rows(advantages: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    method = method_args(request)
+    settings = method_args(request)
     dataset = Dataset.from_list([_row(row) for row in load_rows(request.dataset_path)])
-    config = GRPOConfig(**args, **{key: method[key] for key in GRPO_CONFIG_KEYS})
+    config = GRPOConfig(**args, **{key: settings[key] for key in GRPO_CONFIG_KEYS})
     return FilteringGRPOTrainer(
         model=model,
         reward_funcs=[reward_function],
@@ -89,6 +89,6 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(request),
-        filter_zero_std_groups=method["filter_zero_std_groups"],
-        group_size=method["num_generations"],
+        filter_zero_std_groups=settings["filter_zero_std_groups"],
+        group_size=settings["num_generations"],
     )

@@ -1,4 +1,4 @@
-"""The TrainingArguments every strategy shares, and the evaluation settings of those that evaluate as they train."""
+"""The TrainingArguments every method shares, and the evaluation settings of those that evaluate as they train."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from bashgym.trainers.contracts.rundir import RunDirectory
 
 
 def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
-    """TrainingArguments every strategy shares: the request's (trainers/settings.shared_args) and the run's.
+    """TrainingArguments every method shares: the request's (trainers/settings.shared_args) and the run's.
 
     The speed settings (bf16, optimizer, checkpointing, data loading) come from the run's SpeedPlan.
     """

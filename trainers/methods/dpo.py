@@ -8,14 +8,14 @@ from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.loading import load_rows, lora_config
-from bashgym.trainers.strategies.common import eval_args
+from bashgym.trainers.methods.common import eval_args
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
-    method = method_args(request)
-    config = DPOConfig(**args, **eval_args(request), beta=method["beta"], max_length=method["max_length"])
+    settings = method_args(request)
+    config = DPOConfig(**args, **eval_args(request), beta=settings["beta"], max_length=settings["max_length"])
     eval_dataset = _pairs(request.eval_dataset_path) if request.eval_dataset_path else None
     # With LoRA the frozen base (adapter disabled) is the reference, so no second model is loaded.
     return DPOTrainer(
