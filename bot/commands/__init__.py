@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bashgym.bot.commands.auth import AuthGroup
-from bashgym.bot.commands.campaign import CampaignGroup, ResearchGroup
-from bashgym.bot.commands.devices import DeviceGroup
-from bashgym.bot.commands.evidence import EvalGroup, PromoteGroup, RunCardGroup
-from bashgym.bot.commands.ledger import BudgetGroup, LedgerGroup
+from bashgym.bot.commands.budget import BudgetGroup
+from bashgym.bot.commands.campaign import CampaignGroup
+from bashgym.bot.commands.device import DeviceGroup
+from bashgym.bot.commands.eval import EvalGroup
+from bashgym.bot.commands.ledger import LedgerGroup
 from bashgym.bot.commands.project import ProjectGroup
+from bashgym.bot.commands.promote import PromoteGroup
+from bashgym.bot.commands.research import ResearchGroup
 from bashgym.bot.commands.run import RunGroup
+from bashgym.bot.commands.runcard import RunCardGroup
 from bashgym.bot.commands.shared import describe_options
 from discord import app_commands
 

@@ -1,4 +1,4 @@
-"""/campaign and /research: research campaigns and where they stand."""
+"""/campaign: create, validate, start, pause, resume, cancel, conclude and report research campaigns."""
 
 from __future__ import annotations
 
@@ -168,17 +168,5 @@ class CampaignGroup(app_commands.Group, name="campaign", description="Research c
             return Reply(
                 embed=fields_embed(f"Report schedule of {campaign}", written(data), ["cron", "timezone", "channel"])
             )
-
-        await answer(interaction, work())
-
-
-class ResearchGroup(app_commands.Group, name="research", description="Where a campaign stands"):
-    @app_commands.command(name="state", description="Phase, incumbent, latest decision, budget, next action")
-    @app_commands.autocomplete(project=projects_ac, campaign=campaigns_ac)
-    async def state(self, interaction: Interaction, project: str, campaign: str) -> None:
-        async def work() -> Reply:
-            data = await call(interaction, "GET", f"/v1/projects/{project}/campaigns/{campaign}/state")
-            keys = [k for k, v in data.items() if not isinstance(v, list)]
-            return Reply(embed=fields_embed(f"Research state: {campaign}", data, keys))
 
         await answer(interaction, work())
