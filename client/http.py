@@ -7,6 +7,7 @@ import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from bashgym.client.errors import ApiError, DaemonUnreachable
@@ -206,6 +207,14 @@ class DaemonClient:
                 params={"after_cursor": after_cursor, "limit": limit, "wait_s": wait_s, "workspace": workspace},
             )
         )
+
+    # -- ids -------------------------------------------------------------------------------------
+
+    async def resolve_id(self, prefix: str, *, kind: str | None = None, workspace: str | None = None) -> dict[str, Any]:
+        """The full ids starting with `prefix` in the projects this principal may read (GET /v1/ids/{prefix}):
+        {"prefix", "matches": [{"id", "kind", "project_id"}], "truncated"}, at most 10 matches, in id order."""
+        path = f"/v1/ids/{quote(prefix, safe='')}"
+        return dict(await self.request("GET", path, params={"kind": kind, "workspace": workspace}))
 
 
 def request_headers(

@@ -28,6 +28,7 @@ from bashgym.ledger import (
     device_groups,
     devices,
     evidence,
+    ids,
     integrity,
     leases,
     lineage,
@@ -639,6 +640,8 @@ class Ledger:
     get_dataset_version = reads(queries.get_dataset_version)
 
     get_run = reads(queries.get_run)
+
+    ids_with_prefix = reads(ids.ids_with_prefix)
 
     async def trend(self, ws: str, project: str, metric: str, run_id: str | None = None) -> dict[str, Any]:
         return dict(json.loads(await self.trend_json(ws, project, metric, run_id)))
