@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-demo: $(STAMP)  # the whole loop on a fresh demo home, 3 to 6 minutes on 2 cores (README, "The demo")
+# The whole loop on a fresh demo home: 3 to 6 minutes on 2 idle cores, longer on a busy machine (README, "The demo");
+# DEMO_ARGS="--steps 200" is a quicker look.
+demo: $(STAMP)
 	$(BIN)/bashgym demo $(DEMO_ARGS)
 
 # Two workers, one test file each at a time (a file's tests share module fixtures and run in order):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli.registry import Ctx, command, done, read_json_file
+from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 
 
@@ -25,7 +26,7 @@ def _where(ctx: Ctx, suffix: str = "") -> str:
 
 def _create_args(parser: argparse.ArgumentParser) -> None:
     _project(parser)
-    parser.add_argument("--spec", required=True, type=Path, help="campaign spec (JSON)")
+    parser.add_argument("--spec", required=True, type=input_file, help="campaign spec (JSON)")
 
 
 @command("campaign", "create", help="create a draft campaign from a spec file (campaign.create)")(_create_args)
@@ -99,7 +100,7 @@ _register("conclude", "conclude an active or paused campaign as completed (campa
 def _propose_args(parser: argparse.ArgumentParser) -> None:
     _campaign(parser)
     parser.add_argument(
-        "--recipe-change", required=True, type=Path, help='JSON: {"primary_variable", "value", "rationale"}'
+        "--recipe-change", required=True, type=input_file, help='JSON: {"primary_variable", "value", "rationale"}'
     )
 
 
@@ -116,7 +117,9 @@ async def campaign_propose(ctx: Ctx) -> int:
 
 def _queue_args(parser: argparse.ArgumentParser) -> None:
     _campaign(parser)
-    parser.add_argument("--hypotheses", required=True, type=Path, help="JSON list of recipe changes, run in order")
+    parser.add_argument(
+        "--hypotheses", required=True, type=input_file, help="JSON list of recipe changes, run in order"
+    )
 
 
 @command("campaign", "queue", help="add a list of candidates, run one at a time in order (campaign.control)")(

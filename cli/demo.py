@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -90,6 +91,23 @@ class Display:
             self.err.flush()
 
 
+# Measured on 2 idle cores (2026-12-05): 3:08 for the default 1,000 steps, 1:43 for 300; the steps dominate.
+FIXED_S = 80.0
+STEP_S = 0.11
+
+
+def expected_time(steps: int) -> str:
+    """What the demo will take, said before it starts, with the knob that changes it."""
+    minutes = (FIXED_S + STEP_S * steps) / 60
+    cores = os.cpu_count() or 1
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    line = f"Expected: about {max(1, round(minutes))} min on 2 idle cores ({steps} training steps"
+    line += "; --steps 200 is a quicker look)." if steps > 200 else ")."
+    if busy >= cores:  # every core already has a runnable process
+        line += f" This machine is busy (load {busy:.1f} on {cores} cores): expect longer, up to 25 min was seen."
+    return line
+
+
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds + 0.5), 60)
     return f"{minutes}:{secs:02d}"
@@ -112,7 +130,7 @@ def _demo_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@command("demo", help="the whole loop on a tiny model: campaign, evidence, gate, promotion, report (~6 min, 2 cores)")(
+@command("demo", help="the whole loop on a tiny model: campaign, evidence, gate, promotion, report (3-6 min, 2 cores)")(
     _demo_args
 )
 async def demo(ctx: Ctx) -> int:
@@ -122,6 +140,7 @@ async def demo(ctx: Ctx) -> int:
     check_options(options, ctx.environ)
     display = Display(sys.stderr if ctx.as_json else sys.stdout, sys.stderr)
     display.say(f"BashGym demo home: {home}")
+    display.say(expected_time(a.steps))
     from bashgym.client.http import DaemonClient
 
     async with demo_services(options, ctx.environ) as services, DaemonClient(services.api, services.token) as client:
@@ -146,8 +165,9 @@ async def demo(ctx: Ctx) -> int:
     else:
         print(render_summary(summary), flush=True)
         print(
-            f"\nLook around: BASHGYM_HOME={home} bashgym daemon, then bashgym campaign show {summary['campaign_id']} "
-            f"--project {PROJECT}, bashgym ledger context --project {PROJECT}.",
+            f"\nLook around: in another terminal, BASHGYM_HOME={home} bashgym up; then, with the same BASHGYM_HOME, "
+            f"bashgym ledger context --project {PROJECT} and bashgym campaign show {summary['campaign_id']} "
+            f"--project {PROJECT} (the venv active: . .venv/bin/activate, or type .venv/bin/bashgym).",
             flush=True,
         )
     consistent = summary["gate"]["ship"] == (summary["promoted"] is not None)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli.registry import Ctx, command, command_group, done, no_args
+from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput
 from bashgym.client.specs import UNASSIGNED
 
@@ -112,7 +113,9 @@ async def device_preflight(ctx: Ctx) -> int:
 def _bootstrap_args(parser: argparse.ArgumentParser) -> None:
     _name(parser)
     parser.add_argument("--base-python", default="python3", help="python on the host that creates the venv")
-    parser.add_argument("--wheel", type=Path, help="a bashgym wheel to install, for hosts without a package index")
+    parser.add_argument(
+        "--wheel", type=input_file, help="a bashgym wheel to install, for hosts without a package index"
+    )
     parser.add_argument("--pip-arg", action="append", default=[], help="extra pip argument (repeatable)")
 
 

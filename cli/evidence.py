@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bashgym.cli import views
+from bashgym.cli.output import pairs
 from bashgym.cli.registry import Ctx, command, done, upload_for
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 from bashgym.trainers.contracts.placement import describe
@@ -88,19 +90,9 @@ async def eval_run(ctx: Ctx) -> int:
     result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
     if ctx.as_json:
         return done(ctx, result)
-    details = result.get("details") or {}
-    shown_metrics = {k: round(v, 4) for k, v in sorted(result["metrics"].items())}
-    isolation = (details.get("isolation") or {}).get("level", "withheld")
-    canaries = (details.get("canaries") or {}).get("guard_rate")
-    watched = (details.get("safety") or {}).get("observed", "withheld")
-    row = {
-        "result_id": result["result_id"],
-        **shown_metrics,
-        "isolation": isolation,
-        "safety_watch": watched,
-        "canary_guard_rate": canaries,
-    }
-    return done(ctx, {**row, "ran_on": describe(details.get("placement"))}, title=f"Evaluation on {job['suite_id']}")
+    views.evaluation(result)
+    pairs([("ran on", describe((result.get("details") or {}).get("placement")))])
+    return EXIT_OK
 
 
 def _compare_args(parser: argparse.ArgumentParser) -> None:
@@ -119,7 +111,10 @@ async def eval_compare(ctx: Ctx) -> int:
     result = await ctx.client.request(
         "POST", f"/v1/projects/{a.project}/evaluations/compare", body=body, params={"workspace": ctx.workspace}
     )
-    return done(ctx, result, title="Comparison")
+    if ctx.as_json:
+        return done(ctx, result)
+    views.comparison(result.get("record", result))
+    return EXIT_OK
 
 
 def _results_args(parser: argparse.ArgumentParser) -> None:
@@ -200,10 +195,16 @@ async def runcard_show(ctx: Ctx) -> int:
     listing = await ctx.client.request(
         "GET", f"/v1/projects/{a.project}/runs/{a.run}/runcards", params={"workspace": ctx.workspace}
     )
-    if ctx.as_json or not listing["runcards"]:
-        return done(ctx, listing, title=f"RunCards of {a.run}")
+    if ctx.as_json:
+        return done(ctx, listing)
+    if not listing["runcards"]:
+        views.say(f"Run {a.run} has no RunCard yet: bashgym runcard create --project {a.project} --run {a.run}")
+        return EXIT_OK
     newest = listing["runcards"][0]
-    return done(ctx, {"card_id": newest["card_id"], **newest["card"]}, title=f"RunCard of {a.run}")
+    views.runcard(newest["card_id"], newest["card"], listing.get("since"))
+    if len(listing["runcards"]) > 1:
+        views.say(f"\n{len(listing['runcards']) - 1} older RunCards of this run: --json lists them.")
+    return EXIT_OK
 
 
 def _validate_args(parser: argparse.ArgumentParser) -> None:
@@ -234,9 +235,7 @@ async def promote_gate(ctx: Ctx) -> int:
     if ctx.as_json:
         done(ctx, verdict)
     else:
-        print(f"{a.run}: {'ship' if verdict['ship'] else 'blocked'}")
-        for blocker in verdict["blockers"]:
-            print(f"  {blocker['code']}: {blocker['message']}\n    next: {blocker['next_action']}")
+        views.gate(a.project, a.run, verdict)
     return EXIT_OK if verdict["ship"] else EXIT_RULE
 
 

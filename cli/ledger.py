@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bashgym.cli import views
 from bashgym.cli.registry import Ctx, command, done, no_args
+from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 
 
@@ -26,7 +28,13 @@ async def ledger_projects(ctx: Ctx) -> int:
 
 @command("ledger", "context", help="health signals, inventory, lineage and recent activity of a project")(_project)
 async def ledger_context(ctx: Ctx) -> int:
-    return done(ctx, await _get(ctx, f"/v1/projects/{ctx.args.project}/context"))
+    project = ctx.args.project
+    data = await _get(ctx, f"/v1/projects/{project}/context")
+    if ctx.as_json:
+        return done(ctx, data)
+    campaigns = await _get(ctx, f"/v1/projects/{project}/campaigns")
+    views.context(project, data, campaigns["campaigns"] if isinstance(campaigns, dict) else campaigns)
+    return EXIT_OK
 
 
 def _runs_args(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +71,11 @@ def _run_args(parser: argparse.ArgumentParser) -> None:
 
 @command("ledger", "run", help="one run: attempts, evaluations, artifacts, metric summary")(_run_args)
 async def ledger_run(ctx: Ctx) -> int:
-    return done(ctx, await _get(ctx, f"/v1/projects/{ctx.args.project}/runs/{ctx.args.run}"))
+    record = await _get(ctx, f"/v1/projects/{ctx.args.project}/runs/{ctx.args.run}")
+    if ctx.as_json:
+        return done(ctx, record)
+    views.run(record)
+    return EXIT_OK
 
 
 def _trend_args(parser: argparse.ArgumentParser) -> None:
@@ -166,7 +178,7 @@ async def ledger_backup(ctx: Ctx) -> int:
 
 
 def _restore_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", required=True, type=Path, dest="source", help="backup file to restore")
+    parser.add_argument("--from", required=True, type=input_file, dest="source", help="backup file to restore")
 
 
 @command("ledger", "restore", help="verify a backup and make it the ledger (daemon must be stopped)")(_restore_args)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
+from bashgym.cli.usage import input_file
 from bashgym.client.errors import InvalidInput
 from bashgym.client.models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
 from bashgym.client.specs import FileDigest
@@ -103,8 +104,8 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", required=True, help="project id")
     parser.add_argument("--dataset", required=True, help="dataset id")
     parser.add_argument("--version", required=True, help="dataset version id")
-    parser.add_argument("--file", required=True, type=Path, help="JSONL, CSV or text file to copy into the store")
-    parser.add_argument("--split-manifest", type=Path, help="JSON file describing the splits")
+    parser.add_argument("--file", required=True, type=input_file, help="JSONL, CSV or text file to copy into the store")
+    parser.add_argument("--split-manifest", type=input_file, help="JSON file describing the splits")
 
 
 @command("dataset", "register", help="copy a dataset file into the store and record its version")(_dataset_args)

@@ -14,6 +14,7 @@ from bashgym.cli import (  # noqa: F401
     auth,
     budget,
     campaigns,
+    completion,
     demo,
     devices,
     evidence,
@@ -24,8 +25,11 @@ from bashgym.cli import (  # noqa: F401
     skills,
     training,
 )
+from bashgym.cli.ids import resolve_prefixes
 from bashgym.cli.output import error
 from bashgym.cli.registry import COMMANDS, GROUP_HELP, Ctx, Handler
+from bashgym.cli.usage import Parser, UsageError, check_words
+from bashgym.cli.usage import report as report_usage
 from bashgym.client.errors import EXIT_RULE, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, BashGymError, exit_code_for_status
 from bashgym.client.redaction import register_secret_values
 from bashgym.daemon.settings import load_settings, secret_values
@@ -35,7 +39,7 @@ from pydantic import ValidationError
 
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS keeps a value given before the subcommand from being reset by the subcommand's default.
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document on stdout"
     )
@@ -47,7 +51,7 @@ def _common() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="bashgym", parents=[common], description="BashGym: the shared ML workspace (ledger, training, evidence)."
     )
     parser.add_argument("--version", action="version", version=f"bashgym {bashgym_version()}")
@@ -83,8 +87,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(argv: list[str], environ: dict[str, str]) -> int:
+    if argv[:1] == ["__complete"]:  # hidden: what the completion scripts ask (cli/completion.py)
+        return completion.complete(argv[1:], environ, build_parser())
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        check_words(parser, argv)
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return report_usage(exc, argv)
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return EXIT_USAGE
@@ -92,18 +102,23 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
         settings = load_settings(environ)
         register_secret_values(secret_values(settings, environ))
         return asyncio.run(_dispatch(Ctx(args=args, settings=settings, environ=environ)))
+    except UsageError as exc:  # found once the command ran: a file it names is missing
+        return report_usage(exc, argv)
     except ApiError as exc:
-        _report(args, exc.code, exc.message, exc.hint, exc.reference)
+        _report(args, exc.code, exc.message, exc.hint, exc.reference, exc.details)
         return exc.exit_code
     except BashGymError as exc:
-        _report(args, exc.code, exc.message, exc.hint, None)
+        _report(args, exc.code, exc.message, exc.hint, None, exc.details)
         return exit_code_for_status(exc.status)
     except OSError as exc:  # the machine refused (a read-only or full disk, a missing file): said, not traced
         where = f" ({exc.filename})" if exc.filename else ""
         _report(args, "os_error", f"{exc.strerror or exc}{where}.", "Check that path and its disk, then retry.", None)
         return EXIT_UNAVAILABLE
     except ValidationError as exc:  # a request model built here, from flags, before anything is sent
-        _report(args, "invalid_request", _first_problem(exc), "Fix the named value and run the command again.", None)
+        problems = _problems(exc)
+        message = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the request."
+        hint = "Fix the named values and run the command again."
+        _report(args, "invalid_request", message, hint, None, {"problems": problems} if len(problems) > 1 else None)
         return EXIT_RULE
     except KeyboardInterrupt:
         return 130
@@ -112,27 +127,39 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
 async def _dispatch(ctx: Ctx) -> int:
     try:
         handler: Handler = ctx.args.handler
+        await resolve_prefixes(ctx)
         return await handler(ctx)
     finally:
         if ctx._client is not None:
             await ctx._client.__aexit__(None, None, None)
 
 
-def _report(args: argparse.Namespace, code: str, message: str, hint: str, reference: str | None) -> None:
+def _report(
+    args: argparse.Namespace,
+    code: str,
+    message: str,
+    hint: str,
+    reference: str | None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """An error on stderr (and as one JSON document with --json): every problem of a request, not the first."""
+    problems = [str(p) for p in (details or {}).get("problems") or []]
     if getattr(args, "json", False):
         body: dict[str, Any] = {"code": code, "message": message, "hint": hint}
         if reference:
             body["reference"] = reference
+        if details:
+            body["details"] = details
         sys.stdout.write(json.dumps({"error": body}) + "\n")
+    if len(problems) > 1:
+        message = f"{message.split(':', 1)[0].rstrip('.')}:\n" + "\n".join(f"  - {p}" for p in problems)
     error(message, hint)
 
 
-def _first_problem(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "value"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return (
-        f"`{where}`: {message}"
-        if len(exc.errors()) == 1
-        else f"{exc.error_count()} problems; first: `{where}`: {message}"
-    )
+def _problems(exc: ValidationError) -> list[str]:
+    """Each problem of a request model, named by its field."""
+    found = []
+    for problem in exc.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "value"
+        found.append(f"`{where}`: {str(problem['msg']).removeprefix('Value error, ')}")
+    return found

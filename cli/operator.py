@@ -12,6 +12,7 @@ from typing import Any
 
 from bashgym.cli import curation
 from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
+from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, EXIT_UNAVAILABLE, ApiError, InvalidInput
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.version import bashgym_version
@@ -183,7 +184,7 @@ async def curate(ctx: Ctx) -> int:
 
 
 def _receipt_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="a hand-written receipt: JSON with the receipt's fields")
+    parser.add_argument("file", type=input_file, help="a hand-written receipt: JSON with the receipt's fields")
     parser.add_argument("--root", type=Path, help="write it under this knowledge-base directory (default: print)")
 
 

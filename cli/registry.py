@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bashgym.cli.output import emit
+from bashgym.cli.usage import UsageError
 from bashgym.client.errors import (
     EXIT_OK,
     InvalidInput,
@@ -101,7 +102,7 @@ def _no_constant(name: str) -> Any:
 async def upload_for(ctx: Ctx, path: Path, project: str) -> str:
     """Upload a local file for `project` and answer how a request names it: the daemon reads no path of ours."""
     if not path.is_file():
-        raise InvalidInput(f"{path} is not a file.", hint="Name a file on this machine; the CLI uploads it.")
+        raise UsageError(f"{path} is not a file.", hint="Name a file on this machine; the CLI uploads it.")
     stored = await ctx.client.blob_upload(path, project=project, workspace=ctx.workspace)
     return f"{BLOB_URI}{stored['sha256']}"
 
@@ -123,7 +124,7 @@ def read_json_file(path: Path, *, what: str) -> Any:
             f"{what} {path} holds {exc}; write a finite number.", hint="Fix the file and run the command again."
         ) from exc
     except OSError as exc:
-        raise InvalidInput(f"Cannot read {what} {path}: {exc.strerror}.") from exc
+        raise UsageError(f"Cannot read {what} {path}: {exc.strerror}.") from exc
 
 
 def done(ctx: Ctx, result: Any, **render: Any) -> int:

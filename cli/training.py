@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bashgym.cli import views
 from bashgym.cli.registry import Ctx, command, done, read_json_file, upload_for
+from bashgym.cli.usage import UsageError, input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
 from bashgym.client.specs import run_project
 from bashgym.trainers.contracts.datasets import format_report, validate_dataset
@@ -21,7 +23,7 @@ def _validate_args(parser: argparse.ArgumentParser) -> None:
         "--method", "--strategy", dest="method", required=True, choices=METHODS,
         help="the training method (--strategy, its former name, is accepted too)",
     )  # fmt: skip
-    parser.add_argument("--dataset", required=True, type=Path, help="the JSONL dataset file")
+    parser.add_argument("--dataset", required=True, type=input_file, help="the JSONL dataset file")
     parser.add_argument("--teacher-model", help="distillation: the pinned teacher, when rows lack teacher_response")
     parser.add_argument("--max-errors", type=int, default=1000, help="list at most this many errors (all are counted)")
 
@@ -55,7 +57,9 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--model", required=True, dest="base_model", help="base model: hub id or local path")
     data = parser.add_mutually_exclusive_group(required=True)
-    data.add_argument("--dataset-path", help="training data (JSONL) on this machine; uploaded for the run's project")
+    data.add_argument(
+        "--dataset-path", type=input_file, help="training data (JSONL) on this machine; uploaded for the run's project"
+    )
     data.add_argument("--dataset-version", help="a registered dataset version whose content the daemon holds")
     parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
     parser.add_argument(
@@ -63,8 +67,12 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
         help="local (the default), ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer; left out, "
         '--config may name the target ({"use_remote_ssh": true, "device_id": ...})',
     )
-    parser.add_argument("--config", type=Path, help="JSON file of method fields (never method, model, data, target)")
-    parser.add_argument("--tracking-context", type=Path, help="JSON file with the run's complete tracking context")
+    parser.add_argument(
+        "--config", type=input_file, help="JSON file of method fields (never method, model, data, target)"
+    )
+    parser.add_argument(
+        "--tracking-context", type=input_file, help="JSON file with the run's complete tracking context"
+    )
     parser.add_argument("--checkpoint-limit", type=int, help="checkpoints kept during the run (1..20)")
     parser.add_argument(
         "--artifact-retention",
@@ -152,8 +160,8 @@ def _check_locally(method: str, dataset: Path, teacher_model: object) -> None:
         report = validate_dataset(
             method, dataset, teacher_model=teacher_model if isinstance(teacher_model, str) else None
         )
-    except FileNotFoundError as exc:
-        raise RuleRejected(str(exc), hint="--dataset-path names a file on this machine.") from exc
+    except FileNotFoundError as exc:  # the command line names a file that is not there: a usage error
+        raise UsageError(str(exc), hint="--dataset-path names a file on this machine.") from exc
     if not report.ok:
         raise RuleRejected(
             f"The dataset breaks the {method} contract; nothing was uploaded or launched.\n{format_report(report)}",
@@ -235,7 +243,10 @@ async def training_status(ctx: Ctx) -> int:
     run = await ctx.client.request(
         "GET", f"/v1/projects/{ctx.args.project}/runs/{ctx.args.run}", params={"workspace": ctx.workspace}
     )
-    return done(ctx, run, title=f"Run {ctx.args.run}")
+    if ctx.as_json:
+        return done(ctx, run)
+    views.run(run)
+    return EXIT_OK
 
 
 def _list_args(parser: argparse.ArgumentParser) -> None:

@@ -116,7 +116,12 @@ def project_context(conn: sqlite3.Connection, ws: str, project: str, *, stale_be
         ),
     }
     recent = {
-        "runs": _recent(conn, "runs", scope, key, "run_id, experiment_id, method, status, context_status, created_at"),
+        "runs": [
+            {**run, "key_metric": _key_metric(conn, key, run["run_id"])}
+            for run in _recent(
+                conn, "runs", scope, key, "run_id, experiment_id, method, status, context_status, created_at"
+            )
+        ],
         "evaluations": _recent(conn, "eval_results", scope, key, "result_id, suite_id, run_id, status, created_at"),
         "decisions": _recent(conn, "decisions", scope, key, "decision_id, decision_type, outcome, run_id, created_at"),
         "events": [
@@ -164,6 +169,31 @@ def project_context(conn: sqlite3.Connection, ws: str, project: str, *, stale_be
             "decision_ids": [d["decision_id"] for d in recent["decisions"]],
         },
     }
+
+
+KEY_EVALUATION_METRICS = ("pass@1", "mean_success")
+
+
+def _key_metric(conn: sqlite3.Connection, key: tuple[str, str], run_id: str) -> dict[str, Any] | None:
+    """The figure a person asks of a run first: its latest evaluation's pass@1 (or the suite's first metric), else
+    its latest training loss; None before either exists."""
+    evaluated = conn.execute(
+        "SELECT suite_id, metrics_json FROM eval_results WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        "AND status = 'completed' ORDER BY created_at DESC LIMIT 1",
+        (*key, run_id),
+    ).fetchone()
+    if evaluated is not None:
+        metrics = {k: v for k, v in json.loads(evaluated["metrics_json"]).items() if isinstance(v, int | float)}
+        name = next((m for m in KEY_EVALUATION_METRICS if m in metrics), min(metrics, default=None))
+        if name is not None:
+            return {"name": name, "value": metrics[name], "suite_id": evaluated["suite_id"]}
+    loss = conn.execute(
+        "SELECT p.value, p.step FROM metric_series s JOIN metric_points p ON p.series_id = s.series_id "
+        "WHERE s.workspace_id = ? AND s.project_id = ? AND s.run_id = ? AND s.metric = 'train.loss' "
+        "ORDER BY p.step DESC LIMIT 1",
+        (*key, run_id),
+    ).fetchone()
+    return None if loss is None else {"name": "train.loss", "value": loss["value"], "step": loss["step"]}
 
 
 def _recent(

@@ -68,6 +68,43 @@ def runcards_of_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str
     return [_record(row) for row in rows]
 
 
+def runcard_followups(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:
+    """What happened to a run after its cards were written (the cards stay as they were): the latest gate verdict,
+    the decisions about the run, and the aliases those decisions moved, with where each alias points now."""
+    key = (ws, project)
+    gate = conn.execute(
+        "SELECT payload_json, actor, created_at FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        "AND event_type = 'gate.evaluated' ORDER BY cursor DESC LIMIT 1",
+        (*key, run_id),
+    ).fetchone()
+    decisions = [
+        dict(row)
+        for row in conn.execute(
+            "SELECT decision_id, decision_type, outcome, rationale, actor, created_at FROM decisions "
+            "WHERE workspace_id = ? AND project_id = ? AND run_id = ? ORDER BY created_at",
+            (*key, run_id),
+        )
+    ]
+    moves = [
+        dict(row)
+        for row in conn.execute(
+            "SELECT h.alias, h.model_version_id, h.previous_version_id, h.decision_id, h.moved_by, h.moved_at, "
+            "a.model_version_id AS points_now_to FROM model_alias_history h LEFT JOIN model_aliases a "
+            "ON a.workspace_id = h.workspace_id AND a.project_id = h.project_id AND a.alias = h.alias "
+            f"WHERE h.workspace_id = ? AND h.project_id = ? AND h.decision_id IN ({', '.join('?' * len(decisions))}) "
+            "ORDER BY h.id",
+            (*key, *(d["decision_id"] for d in decisions)),
+        )
+    ]
+    return {
+        "gate": None
+        if gate is None
+        else {**json.loads(gate["payload_json"]), "actor": gate["actor"], "at": gate["created_at"]},
+        "decisions": decisions,
+        "alias_moves": moves,
+    }
+
+
 def get_runcard(conn: sqlite3.Connection, ws: str, project: str, card_id: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT * FROM runcards WHERE workspace_id = ? AND project_id = ? AND card_id = ?", (ws, project, card_id)

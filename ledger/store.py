@@ -422,6 +422,7 @@ class Ledger:
     record_runcard = puts(runcards.record_runcard)
 
     runcards_of_run = reads(runcards.runcards_of_run)
+    runcard_followups = reads(runcards.runcard_followups)
 
     get_runcard = reads(runcards.get_runcard)
 

@@ -12,6 +12,7 @@ from bashgym.bot.core import (
     embed,
     table,
 )
+from bashgym.client.render import key_metric_text, project_glance
 from discord import app_commands
 
 # -- /project -----------------------------------------------------------------------------------
@@ -52,54 +53,31 @@ class ProjectGroup(app_commands.Group, name="project", description="Projects and
 
 # -- what a lead wants at a glance ----------------------------------------------------------------
 
-SIGNALS = {
-    "stale_active_runs": "active runs with no news for an hour",
-    "failed_runs": "failed runs",
-    "completed_without_evaluation": "completed runs never evaluated",
-    "terminal_without_artifact": "completed runs without an artifact",
-    "incomplete_lineage": "runs not fully identified",
-}
-CAMPAIGN_ENDS = {"exhausted", "completed", "failed", "cancelled"}
-
 
 def context_embed(project: str, data: dict[str, Any], campaigns: list[dict[str, Any]]) -> discord.Embed:
-    """`/project context`: health signals, inventory counts, the latest runs, aliases, open campaigns and the last
-    decisions, each a field of its own."""
-    record = data.get("project") or {}
-    signals = data.get("signals") or {}
-    flagged = [(label, signals[key]) for key, label in SIGNALS.items() if (signals.get(key) or {}).get("ids")]
+    """`/project context`: the glance `bashgym ledger context` prints too, one embed field per part."""
+    glance = project_glance(project, data, campaigns)
     made = embed(
-        f"Project {record.get('name') or project} ({project})",
-        outcome="warning" if flagged else "success",
-        description=str(record.get("description") or ""),
+        f"Project {glance.name} ({glance.project_id})",
+        outcome="success" if glance.healthy else "warning",
+        description=glance.description,
     )
-    health = [
-        f"! {len(s['ids'])}{'+' if s.get('truncated') else ''} {label}: {', '.join(s['ids'][:3])}"
-        for label, s in flagged
-    ]
+    health = [f"! {s.count} {s.label}: {', '.join(s.ids[:3])}" for s in glance.signals]
     made.add_field(name="Health", value="\n".join(health) or "✔ nothing needs attention", inline=False)
-    inventory = data.get("inventory") or {}
-    by_status = inventory.get("runs_by_status") or {}
-    runs = f"{inventory.get('runs', 0)} runs" + (
-        f" ({', '.join(f'{n} {status}' for status, n in sorted(by_status.items()))})" if by_status else ""
+    made.add_field(name="Inventory", value=glance.inventory, inline=False)
+    runs = [{**run, "key metric": key_metric_text(run)} for run in glance.runs]
+    made.add_field(
+        name="Latest runs", value=table(runs, ["run_id", "method", "status", "key metric"], limit=5), inline=False
     )
-    others = [
-        f"{n} {name.replace('_', ' ')}"
-        for name, n in sorted(inventory.items())
-        if isinstance(n, int) and name != "runs"
-    ]
-    made.add_field(name="Inventory", value=" · ".join([runs, *others]), inline=False)
-    recent = (data.get("recent") or {}).get("runs") or []
-    made.add_field(name="Latest runs", value=table(recent, ["run_id", "method", "status"], limit=5), inline=False)
-    aliases = (data.get("lineage") or {}).get("aliases") or []
-    shown = [f"{a['alias']} → {a['model_version_id']}" for a in aliases]
+    shown = [f"{alias} → {version}" for alias, version in glance.aliases]
     made.add_field(name="Champion and aliases", value="\n".join(shown) or "no alias yet", inline=True)
-    open_campaigns = [f"{c['campaign_id']} ({c['status']})" for c in campaigns if c.get("status") not in CAMPAIGN_ENDS]
+    open_campaigns = [f"{c['campaign_id']} ({c['status']})" for c in glance.open_campaigns]
     made.add_field(name="Open campaigns", value="\n".join(open_campaigns[:8]) or "none", inline=True)
-    decisions = (data.get("recent") or {}).get("decisions") or []
     made.add_field(
         name="Last decisions",
-        value="\n".join(f"{d['decision_type']}: {d['outcome']} ({d.get('run_id') or '—'})" for d in decisions[:5])
+        value="\n".join(
+            f"{d['decision_type']}: {d['outcome']} ({d.get('run_id') or '—'})" for d in glance.decisions[:5]
+        )
         or "none yet",
         inline=False,
     )

@@ -226,14 +226,19 @@ def _with_line(reported: Any, document: Any) -> dict[str, Any]:
     return err
 
 
+MAX_PROBLEMS = 50  # listed in one answer; a request with more is counted
+
+
 def _validation_answer(request: Request, errors: list[dict[str, Any]]) -> Response:
     # An unknown field first: `titel` explains the missing `title`, and its suggestion is the fix.
     errors = sorted(errors, key=lambda err: err.get("type") != "extra_forbidden")
-    problems = [_describe(request, err) for err in errors[:10]]
+    problems = [_describe(request, err) for err in errors[:MAX_PROBLEMS]]
     first = problems[0]
     if errors[0].get("type") == "json_invalid":
         return error_response("invalid_json", first, 422, hint="Send a valid JSON document.")
-    message = first if len(problems) == 1 else f"{len(errors)} problems in the request; first: {first}"
+    # Every problem at once: a request fixed one error per round trip takes seven round trips for seven.
+    more = f" (and {len(errors) - MAX_PROBLEMS} more)" if len(errors) > MAX_PROBLEMS else ""
+    message = first if len(problems) == 1 else f"{len(errors)} problems in the request: {' '.join(problems)}{more}"
     return error_response(
         "invalid_request", message, 422, hint="Fix the named fields and resend.", details={"problems": problems}
     )
@@ -245,8 +250,7 @@ def _describe(request: Request, err: dict[str, Any]) -> str:
     if err.get("type") == "json_invalid":
         return f"Request body is not valid JSON: {err.get('ctx', {}).get('error', err.get('msg'))}."
     if err.get("type") == "extra_forbidden":
-        suggestion = _suggest(request, loc[-1] if loc else "")
-        return f"`{where}` is not a field{suggestion}."
+        return f"`{where}` is not a field{_suggest(request, loc[-1] if loc else '')}"
     if err.get("type") == "missing":
         return f"`{where}` is required."
     message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
@@ -259,4 +263,4 @@ def _suggest(request: Request, name: str) -> str:
     model = getattr(getattr(body_field, "field_info", None), "annotation", None)
     fields = list(getattr(model, "model_fields", {}) or {})
     close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
-    return f"; did you mean `{close[0]}`?" if close else ""
+    return f"; did you mean `{close[0]}`?" if close else "."

@@ -140,7 +140,11 @@ async def runcard_create(call: CardCall, project: str, run_id: str, body: RunCar
 
 @router.get("/projects/{project}/runs/{run_id}/runcards")
 async def runcard_list(call: ReadCall, project: str, run_id: str) -> Response:
-    return json_response({"runcards": await call.services.ledger.runcards_of_run(call.workspace, project, run_id)})
+    ledger = call.services.ledger
+    cards = await ledger.runcards_of_run(call.workspace, project, run_id)
+    # The cards are immutable; `since` is what happened to the run after them (gate, decisions, aliases).
+    since = await ledger.runcard_followups(call.workspace, project, run_id)
+    return json_response({"runcards": cards, "since": since})
 
 
 @router.get("/projects/{project}/runs/{run_id}/runcards/validate")

@@ -42,16 +42,19 @@ def read_payload(body: bytes) -> dict[str, Any]:
 
 
 def parse_training_request(payload: dict[str, Any]) -> TrainingRequest:
-    """The request as sent, or InvalidInput carrying the first problem in the user's own field names."""
+    """The request as sent, or InvalidInput naming every problem in the user's own field names."""
     try:
         return request_from_recipe(payload)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"`{where}`: {message}" if where else message)
         raise InvalidInput(
-            f"`{where}`: {message}" if where else message,
+            problems[0] if len(problems) == 1 else f"{len(problems)} problems in the request: {'; '.join(problems)}.",
             hint="Fix the request; `bashgym training plan` checks it without launching.",
+            details={"problems": problems} if len(problems) > 1 else None,
         ) from exc
     except ValueError as exc:  # request_from_recipe's own checks
         raise InvalidInput(str(exc)) from exc

@@ -466,6 +466,15 @@ class EvaluationService:
         shared = sorted(set(base_tasks) & set(cand_tasks))
         if not shared:
             raise RuleRejected("The two results share no task; they cannot be paired.")
+        for result, tasks in ((baseline, base_tasks), (candidate, cand_tasks)):
+            unscored = [t for t in shared if not _pairable(tasks[t])]
+            if unscored:  # a result recorded by hand or elsewhere: said, not a 500
+                raise RuleRejected(
+                    f"Result {result['result_id']} has no numeric per-task `pass@1` with a `family` for "
+                    f"{len(unscored)} of the {len(shared)} shared tasks (first: {unscored[0]!r}); "
+                    "the paired bootstrap compares per-task pass@1.",
+                    hint='Record per_task rows as {"family": ..., "pass@1": ...}, or evaluate with bashgym eval run.',
+                )
         try:
             stats = paired_bootstrap(
                 {t: base_tasks[t]["pass@1"] for t in shared},
@@ -529,3 +538,11 @@ def _scores(summary: dict[str, Any], *, prefix: str) -> dict[str, float]:
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def _pairable(row: Any) -> bool:
+    """A per-task row the paired bootstrap can read: a numeric pass@1 and a family to cluster by."""
+    if not isinstance(row, dict):
+        return False
+    value = row.get("pass@1")
+    return isinstance(value, int | float) and not isinstance(value, bool) and isinstance(row.get("family"), str)

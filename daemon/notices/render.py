@@ -246,8 +246,12 @@ class NoticeRenderer:
         for unit in ("runs", "gpu_hours"):
             total = float(granted.get(unit) or 0)
             if total > 0 and remaining[unit] <= BUDGET_WARNING_FRACTION * total:
+                left = f"{remaining[unit]:.4g} {unit.replace('_', '-')} left"
+                if p.get("kind") == "reserve":  # held for a run that is starting: information, not a warning yet
+                    holder = f"run {event.run_id}" if event.run_id else "a run"
+                    return "info", f"Budget reserved: {scope}", f"{holder} holds its share; {left} after it", fields
                 spent = "spent" if remaining[unit] <= 0 else "nearly spent"
-                return "warning", f"Budget {spent}: {scope}", f"{unit} left: {remaining[unit]:.4g}", fields
+                return "warning", f"Budget {spent}: {scope}", left, fields
         return None
 
     async def _report(self, event: Event) -> Rendered | None:

@@ -211,12 +211,9 @@ class TrainingRequest(BaseModel):
         if not isinstance(data, dict):
             return data
         data = with_method(data)
-        fields = list(cls.model_fields)
-        for key in data:
-            if key not in cls.model_fields:
-                suggestion = closest_field(str(key), fields)
-                hint = f"; did you mean `{suggestion}`?" if suggestion else "."
-                raise InvalidRequest(f"`{key}` is not a field{hint}")
+        unknown = unknown_fields(data, list(cls.model_fields))
+        if unknown:  # every unknown field at once, not one per round trip
+            raise InvalidRequest(" ".join(unknown))
         if data.get("gradient_checkpointing", "auto") is None:
             # Requests stored before the speed fields said null for "the trainer's default"; auto replaces it.
             data = {**data, "gradient_checkpointing": "auto"}
@@ -343,10 +340,17 @@ def merge_config_file(config: dict[str, Any]) -> dict[str, Any]:
     owned = sorted(CLI_ONLY_FIELDS & set(config))
     if owned:
         raise InvalidRequest(f"--config may not set {', '.join(owned)}; pass them as command-line flags.")
-    fields = list(TrainingRequest.model_fields)
-    for key in config:
-        if key not in TrainingRequest.model_fields:
-            suggestion = closest_field(str(key), fields)
-            hint = f"; did you mean `{suggestion}`?" if suggestion else "."
-            raise InvalidRequest(f"`{key}` in --config is not a field{hint}")
+    unknown = unknown_fields(config, list(TrainingRequest.model_fields), where=" in --config")
+    if unknown:
+        raise InvalidRequest(" ".join(unknown))
     return dict(config)
+
+
+def unknown_fields(data: dict[str, Any], fields: list[str], *, where: str = "") -> list[str]:
+    """Each key that is not a field, with the closest field where one is close: all of them, not the first."""
+    found = []
+    for key in data:
+        if key not in fields:
+            suggestion = closest_field(str(key), fields)
+            found.append(f"`{key}`{where} is not a field" + (f"; did you mean `{suggestion}`?" if suggestion else "."))
+    return found

@@ -87,7 +87,7 @@ async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_
             "Health", "Inventory", "Latest runs", "Champion and aliases", "Open campaigns", "Last decisions"
         }  # fmt: skip
         assert run_id in fields["Latest runs"] and "sft" in fields["Latest runs"]
-        assert "1 runs" in fields["Inventory"] and "model versions" in fields["Inventory"]
+        assert "1 run (" in fields["Inventory"] and "1 model version" in fields["Inventory"]
         assert fields["Champion and aliases"] == "no alias yet" and fields["Open campaigns"] == "none"
         assert context["embeds"][0]["title"] == "Project Nightly SFT (nightly)"
 

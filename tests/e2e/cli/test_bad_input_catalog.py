@@ -191,7 +191,7 @@ API_CASES = [
     Api("unknown-field-suggests", "POST", "/v1/projects", 422, "did you mean `name`?",
         json={"project_id": "t1", "nmae": "x", "name": "T"}),
     Api("misspelt-required-field-suggests-first", "POST", "/v1/projects", 422,
-        "first: `nmae` is not a field; did you mean `name`?",
+        "problems in the request: `nmae` is not a field; did you mean `name`? `name` is required.",
         json={"project_id": "t1", "nmae": "T"}),
     Api("misspelt-budget-field-suggests", "POST", f"{P}/budget/amend", 422, "did you mean `runs`?",
         json={"run": 1, "reason": "more"}),
@@ -437,7 +437,7 @@ def run_cli(world: CliWorld, case: Cli, capsys: pytest.CaptureFixture[str]) -> t
     argv = [a.replace("{dir}", str(folder)).replace("{revoked}", world.revoked_token) for a in case.argv]
     try:
         code = bashgym_cli.run(argv, world.env())
-    except SystemExit as exited:  # argparse's usage errors
+    except SystemExit as exited:  # --help and --version exit; usage errors return 2
         code = int(exited.code or 0)
     captured = capsys.readouterr()
     return code, captured.out + captured.err
@@ -540,11 +540,11 @@ DATASET_CASES = [
         "--dataset-path", "{dir}/data.jsonl"), 7, "data.jsonl:3: Not valid JSON",
         files={"data.jsonl": MALFORMED_JSONL}),
     Cli("launch-on-a-missing-file", ("training", "start", "--strategy", "sft", "--model", "org/model",
-        "--dataset-path", "{dir}/missing.jsonl"), 7, "missing.jsonl does not exist"),
+        "--dataset-path", "{dir}/missing.jsonl"), 2, "missing.jsonl"),  # a usage error: the command line is wrong
     Cli("launch-on-a-directory", ("training", "start", "--strategy", "sft", "--model", "org/model",
-        "--dataset-path", "{dir}"), 7, "is a directory, not a file"),
+        "--dataset-path", "{dir}"), 2, "is a directory, not a file"),
     Cli("register-a-directory", ("dataset", "register", "--project", "cat", "--dataset", "d", "--version", "d1",
-        "--file", "{dir}"), 7, "is not a file"),
+        "--file", "{dir}"), 2, "is a directory, not a file"),
     Cli("register-with-malformed-split-manifest", ("dataset", "register", "--project", "cat", "--dataset", "d",
         "--version", "d1", "--file", "{dir}/data.jsonl", "--split-manifest", "{dir}/splits.json"), 7, "line 3",
         files={"data.jsonl": '{"text": "ok"}\n', "splits.json": '{\n "train": 0.9,\n}\n'}),

@@ -309,15 +309,17 @@ def test_cli_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert json.loads(capsys.readouterr().out)["ok"] is True
 
 
-def test_cli_missing_file_exits_7_with_the_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_missing_file_is_a_usage_error_with_the_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "missing.jsonl"
     code = cli.run(["training", "validate", "--strategy", "sft", "--dataset", str(missing)], cli_env(tmp_path))
-    assert code == 7
-    assert f"{missing} does not exist" in capsys.readouterr().err
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"no such file: {missing}" in err and err.startswith("usage: bashgym training validate")
 
 
 def test_cli_unknown_strategy_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.run(["training", "validate", "--strategy", "ppo", "--dataset", "x.jsonl"], cli_env(tmp_path))
-    assert exited.value.code == 2
+    dataset = tmp_path / "x.jsonl"
+    dataset.write_text("{}\n")
+    code = cli.run(["training", "validate", "--strategy", "ppo", "--dataset", str(dataset)], cli_env(tmp_path))
+    assert code == 2
     assert "invalid choice: 'ppo'" in capsys.readouterr().err

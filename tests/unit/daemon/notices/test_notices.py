@@ -56,14 +56,17 @@ async def test_a_budget_warns_once_little_is_left_and_bookkeeping_renders_to_not
     ledger: Ledger, actor: Actor, tmp_path: Path
 ) -> None:
     await ledger.create_project(actor, "default", ProjectSpec(project_id="nightly", name="Nightly"))
-    for n, (kind, runs) in enumerate([("limit", 5), ("reserve", 1), ("reserve", 3)]):
+    entries = [("limit", 5), ("reserve", 1), ("reserve", 3), ("settle", 1)]
+    for n, (kind, runs) in enumerate(entries):
         spec = BudgetEntrySpec(entry_id=f"e{n}", scope="project", kind=kind, runs=runs)
         await ledger.add_budget_entry(actor, "default", "nightly", spec)
     shown = await notices(ledger, tmp_path)
-    assert [n.title for n in shown] == ["Budget nearly spent: project"]  # type: ignore[attr-defined]
-    warning = shown[0]
+    # A reservation that leaves little is information (a run holds its share); what is spent is the warning.
+    assert [n.title for n in shown] == ["Budget reserved: project", "Budget spent: project"]  # type: ignore[attr-defined]
+    reserved, warning = shown
+    assert reserved.outcome == "info" and "1 runs left after it" in reserved.description  # type: ignore[attr-defined]
     assert warning.outcome == "warning" and warning.channel_id is None  # type: ignore[attr-defined]
-    assert ("remaining", "1 runs, 0.00 GPU-hours") in [(f.name, f.value) for f in warning.fields]  # type: ignore[attr-defined]
+    assert ("remaining", "0 runs, 0.00 GPU-hours") in [(f.name, f.value) for f in warning.fields]  # type: ignore[attr-defined]
     assert len(warning.nonce) == 25  # type: ignore[attr-defined]
 
 

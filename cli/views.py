@@ -1,0 +1,323 @@
+"""The human views that read like a report: a project at a glance, a run, an evaluation, a comparison, a RunCard
+and a gate verdict. Each takes the daemon's JSON answer (what `--json` prints) and prints the facts a person asks
+for first, figures rounded, ids whole; `--json` has every field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bashgym.cli.output import cell, console, escape, pairs, table, when
+from bashgym.client.render import figure, key_metric_text, project_glance, signed, unit_of
+
+MARKS = {"ship": "[green]✔[/green]", "blocked": "[red]✖[/red]", "warning": "[yellow]![/yellow]"}
+# The settings a reader of a run looks for first; the rest are a `--json` away.
+KEY_SETTINGS = (
+    "learning_rate",
+    "max_steps",
+    "num_epochs",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "max_seq_length",
+    "use_lora",
+    "lora_rank",
+    "seed",
+)
+
+
+def heading(text: str) -> None:
+    console().print(f"\n[bold]{escape(text)}[/bold]")
+
+
+def say(text: str, *, markup: bool = False, indent: int = 0) -> None:
+    """A line of a view; long lines wrap under their own indent."""
+    if not indent:
+        console().print(text, markup=markup, overflow="fold")
+        return
+    from rich.padding import Padding
+    from rich.text import Text
+
+    body = Text.from_markup(text) if markup else Text(text)
+    console().print(Padding(body, (0, 0, 0, indent)))
+
+
+def context(project: str, data: dict[str, Any], campaigns: list[dict[str, Any]]) -> None:
+    """`ledger context`: the glance Discord's `/project context` shows, as terminal sections."""
+    glance = project_glance(project, data, campaigns)
+    say(f"[bold]Project {escape(glance.name)}[/bold] ({escape(glance.project_id)})", markup=True)
+    if glance.description:
+        say(glance.description)
+    heading("Health")
+    if glance.healthy:
+        say(f"  {MARKS['ship']} nothing needs attention", markup=True)
+    for signal in glance.signals:
+        say(f"  {MARKS['warning']} {signal.count} {escape(signal.label)}", markup=True)
+        for run_id in signal.ids[:5]:
+            say(f"      {run_id}")
+    heading("Inventory")
+    say(glance.inventory, indent=2)
+    heading("Champion and aliases")
+    for alias, version in glance.aliases or [("", "")]:
+        say(f"  {alias} → {version}" if alias else "  no alias yet")
+    heading("Latest runs")
+    runs = [{**run, "key metric": key_metric_text(run)} for run in glance.runs]
+    if runs:
+        table(runs, ["run_id", "method", "status", "key metric", "created_at"])
+    else:
+        say("  none yet")
+    heading("Open campaigns")
+    if glance.open_campaigns:
+        table(glance.open_campaigns, ["campaign_id", "status", "title"])
+    else:
+        say("  none")
+    heading("Last decisions")
+    if glance.decisions:
+        table(glance.decisions[:5], ["decision_type", "outcome", "run_id", "created_at"])
+    else:
+        say("  none yet")
+
+
+def run(record: dict[str, Any]) -> None:
+    """`ledger run` and `training status`: who, what, on which data and model, how it went, and its evidence."""
+    say(f"[bold]Run {escape(record['run_id'])}[/bold]  {_status(record['status'])}", markup=True)
+    lane = (record.get("config") or {}).get("compute_target")
+    pairs(
+        [
+            ("project", f"{record['project_id']} / experiment {record.get('experiment_id') or '-'}"),
+            ("method", str(record.get("method") or "-")),
+            ("model", str(record.get("model_version_id") or "-")),
+            ("dataset", str(record.get("dataset_version_id") or "-")),
+            ("lane", f"{lane or '-'} (environment {record.get('environment_id') or '-'})"),
+            ("context", _context(record)),
+            ("launched by", str(record.get("launched_by") or "-")),
+            ("created", cell(record.get("created_at"))),
+            ("ran", _span(record)),
+        ]
+        + ([("simulation", "yes: a labelled simulation, not a trained model")] if record.get("is_simulation") else [])
+    )
+    config = record.get("config") or {}
+    settings = [(name, cell(config[name], name)) for name in KEY_SETTINGS if name in config]
+    if settings:
+        heading("Settings (the rest: --json)")
+        pairs(settings)
+    attempts = record.get("attempts") or []
+    if attempts:
+        heading("Attempts")
+        table(
+            [{**a, "reason": a.get("error_summary") or a.get("status_reason")} for a in attempts],
+            ["attempt_id", "status", "reason"],
+        )
+    metrics(record.get("metric_summary") or {})
+    evaluations = record.get("evaluations") or []
+    heading("Evaluations")
+    if evaluations:
+        table([_result_row(r) for r in evaluations], ["result_id", "suite", "status", "key metric", "samples"])
+    else:
+        say("  none yet: bashgym eval run --project P --run RUN --suite SUITE")
+    artifacts = record.get("artifacts") or []
+    heading("Artifacts")
+    if artifacts:
+        total = sum(int(a.get("size_bytes") or 0) for a in artifacts)
+        say(f"  {len(artifacts)} files, {size(total)}, each with its sha256 (--json lists them)")
+        kinds: dict[str, int] = {}
+        for artifact in artifacts:
+            kinds[artifact["kind"]] = kinds.get(artifact["kind"], 0) + 1
+        say("  " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
+    else:
+        say("  none")
+
+
+def metrics(summary: dict[str, Any]) -> None:
+    if not summary:
+        return
+    heading("Metrics")
+    rows = []
+    for name, s in sorted(summary.items()):
+        unit = unit_of(name)
+        bare = {k: figure(s.get(k), name).removesuffix(f" {unit}") for k in ("latest", "min", "max")}
+        rows.append(
+            {"metric": name, **bare, "unit": unit or " ", "points": s.get("count"), "at step": s.get("last_step")}
+        )
+    table(rows, ["metric", "latest", "min", "max", "unit", "points", "at step"])
+
+
+def evaluation(result: dict[str, Any]) -> None:
+    """`eval run`: the result's figures, what ran it and how far to trust it."""
+    subject = result.get("run_id") or result.get("model_version_id") or "gold solutions"
+    say(f"[bold]Evaluation {escape(result['result_id'])}[/bold]  {_status(result['status'])}", markup=True)
+    details = result.get("details") or {}
+    pairs(
+        [
+            ("suite", str(result["suite_id"])),
+            ("of", str(subject)),
+            ("samples", f"{result.get('sample_count', 0):,}"),
+            ("isolation", str((details.get("isolation") or {}).get("level", "withheld"))),
+            ("safety watch", str((details.get("safety") or {}).get("observed", "withheld"))),
+            ("canary guard rate", figure((details.get("canaries") or {}).get("guard_rate"), "guard_rate")),
+        ]
+        + ([("simulation", "yes: labelled, not a measurement")] if result.get("is_simulation") else [])
+    )
+    heading("Metrics")
+    pairs((name, figure(value, name)) for name, value in sorted((result.get("metrics") or {}).items()))
+    families = details.get("by_family") or {}
+    if families:
+        heading("By task family")
+        table(
+            [{"family": name, "tasks": f.get("tasks"), "pass@1": f.get("pass@1")} for name, f in families.items()],
+            ["family", "tasks", "pass@1"],
+        )
+
+
+def comparison(record: dict[str, Any]) -> None:
+    """`eval compare`: the paired delta with its interval, said in words."""
+    details = record.get("details") or {}
+    metric = record.get("primary_metric") or details.get("metric") or "pass@1"
+    low, high = record["ci_low"], record["ci_high"]
+    confidence = round(float(details.get("confidence", 0.95)) * 100)
+    say(f"[bold]Comparison {escape(record['comparison_id'])}[/bold] on {escape(record['suite_id'])}", markup=True)
+    pairs(
+        [
+            ("baseline", str(record["baseline_result_id"])),
+            ("candidate", str(record["candidate_result_id"])),
+            (f"Δ {metric}", f"{signed(record['delta'])}, {confidence}% CI [{signed(low)}, {signed(high)}]"),
+            ("over", f"{details.get('paired_tasks', '?')} paired tasks, {details.get('resamples', '?')} resamples"),
+            ("method", str(details.get("method") or "paired bootstrap")),
+            ("reads", _reading(low, high)),
+        ]
+    )
+
+
+def runcard(card_id: str, card: dict[str, Any], since: dict[str, Any] | None) -> None:
+    """`runcard show`: the immutable card as written, then what happened to the run since."""
+    say(f"[bold]RunCard of {escape(card['run_id'])}[/bold]", markup=True)
+    pairs(
+        [
+            ("card", card_id),
+            ("claim tier", str(card.get("claim_tier"))),
+            ("decision", f"{card.get('decision')} (when the card was written)"),
+            ("method", str(card.get("method"))),
+            ("model", f"{card.get('base_model_version_id') or '-'} trained on {card.get('dataset_version_id') or '-'}"),
+            ("status", str(card.get("status"))),
+            ("evaluations", ", ".join(card.get("evaluation_result_ids") or []) or "none"),
+            ("comparisons", ", ".join(card.get("comparison_ids") or []) or "none"),
+            ("artifacts", f"{len(card.get('artifacts') or [])} with digests"),
+            ("written by", str(card.get("creator") or "-")),
+        ]
+        + ([("simulation", "yes: labelled, not a trained model")] if card.get("is_simulation") else [])
+    )
+    limitations = card.get("known_limitations") or []
+    if limitations:
+        heading("Known limitations")
+        pairs(("-", limitation) for limitation in limitations)
+    metrics(card.get("metric_summary") or {})
+    heading("Since this card (the card itself never changes)")
+    if since is None:
+        say("  (the daemon did not say)")
+        return
+    gate = since.get("gate")
+    lines = []
+    if gate is None:
+        lines.append(
+            ("gate", f"not asked yet: bashgym promote gate --project {card['project_id']} --run {card['run_id']}")
+        )
+    else:
+        verdict = "ship" if gate["ship"] else f"blocked ({', '.join(b['code'] for b in gate.get('blockers') or [])})"
+        lines.append(("gate", f"{verdict}, {when(gate.get('at'))}"))
+    for decision in since.get("decisions") or []:
+        lines.append(
+            (
+                "decision",
+                f"{decision['decision_type']}: {decision['outcome']} by {decision['actor']}, "
+                f"{when(decision['created_at'])} ({decision['decision_id']})",
+            )
+        )
+    for move in since.get("alias_moves") or []:
+        now = move.get("points_now_to")
+        still = "still points there" if now == move["model_version_id"] else f"now points to {now or 'nothing'}"
+        lines.append(("alias", f"{move['alias']} → {move['model_version_id']}, {when(move['moved_at'])}; {still}"))
+    pairs(lines)
+
+
+def gate(project: str, run_id: str, verdict: dict[str, Any]) -> None:
+    """`promote gate`: the verdict first, then each blocker with its code and the next action."""
+    shipped = verdict["ship"]
+    mark = MARKS["ship"] if shipped else MARKS["blocked"]
+    word = "ships" if shipped else f"is blocked ({len(verdict['blockers'])} blockers)"
+    say(f"{mark} [bold]Run {escape(run_id)} {word}[/bold] (method {escape(str(verdict.get('method')))})", markup=True)
+    for kind, findings in (("blocker", verdict.get("blockers") or []), ("warning", verdict.get("warnings") or [])):
+        for finding in findings:
+            say("")
+            pairs([(f"{kind} {finding['code']}", finding["message"]), ("next", finding.get("next_action") or "-")])
+    recorded = verdict.get("recorded") or {}
+    say("")
+    lines = []
+    if recorded:
+        again = "judged this same evidence before" if recorded.get("replayed") else "recorded now"
+        digest = str(recorded.get("evidence_digest", ""))[:16]
+        lines.append(("evidence", f"{digest}… ({again}, event {recorded.get('cursor')})"))
+    if shipped:
+        decide = f"bashgym promote decide --project {project} --run {run_id}"
+        lines.append(("next", f"{decide} points the champion alias at its model"))
+    pairs(lines)
+
+
+def size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _status(status: str) -> str:
+    colour = {"completed": "green", "failed": "red", "cancelled": "red", "running": "cyan"}.get(status, "yellow")
+    return f"[{colour}]{escape(status)}[/{colour}]"
+
+
+def _context(record: dict[str, Any]) -> str:
+    status = str(record.get("context_status") or "-")
+    if status == "verified":
+        return "verified (workspace, project, experiment, versions and source all recorded)"
+    return f"{status}: not fully identified, kept apart from official runs"
+
+
+def _span(record: dict[str, Any]) -> str:
+    from datetime import datetime
+
+    start, end = record.get("started_at"), record.get("ended_at")
+    if not start:
+        return "not started"
+    if not end:
+        return f"since {cell(start)}"
+    began, ended = (datetime.fromisoformat(stamp.replace("Z", "+00:00")) for stamp in (start, end))
+    seconds = (ended - began).total_seconds()
+    return f"{cell(start)} for {duration(seconds)}"
+
+
+def duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 120:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+def _result_row(result: dict[str, Any]) -> dict[str, Any]:
+    metrics = result.get("metrics") or {}
+    name = "pass@1" if "pass@1" in metrics else min(metrics, default="")
+    return {
+        "result_id": result["result_id"],
+        "suite": result["suite_id"],
+        "status": result["status"],
+        "key metric": f"{name} {figure(metrics[name], name)}" if name else "-",
+        "samples": result.get("sample_count"),
+    }
+
+
+def _reading(low: float, high: float) -> str:
+    if low > 0:
+        return "the candidate is better: the whole interval is above zero"
+    if high < 0:
+        return "the candidate is worse: the whole interval is below zero"
+    return "no difference shown: the interval includes zero"
