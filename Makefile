@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint typecheck check bench constraints clean
+.PHONY: setup demo test test-slow lint typecheck check bench bench-env bench-peers bench-constraints constraints clean
 
 # constraints.txt pins every package to the versions the suite last passed on (its header says why).
 $(STAMP): pyproject.toml constraints.txt
@@ -50,6 +50,34 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_startup.py
 
+# The peer benchmarks (MLflow, schemathesis) live in their own pinned environment: MLflow bounds pyarrow and
+# cryptography below constraints.txt's pins, so they cannot share .venv. No torch there (bench/README.md).
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): pyproject.toml bench/constraints.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/pip install -q -c bench/constraints.txt -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench-env: $(BENCH_STAMP)
+
+# BashGym's ledger against MLflow 3 in one run, about 4 minutes; BENCH_ARGS="--points 2000 --runs 1000" scales down.
+bench-peers: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/ledger_ingest.py $(BENCH_ARGS)
+
+# Re-resolve the benchmarks' pins at today's newest releases (their header kept), as `constraints` does for .venv.
+bench-constraints:
+	rm -rf $(RESOLVE)
+	$(PYTHON) -m venv $(RESOLVE)
+	$(RESOLVE)/bin/pip install -q --upgrade pip
+	$(RESOLVE)/bin/pip install -q -e '.[bench]'
+	grep '^#' bench/constraints.txt > bench/constraints.txt.new
+	$(RESOLVE)/bin/pip freeze --exclude-editable >> bench/constraints.txt.new
+	mv bench/constraints.txt.new bench/constraints.txt
+	rm -rf $(RESOLVE)
+
 # Re-resolve: today's newest releases within pyproject.toml's ranges, frozen into constraints.txt (its header kept).
 # Then `make clean check` installs and tests exactly that set; commit the two together.
 RESOLVE := .venv-resolve
@@ -64,4 +92,4 @@ constraints:
 	rm -rf $(RESOLVE)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,7 @@ not_a_server_error, response_schema_conformance and status_code_conformance, at 
 per operation. Paths the API writes to (`to` of a ledger backup or a model export) are moved under the
 temporary home by bench/fuzz_hooks.py: the fuzzer runs as whoever starts it, and must not write where it likes.
 
-Run: pip install -e '.[bench]' && python bench/fuzz_api.py [--max-examples 25] [--seed 1]
+Run: make bench-env && .venv-bench/bin/python bench/fuzz_api.py [--max-examples 25] [--seed 1]
 """
 
 from __future__ import annotations
