@@ -130,11 +130,8 @@ async def eval_results(ctx: Ctx) -> int:
     )
     if ctx.as_json:
         return done(ctx, listing)
-    rows = [
-        {"result_id": r["result_id"], "suite": r["suite_id"], "run": r["run_id"], "pass@1": r["metrics"].get("pass@1")}
-        for r in listing["results"]
-    ]
-    return done(ctx, rows, title="Evaluation results")
+    views.evaluations(listing)
+    return EXIT_OK
 
 
 def _canary_args(parser: argparse.ArgumentParser) -> None:

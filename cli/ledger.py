@@ -101,7 +101,11 @@ async def ledger_trend(ctx: Ctx) -> int:
 
 @command("ledger", "evaluations", help="a project's evaluation suites, results and comparisons")(_project)
 async def ledger_evaluations(ctx: Ctx) -> int:
-    return done(ctx, await _get(ctx, f"/v1/projects/{ctx.args.project}/evaluations"))
+    listing = await _get(ctx, f"/v1/projects/{ctx.args.project}/evaluations")
+    if ctx.as_json:
+        return done(ctx, listing)
+    views.evaluations(listing)
+    return EXIT_OK
 
 
 def _compare_args(parser: argparse.ArgumentParser) -> None:

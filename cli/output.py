@@ -224,8 +224,7 @@ def when(stamp: str | None, *, now: datetime | None = None) -> str:
 def is_id_column(column: str, values: Iterable[str]) -> bool:
     if column in NAMES or column.endswith("_id") or column.endswith(" id"):
         return True
-    shown = [v for v in values if v != "-"]
-    return bool(shown) and all(ID_VALUE.match(v) for v in shown)
+    return any(ID_VALUE.match(v) for v in values)  # one id in a column is enough: it must paste whole
 
 
 def escape(text: str) -> str:

@@ -127,8 +127,10 @@ async def training_plan(ctx: Ctx) -> int:
     body = await _request_body(ctx)
     result = await ctx.client.request("POST", "/v1/training/plan", body=body, params=_params(ctx))
     ready = bool(result.get("ready")) if isinstance(result, dict) else False
-    title = "Training plan (nothing launched): " + ("ready" if ready else "a launch would be refused")
-    done(ctx, result, title=title)
+    if ctx.as_json:
+        done(ctx, result)
+    else:
+        views.plan(result)
     return EXIT_OK if ready else EXIT_RULE  # a script can gate its launch on the plan
 
 
@@ -195,9 +197,16 @@ async def training_start(ctx: Ctx) -> int:
         correlation_id=ctx.args.correlation_id,
     )
     if not ctx.args.wait:
-        return done(ctx, started, title="Run queued")
+        done(ctx, started, title="Run queued")
+        if not ctx.as_json:
+            where = f"{started['run_id']} --project {started['project_id']}"
+            print(f"\nFollow it: bashgym training log {where} --follow; see it: bashgym training status {where}")
+        return EXIT_OK
     final = await _wait(ctx, started["project_id"], started["run_id"], started.get("cursor") or 0)
-    done(ctx, {**started, "status": final["status"], "run": final}, title=f"Run {final['status']}")
+    if ctx.as_json:
+        done(ctx, {**started, "status": final["status"], "run": final})
+    else:
+        views.run(final)
     return EXIT_OK if final["status"] == "completed" else EXIT_RULE
 
 

@@ -126,6 +126,52 @@ def run(record: dict[str, Any]) -> None:
         say("  none")
 
 
+def plan(result: dict[str, Any]) -> None:
+    """`training plan`: would it launch, where, recorded under what, and the settings it would train with."""
+    ready = bool(result.get("ready"))
+    mark = MARKS["ship"] if ready else MARKS["blocked"]
+    verdict = "ready: a launch would be accepted" if ready else "a launch would be refused"
+    say(f"{mark} [bold]Training plan[/bold] (nothing launched): {verdict}", markup=True)
+    for reason in result.get("reasons") or []:
+        say(f"  {MARKS['blocked']} {escape(str(reason))}", markup=True)
+    for hint in result.get("hints") or []:
+        say(f"  hint: {hint}", indent=0)
+    config = result.get("effective_config") or {}
+    schedule = config.get("schedule") or {}
+    preflight = result.get("lane_preflight") or {}
+    facts = preflight.get("facts") or {}
+    missing = result.get("missing_context_fields") or []
+    recorded = f"project {result.get('project_id')}, context {result.get('context_status')}"
+    if missing:
+        recorded += f": {len(missing)} tracking-context fields missing, so it is not an official run"
+    steps = schedule.get("max_steps")
+    length = f"{steps} steps" if isinstance(steps, int) and steps > 0 else f"{schedule.get('num_train_epochs')} epochs"
+    batch = schedule.get("per_device_train_batch_size")
+    accumulation = schedule.get("gradient_accumulation_steps")
+    adapter = config.get("adapter")
+    pairs(
+        [
+            ("method", f"{config.get('method') or '-'} with {config.get('trainer') or '-'}"),
+            ("model", str((config.get("model") or {}).get("base_model") or "-")),
+            ("data", str((config.get("data") or {}).get("dataset_path") or "-")),
+            (
+                "lane",
+                f"{result.get('lane')} ({'ready' if preflight.get('ready') else 'not ready'}: "
+                f"{facts.get('gpus', '?')} GPUs, {facts.get('busy', '?')} of {facts.get('slots', '?')} slots busy)",
+            ),
+            ("recorded under", recorded),
+            (
+                "schedule",
+                f"{length}, batch {batch}, {accumulation} accumulation steps, learning rate "
+                f"{figure(schedule.get('learning_rate'), 'learning_rate')}",
+            ),
+            ("adapter", f"LoRA r={adapter.get('r')} alpha={adapter.get('lora_alpha')}" if adapter else "none (full)"),
+            ("publication", str(result.get("publication") or "none")),
+        ]
+    )
+    say("\nThe full request and effective configuration: the same command with --json.")
+
+
 def metrics(summary: dict[str, Any]) -> None:
     if not summary:
         return
@@ -165,6 +211,49 @@ def evaluation(result: dict[str, Any]) -> None:
             [{"family": name, "tasks": f.get("tasks"), "pass@1": f.get("pass@1")} for name, f in families.items()],
             ["family", "tasks", "pass@1"],
         )
+
+
+def evaluations(listing: dict[str, Any]) -> None:
+    """`ledger evaluations` and `eval results`: suites, results with their key metric, comparisons with the CI."""
+    suites = listing.get("suites") or []
+    heading("Suites")
+    if suites:
+        rows = [
+            {
+                "suite_id": s["suite_id"],
+                "kind": s.get("kind"),
+                "primary": (s.get("scoring_contract") or {}).get("primary_metric"),
+                "protected": bool(s.get("is_protected")),
+            }
+            for s in suites
+        ]
+        table(rows, ["suite_id", "kind", "primary", "protected"])
+    else:
+        say("  none")
+    results = listing.get("results") or []
+    suites_of_results = sorted({r["suite_id"] for r in results})
+    one_suite = len(suites_of_results) == 1
+    heading(f"Results on {suites_of_results[0]}" if one_suite else "Results")
+    if results:
+        rows = [{**_result_row(r), "of": r.get("run_id") or r.get("model_version_id") or "gold"} for r in results]
+        table(rows, ["result_id", "of", "key metric"] if one_suite else ["result_id", "suite", "of", "key metric"])
+    else:
+        say("  none yet")
+    heading("Comparisons")
+    compared = listing.get("comparisons") or []
+    if compared:
+        rows = [
+            {
+                "comparison_id": c["comparison_id"],
+                "Δ": f"{c.get('primary_metric') or ''} {signed(c['delta'])}",
+                "95% CI": f"[{signed(c['ci_low'])}, {signed(c['ci_high'])}]",
+                "suite": c.get("suite_id"),
+            }
+            for c in compared
+        ]
+        table(rows, ["comparison_id", "Δ", "95% CI", "suite"])
+    else:
+        say("  none yet")
 
 
 def comparison(record: dict[str, Any]) -> None:

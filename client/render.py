@@ -28,7 +28,14 @@ def notice_text(notice: Notice) -> str:
 
 # Metrics that are fractions of something: three decimals, the precision an evaluation of a few hundred samples has.
 _FRACTION_MARKS = ("pass@", "rate", "accuracy", "success", "precision", "recall", "win_", "ece")
-_UNITS = {"tokens_per_second": "tokens/s", "samples_per_second": "samples/s", "seconds": "s", "gpu_hours": "GPU-h"}
+_UNITS = {
+    "tokens_per_second": "tokens/s",
+    "samples_per_second": "samples/s",
+    "seconds": "s",
+    "_s": "s",
+    "gpu_hours": "GPU-h",
+}
+_NAMING_INTS = ("pid", "cursor", "step", "version", "port", "seed", "_id", "year")
 
 
 def figure(value: Any, metric: str = "") -> str:
@@ -43,7 +50,8 @@ def figure(value: Any, metric: str = "") -> str:
     name = metric.rsplit(".", 1)[-1].lower()
     unit = unit_of(metric)
     if isinstance(value, int):
-        text = f"{value:,}"
+        # Counts are grouped (12,000 points); numbers that name something (a pid, a cursor, a step) are not.
+        text = str(value) if name.endswith(_NAMING_INTS) or abs(value) < 10_000 else f"{value:,}"
     elif any(mark in name for mark in _FRACTION_MARKS) and "learning_rate" not in name and -1.0 <= value <= 1.0:
         text = f"{value:.3f}"
     elif value != 0 and abs(value) < 1e-3:

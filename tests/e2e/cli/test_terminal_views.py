@@ -279,3 +279,20 @@ def test_a_unique_prefix_stands_for_the_whole_id_and_says_which(seeded: tuple[Ru
     assert compared.code == 0, compared.stderr
     unknown = cli(env, "ledger", "run", "run-ffffffff", "--project", PROJECT)
     assert unknown.code == 5  # no id starts so: the command says the run is not found
+
+
+def test_a_plan_says_whether_it_would_launch_and_where_it_would_be_recorded(
+    seeded: tuple[RunningDaemon, dict[str, Any]], tmp_path: Path
+) -> None:
+    daemon, _ = seeded
+    data = tmp_path / "sft.jsonl"
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    data.write_text(json.dumps({"messages": turns}) + "\n")
+    code, shown = tty(
+        daemon.env(), "training", "plan", "--method", "sft", "--model", "org/model", "--dataset-path", str(data)
+    )
+    assert code == 0, shown
+    assert "Training plan (nothing launched): ready" in shown
+    words = " ".join(shown.split())  # the view wraps at 80 columns
+    assert "project unassigned, context unassigned" in words and "not an official run" in words
+    assert "learning rate 2.00e-05" in words and '"request"' not in shown

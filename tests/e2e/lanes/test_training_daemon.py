@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -223,7 +224,7 @@ def test_training_start_wait_follows_the_run_from_its_launch_to_its_end(
         "--config", str(config), "--wait",
     )  # fmt: skip
     assert started.code == 0, started.stderr
-    assert "Run completed" in started.stdout
+    assert re.search(r"^Run run-\S+\s+completed$", started.stdout, re.MULTILINE), started.stdout  # the run's report
     # Its progress, read from the run's own events onwards: the launch's answer says where they begin.
     assert "run.started" in started.stderr and "run.completed" in started.stderr
     as_json = cli(
