@@ -65,6 +65,12 @@ def figure(value: Any, metric: str = "") -> str:
     return f"{text} {unit}" if unit else text
 
 
+def sentences(items: list[str]) -> str:
+    """Items as sentences, each ending once with its own punctuation: never `sealed.; local only.`"""
+    stripped = [item.strip() for item in items if item.strip()]
+    return " ".join(item if item.endswith((".", "!", "?")) else f"{item}." for item in stripped)
+
+
 def unit_of(metric: str) -> str:
     """The unit a metric's name implies, or '' for a plain number."""
     name = metric.rsplit(".", 1)[-1].lower()

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import SinkSpec
 from bashgym.client.redaction import redact_url, redact_url_text, url_credentials
+from bashgym.client.render import sentences
 from bashgym.daemon.api.evaluations import withhold_protected
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
@@ -78,7 +79,7 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
     )
     for device in await services.ledger.list_devices(settings.default_workspace):
         verdict = device.get("preflight") or {}
-        reasons = "; ".join(verdict.get("reasons", [])) if verdict else "never preflighted"
+        reasons = sentences(verdict.get("reasons", [])) if verdict else "never preflighted"
         checks.append(
             check(
                 f"lane ssh:{device['device_id']}",
@@ -90,7 +91,7 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         )
     for group in await services.ledger.list_device_groups(settings.default_workspace):
         verdict = group.get("preflight") or {}
-        reasons = "; ".join(verdict.get("reasons", [])) if verdict else "never preflighted"
+        reasons = sentences(verdict.get("reasons", [])) if verdict else "never preflighted"
         members = ", ".join(group["members"])
         checks.append(
             check(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bashgym.client.models import Notice, NoticeField, NoticeFile, NoticeOutcome, NoticePage
-from bashgym.client.render import notice_text
+from bashgym.client.render import notice_text, sentences
 from bashgym.client.specs import Event
 from bashgym.daemon.background import BackgroundLoop
 from bashgym.ledger.store import Ledger
@@ -211,7 +211,7 @@ class NoticeRenderer:
             ("evaluations", str(len(body.get("evaluation_result_ids") or []))),
             ("comparisons", str(len(body.get("comparison_ids") or []))),
         ]
-        limitations = "; ".join(body.get("known_limitations") or [])
+        limitations = sentences(body.get("known_limitations") or [])
         return "info", f"RunCard for {card['run_id']}", limitations, fields
 
     async def _campaign_moved(self, event: Event) -> Rendered:

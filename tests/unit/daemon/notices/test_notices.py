@@ -143,3 +143,11 @@ async def test_a_gate_verdict_is_recorded_once_per_evidence_and_posted_green_or_
     fields = {f.name: f.value for f in gates[0].fields}  # type: ignore[attr-defined]
     assert fields["no_evaluation"] == "The run has no completed evaluation. Next: x"
     assert {f.name for f in gates[1].fields} >= {"warning: limitations_empty", "asked by"}  # type: ignore[attr-defined]
+
+
+def test_limitations_and_reasons_read_as_sentences_without_doubled_punctuation() -> None:
+    from bashgym.client.render import sentences
+
+    said = sentences(["A tiny model: a narrow claim.", "One seed", "  ", "Held out?"])
+    assert said == "A tiny model: a narrow claim. One seed. Held out?"
+    assert ".;" not in said and ".." not in said
