@@ -6,11 +6,15 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 
-from bashgym.cli.registry import Ctx, command, done, no_args
+from bashgym.cli.registry import Ctx, command, command_group, done, no_args
 from bashgym.client.errors import EXIT_OK, InvalidInput
 
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+command_group("auth", help="API tokens: issue, list, revoke, whoami, and the audit of who changed what")
+command_group("authority", help="Discord grants: which users and roles hold which capabilities")
 
 
 def parse_duration_s(text: str) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bashgym.cli.registry import Ctx, command, done
+from bashgym.cli.registry import Ctx, command, command_group, done
+
+command_group("budget", help="a project's or campaign's run and GPU-hour budget: show, set, amend")
 
 
 def _project(parser: argparse.ArgumentParser) -> None:

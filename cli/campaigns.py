@@ -6,9 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bashgym.cli.registry import Ctx, command, done, read_json_file
+from bashgym.cli.registry import Ctx, command, command_group, done, read_json_file
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
+
+command_group("campaign", help="campaigns: a spec, candidates one changed variable at a time, decisions, reports")
+command_group("research", help="where a campaign stands, and waiting for it to change (for agents)")
 
 
 def _project(parser: argparse.ArgumentParser) -> None:

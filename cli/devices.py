@@ -13,6 +13,8 @@ from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput
 from bashgym.client.specs import UNASSIGNED
 
+command_group("device", help="SSH compute devices: add, preflight, bootstrap, list, remove")
+
 
 def _name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="device id")

@@ -10,9 +10,14 @@ from typing import Any
 
 from bashgym.cli import views
 from bashgym.cli.output import pairs
-from bashgym.cli.registry import Ctx, command, done, upload_for
+from bashgym.cli.registry import Ctx, command, command_group, done, upload_for
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 from bashgym.trainers.contracts.placement import describe
+
+command_group("eval", help="evaluate runs and models, compare results, run the reward-hacking canaries")
+command_group("runcard", help="RunCards: an immutable record of a run's evidence")
+command_group("promote", help="the promotion gate's verdict, and moving an alias when it ships")
+command_group("model", help="model versions: register, export as a verified bundle, import")
 
 
 def _project(parser: argparse.ArgumentParser) -> None:

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli import views
-from bashgym.cli.registry import Ctx, command, done, no_args
+from bashgym.cli.registry import Ctx, command, command_group, done, no_args
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
+
+command_group("ledger", help="read the ledger (context, runs, metrics, evaluations, events); verify, back up, restore")
 
 
 def _project(parser: argparse.ArgumentParser) -> None:

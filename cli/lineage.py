@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
+from bashgym.cli.registry import Ctx, command, command_group, done, no_args, read_json_file
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import InvalidInput
 from bashgym.client.models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
@@ -18,6 +18,11 @@ from bashgym.trainers.contracts.rundir import sha256_file
 
 if TYPE_CHECKING:
     from bashgym.client.http import DaemonClient
+
+
+command_group("project", help="projects and where their notices go")
+command_group("experiment", help="experiments within a project")
+command_group("dataset", help="dataset versions: a file copied into the store with its digest")
 
 
 def _project_create_args(parser: argparse.ArgumentParser) -> None:

@@ -36,6 +36,17 @@ from bashgym.daemon.settings import load_settings, secret_values
 from bashgym.daemon.version import bashgym_version
 from pydantic import ValidationError
 
+EPILOG = """\
+first steps:
+  bashgym demo                          the whole loop on a tiny model
+  bashgym up                            the daemon (and the bot, if configured)
+  bashgym logs --follow                 the daemon's log
+  bashgym ledger context --project P    a project at a glance
+  bashgym COMMAND --help                its options; README has every command
+
+exit codes: 0 ok, 2 usage, 3 not authenticated, 4 forbidden, 5 not found,
+  6 conflict, 7 refused by a rule (validation, gate, budget), 8 unavailable"""
+
 
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS keeps a value given before the subcommand from being reset by the subcommand's default.
@@ -52,7 +63,11 @@ def _common() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = Parser(
-        prog="bashgym", parents=[common], description="BashGym: the shared ML workspace (ledger, training, evidence)."
+        prog="bashgym",
+        parents=[common],
+        description="BashGym: the shared ML workspace (ledger, training, evidence).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"bashgym {bashgym_version()}")
     groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}

@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli import curation
-from bashgym.cli.registry import Ctx, command, done, no_args, read_json_file
+from bashgym.cli.registry import Ctx, command, command_group, done, no_args, read_json_file
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, EXIT_UNAVAILABLE, ApiError, InvalidInput
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.version import bashgym_version
 
 # -- doctor -------------------------------------------------------------------------------------
+
+
+command_group("sink", help="forward ledger events to HTTP endpoints, signed")
 
 
 def _doctor_args(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 from bashgym.cli import skill_bundle as skills
-from bashgym.cli.registry import Ctx, command, done
+from bashgym.cli.registry import Ctx, command, command_group, done
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, Conflict, InvalidInput, RuleRejected
+
+command_group("skills", help="the skill bundle for coding agents: install, check, lock")
 
 
 def _install_args(parser: argparse.ArgumentParser) -> None:

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli import views
-from bashgym.cli.registry import Ctx, command, done, read_json_file, upload_for
+from bashgym.cli.registry import Ctx, command, command_group, done, read_json_file, upload_for
 from bashgym.cli.usage import UsageError, input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
 from bashgym.client.specs import run_project
 from bashgym.trainers.contracts.datasets import format_report, validate_dataset
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import METHODS, InvalidRequest, merge_config_file
+
+command_group("training", help="launch and follow training runs: validate data, plan, start, status, log, metrics")
 
 
 def _validate_args(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bashgym.cli.output import cell, console, escape, pairs, table, when
-from bashgym.client.render import figure, key_metric_text, project_glance, signed, unit_of
+from bashgym.client.render import duration, figure, key_metric_text, project_glance, signed, unit_of
 
 MARKS = {"ship": "[green]✔[/green]", "blocked": "[red]✖[/red]", "warning": "[yellow]![/yellow]"}
 # The settings a reader of a run looks for first; the rest are a `--json` away.
@@ -380,16 +380,6 @@ def _span(record: dict[str, Any]) -> str:
     began, ended = (datetime.fromisoformat(stamp.replace("Z", "+00:00")) for stamp in (start, end))
     seconds = (ended - began).total_seconds()
     return f"{cell(start)} for {duration(seconds)}"
-
-
-def duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 120:
-        return f"{minutes} min {secs} s"
-    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def _result_row(result: dict[str, Any]) -> dict[str, Any]:

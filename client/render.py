@@ -49,6 +49,8 @@ def figure(value: Any, metric: str = "") -> str:
         return str(value)
     name = metric.rsplit(".", 1)[-1].lower()
     unit = unit_of(metric)
+    if unit == "s" and abs(value) >= 120:
+        return duration(float(value))
     if isinstance(value, int):
         # Counts are grouped (12,000 points); numbers that name something (a pid, a cursor, a step) are not.
         text = str(value) if name.endswith(_NAMING_INTS) or abs(value) < 10_000 else f"{value:,}"
@@ -63,6 +65,17 @@ def figure(value: Any, metric: str = "") -> str:
     else:
         text = f"{value:.4g}" if abs(value) >= 1 else f"{value:.4f}".rstrip("0").rstrip(".") or "0"
     return f"{text} {unit}" if unit else text
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person says them: `45 s`, `6 min 17 s`, `2 h 5 min`."""
+    whole = round(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 120:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def sentences(items: list[str]) -> str:
