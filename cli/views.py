@@ -50,7 +50,7 @@ def context(project: str, data: dict[str, Any], campaigns: list[dict[str, Any]])
     if glance.healthy:
         say(f"  {MARKS['ship']} nothing needs attention", markup=True)
     for signal in glance.signals:
-        say(f"  {MARKS['warning']} {signal.count} {escape(signal.label)}", markup=True)
+        say(f"  {MARKS['warning']} {escape(signal.label)} ({signal.count})", markup=True)
         for run_id in signal.ids[:5]:
             say(f"      {run_id}")
     heading("Inventory")

@@ -62,7 +62,7 @@ def context_embed(project: str, data: dict[str, Any], campaigns: list[dict[str, 
         outcome="success" if glance.healthy else "warning",
         description=glance.description,
     )
-    health = [f"! {s.count} {s.label}: {', '.join(s.ids[:3])}" for s in glance.signals]
+    health = [f"! {s.label} ({s.count}): {', '.join(s.ids[:3])}" for s in glance.signals]
     made.add_field(name="Health", value="\n".join(health) or "✔ nothing needs attention", inline=False)
     made.add_field(name="Inventory", value=glance.inventory, inline=False)
     runs = [{**run, "key metric": key_metric_text(run)} for run in glance.runs]

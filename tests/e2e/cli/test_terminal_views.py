@@ -98,7 +98,7 @@ def test_ledger_context_reads_as_a_glance_at_80_columns(seeded: tuple[RunningDae
     code, shown = tty(daemon.env(), "ledger", "context", "--project", PROJECT)
     assert code == 0, shown
     assert "Project Views (views)" in shown
-    assert "1 failed runs" in shown and ids["runs"][1] in shown  # the health signal names the failed run
+    assert "failed runs (1)" in shown and ids["runs"][1] in shown  # the health signal names the failed run
     assert "2 runs (1 completed, 1 failed)" in " ".join(shown.split())
     assert f"pass@1 {PASS_AT_1:.3f}" in shown  # the latest run's key metric, rounded for people
     assert str(PASS_AT_1) not in shown and '{"workspace_id"' not in shown  # no raw digits, no JSON dump
@@ -120,15 +120,22 @@ def test_every_id_a_list_prints_is_whole_and_pastes_into_the_next_command(
         for run_id in printed:
             pasted = cli(env, "ledger", "run", run_id, "--project", PROJECT, "--json")
             assert pasted.code == 0 and pasted.json()["run_id"] == run_id
+    code, shown = tty(env, "ledger", "events", "--project", PROJECT)
+    assert code == 0, shown
+    assert set(RUN_ID.findall(shown)) == set(ids["runs"]), shown
+    code, shown = tty(env, "project", "list")
+    assert code == 0 and PROJECT in shown.split(), shown
+    assert cli(env, "project", "show", PROJECT, "--json").json()["project_id"] == PROJECT
+    listed = {r["result_id"] for r in cli(env, "eval", "results", "--project", PROJECT, "--json").json()["results"]}
     code, shown = tty(env, "eval", "results", "--project", PROJECT)
     assert code == 0, shown
-    assert sorted(RESULT_ID.findall(shown)) == sorted(ids["results"]), shown
+    assert set(RESULT_ID.findall(shown)) == listed and set(ids["results"]) <= listed, shown
     baseline, candidate = ids["results"]
     pasted = cli(env, "eval", "compare", "--project", PROJECT, "--baseline", baseline, "--candidate", candidate)
     assert pasted.code == 0, pasted.stderr
     # Narrower than the ids side by side: each row becomes a block, ids still whole.
     code, shown = tty(env, "eval", "results", "--project", PROJECT, columns=40)
-    assert sorted(RESULT_ID.findall(shown)) == sorted(ids["results"]), shown
+    assert set(RESULT_ID.findall(shown)) == listed, shown
 
 
 def test_the_run_view_is_a_report_with_rounded_figures_and_units(
