@@ -25,6 +25,7 @@ from bashgym.cli.demo_loop import (
 )
 from bashgym.cli.registry import Ctx, command
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, BashGymError
+from bashgym.daemon.settings import DAEMON_LOG
 
 BAR_WIDTH = 28
 PLAIN_EVERY_S = 20.0  # without a terminal, a progress line at most this often (and at each quarter)
@@ -144,7 +145,9 @@ async def demo(ctx: Ctx) -> int:
     from bashgym.client.http import DaemonClient
 
     async with demo_services(options, ctx.environ) as services, DaemonClient(services.api, services.token) as client:
-        display.say(f"Daemon: {services.api} (log: {home / 'daemon.log'})")
+        display.say(
+            f"Daemon: {services.api} (log: {home / DAEMON_LOG}; bashgym logs --follow with BASHGYM_HOME={home})"
+        )
         if services.bot is not None:
             await _wait_for_bot(client, services.bot, home, display)
         head = int((await client.ledger_health())["last_cursor"])

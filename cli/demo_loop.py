@@ -26,6 +26,7 @@ from bashgym.client.errors import BashGymError, Conflict, InvalidInput
 from bashgym.client.http import DaemonClient, announced_by
 from bashgym.client.models import DatasetFromBlob, EvalSuiteSpec, Notice, ProjectSpec
 from bashgym.client.render import notice_text
+from bashgym.daemon.settings import DAEMON_LOG
 from bashgym.trainers.contracts.evidence import holdout_split
 from bashgym.trainers.environments.terminal_tasks import FAMILIES, SuiteDefinition, default_suite, gold_sft_rows
 
@@ -137,6 +138,8 @@ async def demo_services(options: DemoOptions, environ: dict[str, str]) -> AsyncI
     home.mkdir(parents=True, exist_ok=True)
     env = _daemon_env(environ, home, options.discord)
     command = [sys.executable, "-c", "from bashgym.cli.main import main; main()", "daemon", "--port", "0"]
+    # The daemon logs into its home's logs/daemon.log; its stderr (warnings, errors, and a start that failed
+    # before its log opened) goes to daemon.log beside it.
     with (home / "daemon.log").open("ab") as log, (home / "daemon.out").open("ab") as out:
         daemon = await asyncio.create_subprocess_exec(
             *command, env=env, stdout=out, stderr=log, stdin=asyncio.subprocess.DEVNULL
@@ -183,7 +186,9 @@ async def _announced(home: Path, daemon: Process) -> str:
         if api is not None:
             return api
         await asyncio.sleep(0.1)
-    raise BashGymError(f"The demo's daemon did not start within 60 s; see {home / 'daemon.log'}.")
+    raise BashGymError(
+        f"The demo's daemon did not start within 60 s; see {home / DAEMON_LOG} and {home / 'daemon.log'}."
+    )
 
 
 def _tail(path: Path, lines: int = 3) -> str:
@@ -218,14 +223,14 @@ class Demo:
         if campaign["status"] != "exhausted":
             raise BashGymError(
                 f"Campaign {campaign_id} stopped {campaign['status']}: {campaign['status_reason']}",
-                hint=f"See {self.options.home / 'daemon.log'} and bashgym campaign show {campaign_id} --project demo.",
+                hint=f"See {self.options.home / DAEMON_LOG} and bashgym campaign show {campaign_id} --project demo.",
             )
         baseline, candidate = campaign["iterations"]
         if candidate["reason_code"] not in JUDGED and not candidate["reason_code"].startswith("protected_regression"):
             raise BashGymError(
                 f"The candidate was not judged on its merits: {candidate['reason_code']}. "
-                f"The daemon's last words: {_tail(self.options.home / 'daemon.log')}",
-                hint=f"See {self.options.home / 'daemon.log'} and bashgym training list --project demo.",
+                f"The daemon's last words: {_tail(self.options.home / DAEMON_LOG)}",
+                hint=f"See {self.options.home / DAEMON_LOG} and bashgym training list --project demo.",
             )
         self.reporter.step("Evidence: RunCard, promotion gate, and promotion only if the gate ships")
         evidence = await self._evidence(candidate)

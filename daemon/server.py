@@ -14,6 +14,8 @@ import socket
 import sys
 import time
 from collections.abc import Generator
+from io import TextIOWrapper
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 import uvicorn
@@ -37,6 +39,13 @@ from bashgym.daemon.version import bashgym_version
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.daemon")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_MAX_BYTES = 5 * 1024 * 1024
+LOG_BACKUPS = 3  # daemon.log.1 to .3 beside daemon.log: 20 MiB of log at most
+# Libraries whose INFO lines are routine, quiet below DEBUG: APScheduler logs two a minute for the report sync
+# ("Running job", "executed successfully"), httpx one per request (NeMo status polls, sink posts). uvicorn's
+# access log is off altogether (access_log=False in _serve).
+CHATTY_LOGGERS = ("apscheduler", "httpx")
 SYSTEM = Actor(actor_id="system:daemon", credential_kind="system", capability="authority.manage")
 
 
@@ -256,7 +265,17 @@ def _announce(settings: Settings, url: str, endpoint: dict[str, object]) -> None
     tmp = settings.endpoint_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     tmp.replace(settings.endpoint_path)
-    print(f"BashGym daemon listening on {url} (pid {os.getpid()}, home {settings.home})", flush=True)
+    # The one line the daemon prints on its own; scripts and tests read the address after "listening on ".
+    where = log_file() or "stderr"
+    print(f"BashGym daemon listening on {url} (pid {os.getpid()}, home {settings.home}); log: {where}", flush=True)
+
+
+class PrivateRotatingFileHandler(RotatingFileHandler):
+    """The daemon's size-rotating log file, created 0600 each time (the first one, and each after a rotation)."""
+
+    def _open(self) -> TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 class RedactingFormatter(logging.Formatter):
@@ -267,8 +286,49 @@ class RedactingFormatter(logging.Formatter):
 
 
 def configure_logging(settings: Settings) -> None:
-    handler: logging.Handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    """Log to the home's log file at log_level, and to stderr WARNING and above (everything with log_console).
+
+    A home whose log file cannot be written gets its whole log on stderr instead, said in a warning there.
+    """
+    level = logging.getLevelNamesMapping()[settings.log_level]
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(level if settings.log_console else max(level, logging.WARNING))
+    handlers: list[logging.Handler] = [console]
+    unwritable: OSError | None = None
+    try:
+        handlers.append(_log_file_handler(settings.log_path))
+    except OSError as exc:
+        unwritable = exc
+        console.setLevel(level)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(settings.log_level)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for handler in handlers:
+        handler.setFormatter(RedactingFormatter(LOG_FORMAT))
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if level <= logging.DEBUG else logging.WARNING)
+    if unwritable is not None:
+        log.warning(
+            "Cannot write the daemon's log at %s (%s); logging to stderr instead. Check the owner and the disk "
+            "of that directory.",
+            settings.log_path,
+            unwritable.strerror or unwritable,
+        )
+
+
+def _log_file_handler(path: Path) -> logging.Handler:
+    # Created here, before main() sets the home's umask: folders 0700 and the file 0600 from the start
+    # (mkdir's parents=True would make a missing home with the umask's mode).
+    for folder in reversed([p for p in (path.parent, *path.parent.parents) if not p.exists()]):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))  # an unwritable home fails here, not later
+    # delay: the file opens at the first record, so a second daemon refused by the home's lock never holds it.
+    return PrivateRotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, delay=True)
+
+
+def log_file() -> Path | None:
+    """The file the daemon logs to, as configure_logging set it up; None when it logs to stderr only."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, RotatingFileHandler):
+            return Path(handler.baseFilename)
+    return None

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORT = 8321
+DAEMON_LOG = Path("logs", "daemon.log")  # under the home
 
 
 class Settings(BaseSettings):
@@ -67,9 +68,20 @@ class Settings(BaseSettings):
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
     console_notices: bool = Field(
-        True, description="Print notices (the Discord posts) on the daemon's console when Discord is not configured."
+        False,
+        description="Also print notices (the Discord posts) on the daemon's stdout when Discord is not configured "
+        "(`bashgym daemon --console-notices`); they are in the API either way.",
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Daemon log level.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO",
+        description="Level of the daemon's log, $BASHGYM_HOME/logs/daemon.log (read it with `bashgym logs`); "
+        "below DEBUG, APScheduler's and httpx's routine lines are left out.",
+    )
+    log_console: bool = Field(
+        False,
+        description="Also write the daemon's log to stderr at log_level (`bashgym daemon --log-console`); "
+        "otherwise stderr gets WARNING and above only.",
+    )
     discord_guild_ids: list[str] = Field(
         default_factory=list, description="Discord guilds (ids, comma-separated) allowed to use this BashGym."
     )
@@ -165,6 +177,11 @@ class Settings(BaseSettings):
     @property
     def lock_path(self) -> Path:
         return self.home / "daemon.lock"
+
+    @property
+    def log_path(self) -> Path:
+        """The daemon's log file; its rotated predecessors sit beside it as daemon.log.1, .2, ..."""
+        return self.home / DAEMON_LOG
 
     @property
     def endpoint_path(self) -> Path:

@@ -114,7 +114,8 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         detail = "the bot is connected" if connected else "a bot token is set but no bot polls notices; run bashgym up"
         checks.append(check("discord", connected, detail, guilds=settings.discord_guild_ids))
     else:
-        checks.append(check("discord", True, "not configured (optional); notices print on the console", required=False))
+        where = "and on the daemon's console" if settings.console_notices else "(--console-notices also prints them)"
+        checks.append(check("discord", True, f"not configured (optional); notices in the API {where}", required=False))
     failures = await _notice_failures_check(services)
     if failures is not None:
         checks.append(failures)

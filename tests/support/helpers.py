@@ -82,7 +82,9 @@ class RunningDaemon:
 
     @property
     def log(self) -> str:
-        return (self.home / "daemon.log").read_text()
+        """Everything the daemon logged: its stderr (warnings, start-up failures) and its log file."""
+        files = [self.home / "daemon.log", self.home / "logs" / "daemon.log"]
+        return "".join(path.read_text() for path in files if path.exists())
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10) -> int:
         if self.proc.poll() is None:

@@ -1,5 +1,6 @@
 """Notices: ledger events rendered for people. The daemon serves them to the bot by cursor and, with no
-Discord configured, prints them on its console channel, resuming from its stored cursor after a restart."""
+Discord configured and --console-notices, prints them on its console channel, resuming from its stored cursor after
+a restart."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def wait_for_console(daemon: RunningDaemon, text: str, timeout_s: float = 60) ->
 
 def test_the_console_channel_prints_notices_once_and_the_bot_reads_them_by_cursor(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    with running_daemon(home) as daemon:
+    with running_daemon(home, "--console-notices") as daemon:  # the console channel prints only where asked for
         env = daemon.env()
         assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
         with daemon.client() as client:
@@ -47,7 +48,8 @@ def test_the_console_channel_prints_notices_once_and_the_bot_reads_them_by_curso
     assert len(evaluation["nonce"]) == 25 and evaluation["footer"].startswith("nightly · corr ")
     assert "project.created" not in by_type, "bookkeeping events render to nothing"
 
-    with running_daemon(home) as again:  # the console resumes at its stored cursor: nothing printed twice
+    # The console resumes at its stored cursor: nothing printed twice.
+    with running_daemon(home, "--console-notices") as again:
         with again.client() as client:
             assert client.put("/v1/projects/nightly/channel", json={"channel_id": "4343"}).status_code == 201
         relines = wait_for_console(again, "now come here")

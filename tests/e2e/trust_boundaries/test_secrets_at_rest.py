@@ -42,7 +42,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, obje
     root = tmp_path_factory.mktemp("secrets")
     tiny = build_tiny(root / "tiny")
     env = {"HF_TOKEN": HF, "BASHGYM_LOCAL_SLOTS": "1"}
-    with running_daemon(root / "home", env=env) as daemon:
+    with running_daemon(root / "home", "--console-notices", env=env) as daemon:  # the console channel is checked too
         tokens = _issue_tokens(daemon)
         run_id = _train(daemon, tiny, root)
         _plant_through_the_api(daemon, run_id)
