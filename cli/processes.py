@@ -77,8 +77,14 @@ async def up(ctx: Ctx) -> int:
         while not daemon.done() and announced_by(settings.endpoint_path, os.getpid()) is None:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         if not daemon.done():
-            bot = await asyncio.create_subprocess_exec(sys.executable, "-m", "bashgym.bot", env=_bot_env(ctx, settings))
-            print(f"Discord bot started (pid {bot.pid}).", flush=True)
+            # The bot's log goes beside the daemon's, not to the terminal `up` was started in.
+            bot_log = settings.home / BOT_LOG
+            bot_log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with os.fdopen(os.open(bot_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
+                bot = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "bashgym.bot", env=_bot_env(ctx, settings), stdout=out, stderr=out
+                )
+            print(f"Discord bot started (pid {bot.pid}); its log: {bot_log} (bashgym logs --bot).", flush=True)
         return await daemon
     finally:
         if bot is not None and bot.returncode is None:
@@ -143,6 +149,7 @@ async def status(ctx: Ctx) -> int:
 # -- the daemon's log ---------------------------------------------------------------------------
 
 FOLLOW_POLL_S = 0.25
+BOT_LOG = Path("logs", "bot.log")  # under the home: the bot's output when `bashgym up` runs it
 
 
 class LogFollower:
@@ -229,6 +236,7 @@ def _logs_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--follow", action="store_true", help="then keep printing lines as the daemon writes them, until Ctrl-C"
     )
+    parser.add_argument("--bot", action="store_true", help="the Discord bot's log under `bashgym up` instead")
 
 
 @command("logs", help="print the end of the daemon's log ($BASHGYM_HOME/logs/daemon.log), or --follow it")(_logs_args)
@@ -239,11 +247,11 @@ async def logs(ctx: Ctx) -> int:
             "--follow prints lines as they come, which one JSON document cannot hold.",
             hint="Drop --json to follow the log, or --follow for the last lines as JSON.",
         )
-    path = ctx.settings.log_path
+    path = ctx.settings.home / BOT_LOG if a.bot else ctx.settings.log_path
     follower = LogFollower(path)
     if not follower.open():
         raise NotFound(
-            f"There is no daemon log at {path}.",
+            f"There is no {'bot' if a.bot else 'daemon'} log at {path}.",
             hint="Start the daemon with `bashgym up` (or `bashgym daemon`): it logs there. A daemon of another home "
             "logs in that home; set BASHGYM_HOME to it.",
         )
