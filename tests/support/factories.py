@@ -147,3 +147,20 @@ def make_wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ..
     with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
         for path, text in files.items():
             archive.writestr(path, text)
+
+
+def campaign_spec(**overrides: Any) -> dict[str, Any]:
+    """A campaign spec with every part set (schedule, protected metric); overrides replace whole keys."""
+    return {
+        "campaign_id": "bash-q4",
+        "title": "Better bash commands",
+        "objective": "Raise pass@1 on the terminal-task suite without more timeouts.",
+        "suite_id": "bash-tasks-v1",
+        "starting_model_version_id": "tiny-v1",
+        "dataset_version_ids": ["traces-v1"],
+        "base_recipe": {"strategy": "sft", "max_steps": 4, "learning_rate": 5e-3},
+        "budget": {"runs": 4, "gpu_hours": 0},
+        "stop_rules": {"max_iterations": 3, "min_improvement": 0.01, "protected_metrics": {"timeout_rate": 0.05}},
+        "report_schedule": {"cron": "0 9 * * 1", "timezone": "Europe/Paris", "channel": "bash-research"},
+        **overrides,
+    }

@@ -7,24 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.support.factories import digest
+from tests.support.factories import campaign_spec, digest
 from tests.support.helpers import RunningDaemon, cli
 
-
-def spec(**overrides: Any) -> dict[str, Any]:
-    return {
-        "campaign_id": "bash-q4",
-        "title": "Better bash commands",
-        "objective": "Raise pass@1 on the terminal-task suite without more timeouts.",
-        "suite_id": "bash-tasks-v1",
-        "starting_model_version_id": "tiny-v1",
-        "dataset_version_ids": ["traces-v1"],
-        "base_recipe": {"strategy": "sft", "max_steps": 4, "learning_rate": 5e-3},
-        "budget": {"runs": 4, "gpu_hours": 0},
-        "stop_rules": {"max_iterations": 3, "min_improvement": 0.01, "protected_metrics": {"timeout_rate": 0.05}},
-        "report_schedule": {"cron": "0 9 * * 1", "timezone": "Europe/Paris", "channel": "bash-research"},
-        **overrides,
-    }
+spec = campaign_spec
 
 
 def write(tmp: Path, body: dict[str, Any]) -> str:

@@ -11,22 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.factories import tracking_context
+from tests.support.factories import campaign_spec, tracking_context
 from tests.support.helpers import RunningDaemon, cli
 
 # The directory of this interpreter holds the `bashgym` console script the scripts call by name.
 BIN = str(Path(sys.executable).parent)
-CAMPAIGN = {
-    "campaign_id": "bash-q4",
-    "title": "Better bash commands",
-    "objective": "Raise pass@1 on the terminal-task suite.",
-    "suite_id": "bash-tasks-v1",
-    "starting_model_version_id": "tiny-v1",
-    "dataset_version_ids": ["traces-v1"],
-    "base_recipe": {"strategy": "sft", "max_steps": 4, "learning_rate": 5e-3},
-    "budget": {"runs": 4, "gpu_hours": 0},
-    "stop_rules": {"max_iterations": 3, "min_improvement": 0.01},
-}
+CAMPAIGN = campaign_spec()
 
 
 def shell_env(env: dict[str, str]) -> dict[str, str]:
