@@ -188,7 +188,13 @@ async def runcard_create(ctx: Ctx) -> int:
     result = await ctx.client.request(
         "POST", f"/v1/projects/{a.project}/runs/{a.run}/runcards", body=body, params={"workspace": ctx.workspace}
     )
-    return done(ctx, result["record"], title="RunCard")
+    if ctx.as_json:
+        return done(ctx, result["record"])
+    record = result["record"]
+    again = " (it was already)" if result.get("replayed") else ""
+    views.say(f"RunCard recorded{again}; its id is the card line below.\n")
+    views.runcard(record["card_id"], record["card"], None)
+    return EXIT_OK
 
 
 @command("runcard", "show", help="the run's RunCards, newest first")(_run)

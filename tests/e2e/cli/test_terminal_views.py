@@ -303,3 +303,22 @@ def test_a_plan_says_whether_it_would_launch_and_where_it_would_be_recorded(
     words = " ".join(shown.split())  # the view wraps at 80 columns
     assert "project unassigned, context unassigned" in words and "not an official run" in words
     assert "learning rate 2.00e-05" in words and '"request"' not in shown
+
+
+def test_runcard_create_shows_the_card_it_recorded(seeded: tuple[RunningDaemon, dict[str, Any]]) -> None:
+    daemon, ids = seeded
+    argv = (
+        "runcard",
+        "create",
+        "--project",
+        PROJECT,
+        "--run",
+        ids["runs"][0],
+        "--limitation",
+        "Registered, not trained.",
+    )
+    code, shown = tty(daemon.env(), *argv)
+    assert code == 0, shown
+    assert "RunCard recorded" in shown and re.search(r"card\s+[0-9a-f]{64}\n", shown), shown
+    assert f"RunCard of {ids['runs'][0]}" in shown and "Registered, not trained." in shown
+    assert "Since this card" not in shown and '"card"' not in shown
