@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli import views
-from bashgym.cli.output import pairs
 from bashgym.cli.registry import Ctx, command, command_group, done, upload_for
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 from bashgym.trainers.contracts.placement import describe
@@ -95,8 +94,7 @@ async def eval_run(ctx: Ctx) -> int:
     result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
     if ctx.as_json:
         return done(ctx, result)
-    views.evaluation(result)
-    pairs([("ran on", describe((result.get("details") or {}).get("placement")))])
+    views.evaluation(result, ran_on=describe((result.get("details") or {}).get("placement")))
     return EXIT_OK
 
 

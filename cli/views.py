@@ -186,7 +186,7 @@ def metrics(summary: dict[str, Any]) -> None:
     table(rows, ["metric", "latest", "min", "max", "unit", "points", "at step"])
 
 
-def evaluation(result: dict[str, Any]) -> None:
+def evaluation(result: dict[str, Any], *, ran_on: str = "") -> None:
     """`eval run`: the result's figures, what ran it and how far to trust it."""
     subject = result.get("run_id") or result.get("model_version_id") or "gold solutions"
     say(f"[bold]Evaluation {escape(result['result_id'])}[/bold]  {_status(result['status'])}", markup=True)
@@ -199,6 +199,7 @@ def evaluation(result: dict[str, Any]) -> None:
             ("isolation", str((details.get("isolation") or {}).get("level", "withheld"))),
             ("safety watch", str((details.get("safety") or {}).get("observed", "withheld"))),
             ("canary guard rate", figure((details.get("canaries") or {}).get("guard_rate"), "guard_rate")),
+            ("ran on", ran_on or "not recorded"),
         ]
         + ([("simulation", "yes: labelled, not a measurement")] if result.get("is_simulation") else [])
     )
@@ -298,10 +299,9 @@ def runcard(card_id: str, card: dict[str, Any], since: dict[str, Any] | None) ->
         heading("Known limitations")
         pairs(("-", limitation) for limitation in limitations)
     metrics(card.get("metric_summary") or {})
-    heading("Since this card (the card itself never changes)")
-    if since is None:
-        say("  (the daemon did not say)")
+    if since is None:  # a card just written: nothing has happened since
         return
+    heading("Since this card (the card itself never changes)")
     gate = since.get("gate")
     lines = []
     if gate is None:
