@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bashgym.cli import views
 from bashgym.cli.registry import Ctx, command, command_group, done, read_json_file
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
@@ -54,7 +55,13 @@ async def campaign_list(ctx: Ctx) -> int:
 @command("campaign", "show", help="a campaign's state, version and pinned spec")(_campaign)
 async def campaign_show(ctx: Ctx) -> int:
     campaign = await _current(ctx)
-    return done(ctx, campaign, title=f"Campaign {ctx.args.campaign}")
+    if ctx.as_json:
+        return done(ctx, campaign)
+    listing = await ctx.client.request(
+        "GET", _where(ctx, f"/{ctx.args.campaign}/iterations"), params={"workspace": ctx.workspace}
+    )
+    views.campaign(campaign, listing["iterations"])
+    return EXIT_OK
 
 
 async def _current(ctx: Ctx) -> dict[str, Any]:

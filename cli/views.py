@@ -276,6 +276,43 @@ def comparison(record: dict[str, Any]) -> None:
     )
 
 
+def campaign(record: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
+    """`campaign show`: its state and why, what it optimises within which budget, and each iteration's decision."""
+    spec = record.get("spec") or {}
+    reason = escape(f" ({record['status_reason']})" if record.get("status_reason") else "")
+    say(f"[bold]Campaign {escape(record['campaign_id'])}[/bold]  {_status(record['status'])}{reason}", markup=True)
+    budget = spec.get("budget") or {}
+    rules = spec.get("stop_rules") or {}
+    stops = [f"{name.replace('_', ' ')} {value}" for name, value in rules.items() if value not in (None, {}, [])]
+    recipe = spec.get("base_recipe") or {}
+    shown = [f"{k} {cell(v, k)}" for k, v in recipe.items() if k in (*KEY_SETTINGS, "method")]
+    data = ", ".join(spec.get("dataset_version_ids") or [])
+    pairs(
+        [
+            ("title", str(record.get("title") or "-")),
+            ("objective", str(spec.get("objective") or "-")),
+            ("metric", f"{spec.get('direction', 'maximize')} {spec.get('primary_metric')} on {spec.get('suite_id')}"),
+            ("starts from", f"{spec.get('starting_model_version_id')} on {data}"),
+            ("base recipe", ", ".join(shown) or "-"),
+            ("budget", f"{budget.get('runs')} runs, {figure(float(budget.get('gpu_hours') or 0), 'gpu_hours')}"),
+            ("stops at", ", ".join(stops) or "-"),
+            ("incumbent", str(record.get("incumbent_iteration_id") or "none yet")),
+            ("version", f"{record.get('version')} (--expected-version for a guarded change)"),
+        ]
+    )
+    heading("Iterations")
+    if not iterations:
+        say("  none yet: bashgym campaign propose or queue adds candidates")
+        return
+    lines = []
+    for it in iterations:
+        change = f": {it['primary_variable']}" if it.get("primary_variable") else ""
+        decided = f"{it.get('decision') or it.get('stage')} ({it.get('reason_code') or '-'})"
+        run = f"; run {it['run_id']}" if it.get("run_id") else ""
+        lines.append((it["iteration_id"], f"{it.get('kind')}{change} -> {decided}{run}"))
+    pairs(lines)
+
+
 def runcard(card_id: str, card: dict[str, Any], since: dict[str, Any] | None) -> None:
     """`runcard show`: the immutable card as written, then what happened to the run since."""
     say(f"[bold]RunCard of {escape(card['run_id'])}[/bold]", markup=True)

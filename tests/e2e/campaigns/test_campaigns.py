@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,12 @@ def test_candidates_change_exactly_one_variable_and_queue_in_order(daemon: Runni
         (3, "dataset_version_id", "queued"),
     ]
     assert iterations[0]["recipe_change"] == {"learning_rate": 1e-3}
+    shown = cli({**env, "COLUMNS": "80"}, "campaign", "show", "bash-q4", "--project", "nightly")
+    assert shown.code == 0, shown.stderr
+    words = " ".join(shown.stdout.split())
+    assert "Campaign bash-q4 draft" in words and re.search(r"metric maximize \S+ on bash-tasks-v1", words), words
+    for number, variable in ((1, "learning_rate"), (2, "lora_rank"), (3, "dataset_version_id")):
+        assert f"bash-q4.i{number} candidate: {variable} -> queued" in words
 
     for bad, why in (
         ({"primary_variable": "base_model", "value": "other", "rationale": "r"}, "cannot be a candidate"),
