@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 ID_VALUE = re.compile(r"^[a-z]{2,8}-[0-9a-f]{6,}(?:-[0-9a-f]{4,})?(?:\.a\d+)?$")
 _TIME_VALUE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?$")
 _console: Console | None = None
+PIPED_WIDTH = 1000
 
 
 def console() -> Console:
@@ -31,7 +32,9 @@ def console() -> Console:
     if _console is None:
         from rich.console import Console
 
-        _console = Console(highlight=False, soft_wrap=False, file=cast("IO[str]", _Trimmed(sys.stdout)))
+        # Into a pipe or a file, lines are not wrapped (a phrase stays greppable); on a terminal, its width.
+        width = None if sys.stdout.isatty() else PIPED_WIDTH
+        _console = Console(highlight=False, soft_wrap=False, file=cast("IO[str]", _Trimmed(sys.stdout)), width=width)
     return _console
 
 
@@ -179,7 +182,7 @@ def _pairs(items: list[tuple[str, str]], *, indent: int) -> None:
     if indent:
         from rich.padding import Padding
 
-        console().print(Padding(grid, (0, 0, 0, indent)))
+        console().print(Padding(grid, (0, 0, 0, indent), expand=False))
     else:
         console().print(grid)
 

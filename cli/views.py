@@ -37,7 +37,7 @@ def say(text: str, *, markup: bool = False, indent: int = 0) -> None:
     from rich.text import Text
 
     body = Text.from_markup(text) if markup else Text(text)
-    console().print(Padding(body, (0, 0, 0, indent)))
+    console().print(Padding(body, (0, 0, 0, indent), expand=False))
 
 
 def context(project: str, data: dict[str, Any], campaigns: list[dict[str, Any]]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -268,8 +269,9 @@ def test_an_evaluation_runs_where_device_says_and_a_gpu_asked_of_a_host_without_
     env, rows = evidence_daemon.env(), str(sft_data(tmp_path, rows=2))
     on_cpu = cli(env, "eval", "run", "--project", PROJECT, "--run", trained, "--dataset-path", rows, "--device", "cpu")
     assert on_cpu.code == 0, on_cpu.stderr
-    shown = dict(line.split(None, 1) for line in on_cpu.stdout.splitlines()[1:])
-    assert shown["ran_on"] == "cpu float32", on_cpu.stdout  # the result says where its model ran
+    result_id = re.search(r"^Evaluation (res-\S+)", on_cpu.stdout, re.MULTILINE)
+    assert result_id and re.search(r"ran on\s+cpu float32$", on_cpu.stdout, re.MULTILINE), on_cpu.stdout
+    shown = {"result_id": result_id.group(1)}  # the result says where its model ran
     with evidence_daemon.client() as client:
         listing = client.get(f"/v1/projects/{PROJECT}/evaluations").json()
         jobs = client.get(f"/v1/projects/{PROJECT}/evaluation-jobs").json()["jobs"]

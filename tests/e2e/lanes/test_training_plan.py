@@ -58,7 +58,7 @@ def test_a_misspelt_config_field_is_refused_with_the_suggestion(daemon: RunningD
         "--model",
         "m",
         "--dataset-path",
-        "d.jsonl",
+        str(sft_data(tmp_path)),
         "--config",
         str(config),
     )
@@ -66,7 +66,7 @@ def test_a_misspelt_config_field_is_refused_with_the_suggestion(daemon: RunningD
     assert "did you mean `num_epochs`" in result.stderr
 
 
-def test_a_refused_target_says_what_to_use(daemon: RunningDaemon) -> None:
+def test_a_refused_target_says_what_to_use(daemon: RunningDaemon, tmp_path: Path) -> None:
     result = cli(
         daemon.env(),
         "training",
@@ -76,7 +76,7 @@ def test_a_refused_target_says_what_to_use(daemon: RunningDaemon) -> None:
         "--model",
         "m",
         "--dataset-path",
-        "d.jsonl",
+        str(sft_data(tmp_path)),
         "--compute-target",
         "hf-jobs",
     )
