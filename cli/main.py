@@ -11,6 +11,7 @@ from typing import Any
 
 # Each command module registers its commands when imported.
 from bashgym.cli import (  # noqa: F401
+    agents,
     auth,
     budget,
     campaigns,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TOP = ("ledger", "daemon", "bot", "trainers", "client", "cli", "skills")
+TOP = ("ledger", "daemon", "bot", "trainers", "client", "cli", "agents", "skills")
 
 
 @dataclass(frozen=True)

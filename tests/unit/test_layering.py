@@ -3,7 +3,7 @@
 The rules read on tests/support/import_map.py's map of every `bashgym.*` import, function-level ones included
 (`python -m tests.support.import_map` prints its figures):
 
-    bot, cli ──▶ client (the HTTP clients and the contract)
+    bot, cli ──▶ client (the HTTP clients and the contract); cli ──▶ agents (the MCP server) ──▶ client
     daemon ──▶ ledger, the client's contract (never its HTTP clients), trainers.contracts, trainers.environments
     ledger ──▶ the client's vocabulary: errors, specs, validation, states, redaction (the bottom floor)
     trainers' runtime ──▶ trainers.contracts, trainers.environments (never daemon, ledger or client)
@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.import_map import ROOT, Arrow, ImportMap, build
 
-FOLDERS = ("ledger", "daemon", "bot", "trainers", "client", "cli")
+FOLDERS = ("ledger", "daemon", "bot", "trainers", "client", "cli", "agents")
 PACKAGED = (*FOLDERS, "skills")  # skills/ is a data package: the bundle ships inside the wheel
 TORCH_FREE = ("bashgym.trainers.contracts", "bashgym.trainers.environments")  # the daemon's window on trainers
 # The bottom floor: the product's errors and the vocabulary of the wire and the ledger (pydantic specs, pure checks,
@@ -47,7 +47,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bashgym.client": ("bashgym.client",),
     "bashgym.ledger": ("bashgym.ledger", *VOCABULARY),
     "bashgym.bot": ("bashgym.bot", "bashgym.client"),
-    "bashgym.cli": ("bashgym.cli", "bashgym.client", *TORCH_FREE, *CLI_PROCESS),
+    "bashgym.cli": ("bashgym.cli", "bashgym.client", "bashgym.agents", *TORCH_FREE, *CLI_PROCESS),
+    # The MCP server is an adapter like the bot: the daemon's client, and the torch-free data contracts for
+    # checking a local file before anything is sent.
+    "bashgym.agents": ("bashgym.agents", "bashgym.client", *TORCH_FREE),
     "bashgym.daemon": ("bashgym.daemon", "bashgym.ledger", *CONTRACT, *TORCH_FREE),
     "bashgym.trainers.contracts": TORCH_FREE,
     "bashgym.trainers.environments": TORCH_FREE,

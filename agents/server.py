@@ -1,0 +1,172 @@
+"""`bashgym mcp`: the MCP server. It asks the daemon who its token acts as, offers the tools that principal's
+capabilities allow, refuses an argument a tool does not take (with the closest one it does), serves the skill
+bundle, RunCards and campaign reports as resources, and speaks MCP over stdio."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from bashgym.agents.daemon import Daemon, refusal
+from bashgym.agents.tools import Tool, build
+from bashgym.client.errors import ApiError
+from bashgym.client.http import DaemonClient
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+INSTRUCTIONS = """\
+BashGym's experiment ledger, training and evidence, as tools. There is no implicit project: start with
+list_experiment_projects, then get_experiment_context for the project you work on. Check a launch with
+plan_training before start_training, and give start_training a tracking_context (without one the run is recorded
+under `unassigned`) and an idempotency_key. A loss curve or a smoke run is never a quality claim: promotion_gate
+decides from evaluations against a pinned baseline. Destructive tools (stop_run, cancel_campaign,
+conclude_campaign, promote_decide, amend_budget) ask for confirmation or need confirm: true. The skills
+(resources under bashgym://skills/) say how the team works."""
+
+
+async def serve(client: DaemonClient, workspace: str | None) -> None:
+    """Run the server on stdin/stdout until the client closes it."""
+    server = await create(client, workspace)
+    await server.run_stdio_async()
+
+
+async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
+    daemon = Daemon(client, workspace)
+    try:
+        principal = await client.whoami()
+    except ApiError as exc:
+        raise SystemExit(f"bashgym mcp: the daemon refused this token: {refusal(exc)}") from exc
+    held = set(principal.capabilities)
+    offered = [tool for tool in build(daemon) if tool.capability is None or tool.capability in held]
+    server: MCPServer = MCPServer(
+        name="bashgym",
+        instructions=INSTRUCTIONS + f"\nThis server acts as {principal.actor_id}.",
+        log_level="WARNING",
+        middleware=[StrictArguments({tool.name: tool for tool in offered})],
+    )
+    for tool in offered:
+        server.add_tool(
+            tool.run,
+            name=tool.name,
+            description=tool.description,
+            annotations=ToolAnnotations(
+                read_only_hint=tool.read_only,
+                destructive_hint=tool.destructive,
+                idempotent_hint=tool.idempotent,
+                open_world_hint=False,
+            ),
+            structured_output=True,
+        )
+    _skill_resources(server)
+    if "ledger.read" in held:
+        _ledger_resources(server, daemon)
+    return server
+
+
+class StrictArguments:
+    """An argument a tool does not take is an error naming the closest one it does, not silently dropped: an
+    agent that wrote `projct` must learn it before a default stands in for what it meant."""
+
+    def __init__(self, tools: dict[str, Tool]) -> None:
+        self.tools = tools
+        self.known: dict[str, list[str]] = {}
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        params = ctx.params if isinstance(getattr(ctx, "params", None), dict) else None
+        if getattr(ctx, "method", "") == "tools/call" and params is not None:
+            name = params.get("name")
+            arguments = params.get("arguments") or {}
+            known = self._known(ctx, str(name))
+            if known is not None and isinstance(arguments, dict):
+                unknown = [key for key in arguments if key not in known]
+                if unknown:
+                    said = " ".join(_not_an_argument(str(key), known) for key in unknown)
+                    text = f"{said} {name} takes: {', '.join(sorted(known)) or 'no arguments'}. Nothing was done."
+                    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        return await call_next(ctx)
+
+    def _known(self, ctx: Any, name: str) -> list[str] | None:
+        if name not in self.tools:
+            return None
+        if name not in self.known:
+            import inspect
+
+            signature = inspect.signature(self.tools[name].run)
+            self.known[name] = [n for n in signature.parameters if n != "ctx"]
+        return self.known[name]
+
+
+def _not_an_argument(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"`{key}` is not an argument" + (f"; did you mean `{close[0]}`?" if close else ".")
+
+
+def _skill_resources(server: MCPServer) -> None:
+    """Each Markdown file of the skill bundle, as `bashgym://skills/<path>`."""
+    root = Path(str(importlib.resources.files("bashgym.skills")))
+    for path in sorted(root.rglob("*.md")):
+        relative = path.relative_to(root).as_posix()
+        if "/" not in relative:  # MAINTAINING.md is for the bundle's maintainers, not a skill
+            continue
+        server.resource(f"bashgym://skills/{relative}", name=relative, mime_type="text/markdown")(_reader(path))
+
+
+def _reader(path: Path) -> Any:
+    def read() -> str:
+        return path.read_text(encoding="utf-8")
+
+    return read
+
+
+def _ledger_resources(server: MCPServer, daemon: Daemon) -> None:
+    """RunCards and campaign report files, read through the daemon as the token's principal."""
+
+    @server.resource(
+        "bashgym://projects/{project}/runs/{run_id}/runcards",
+        name="runcards",
+        description="A run's RunCards (JSON), newest first, and what happened since.",
+        mime_type="application/json",
+    )
+    async def runcards(project: str, run_id: str) -> str:
+        try:
+            listing = await daemon.client.request(
+                "GET",
+                f"/v1/projects/{quote(project, safe='')}/runs/{quote(run_id, safe='')}/runcards",
+                params={"workspace": daemon.workspace},
+            )
+        except ApiError as exc:
+            raise ResourceError(exc.message) from exc
+        return json.dumps(listing, indent=2)
+
+    async def report_file(project: str, report_id: str, name: str) -> bytes:
+        try:
+            return await daemon.client.raw(
+                "GET",
+                f"/v1/projects/{quote(project, safe='')}/reports/{quote(report_id, safe='')}/{quote(name, safe='')}",
+                params={"workspace": daemon.workspace},
+            )
+        except ApiError as exc:
+            raise ResourceError(exc.message) from exc
+
+    @server.resource(
+        "bashgym://projects/{project}/reports/{report_id}/charts/{name}",
+        name="report-chart",
+        description="A chart of a campaign report (PNG), e.g. metric.png, loss.png, budget.png.",
+        mime_type="image/png",
+    )
+    async def report_chart(project: str, report_id: str, name: str) -> bytes:
+        return await report_file(project, report_id, name)
+
+    @server.resource(
+        "bashgym://projects/{project}/reports/{report_id}/files/{name}",
+        name="report-file",
+        description="A text file of a campaign report: report.md, snapshot.json or manifest.json.",
+        mime_type="text/plain",
+    )
+    async def report_text(project: str, report_id: str, name: str) -> str:
+        return (await report_file(project, report_id, name)).decode("utf-8", errors="replace")

@@ -1,0 +1,560 @@
+"""The tools of `bashgym mcp`: each is one daemon request (a waiting tool: one request, then polls of it), typed so
+its JSON Schema says what to send, annotated so a client knows what it changes, and described so an agent knows
+what it needs and what it never does. `TOOLS` lists them with the capability each needs; the server offers only
+the ones the token's principal holds, and the daemon still decides every call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
+
+from bashgym.agents.daemon import Daemon, refusal
+from bashgym.client.errors import ApiError
+from bashgym.client.models import BLOB_URI
+from bashgym.client.specs import run_project
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+Project = Annotated[str, Field(min_length=1, max_length=200, description="project id; there is no implicit project")]
+RunId = Annotated[str, Field(min_length=1, max_length=200, description="run id, whole, as a listing gave it")]
+CampaignId = Annotated[str, Field(min_length=1, max_length=200, description="campaign id")]
+ResultId = Annotated[str, Field(min_length=1, max_length=200, description="evaluation result id (res-...)")]
+Reason = Annotated[str, Field(max_length=2000, description="why, recorded with the change")]
+Confirm = Annotated[
+    bool,
+    Field(description="true to confirm this destructive action; without it the client is asked, where it can be"),
+]
+DatasetVersion = Annotated[
+    str | None,
+    Field(max_length=200, description="train on this registered dataset version instead of a dataset_path"),
+]
+DatasetProject = Annotated[
+    str | None, Field(max_length=200, description="the project that holds dataset_version (default: the run's)")
+]
+TrainingRequest = Annotated[
+    dict[str, Any],
+    Field(
+        description="the training request as `bashgym training start` sends it: method, base_model, dataset_path "
+        "(a file on this machine is uploaded for the run's project) or dataset_version_id, method fields, "
+        "compute_target, and tracking_context (without a complete one the run is recorded under `unassigned`)"
+    ),
+]
+RUN_ENDS = frozenset({"completed", "failed", "cancelled", "paused", "unknown"})
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    capability: str | None  # what the principal must hold for the tool to be offered; None: any principal
+    run: Callable[..., Awaitable[dict[str, Any]]]
+    description: str
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+
+
+class Confirmation(BaseModel):
+    confirm: bool = Field(description="true to go ahead")
+
+
+async def confirmed(ctx: Context | None, confirm: bool, action: str) -> None:
+    """A destructive action goes ahead only on `confirm: true`, or on the person's yes through MCP elicitation."""
+    if confirm:
+        return
+    if ctx is not None:
+        try:
+            answer = await ctx.elicit(f"{action} Go ahead?", schema=Confirmation)
+        except (ApiError, ToolError):
+            raise
+        except Exception:  # the client cannot elicit (no capability, or no person behind it)
+            answer = None
+        if answer is not None and answer.action == "accept" and getattr(answer.data, "confirm", False):
+            return
+        if answer is not None:
+            raise ToolError(f"Not confirmed: {action} Nothing was done.")
+    raise ToolError(f"{action} This cannot be undone: call the tool again with confirm: true. Nothing was done.")
+
+
+def build(daemon: Daemon) -> list[Tool]:
+    """Every tool, bound to one daemon connection."""
+
+    def p(project: str) -> str:
+        return quote(project, safe="")
+
+    async def get(path: str, **params: Any) -> Any:
+        return await daemon.call("GET", path, params=params)
+
+    async def post(path: str, body: Any = None, *, key: str | None = None, **params: Any) -> Any:
+        return await daemon.call(
+            "POST", path, body=body if body is not None else {}, params=params, idempotency_key=key
+        )
+
+    # -- the four the platform contract names ------------------------------------------------------------------
+
+    async def list_experiment_projects() -> dict[str, Any]:
+        return {"projects": await get("/v1/projects")}
+
+    async def get_experiment_context(project: Project) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/context"))
+
+    async def get_experiment_run(project: Project, run_id: RunId) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}"))
+
+    async def start_training(
+        request: TrainingRequest,
+        idempotency_key: Annotated[
+            str | None,
+            Field(
+                max_length=200,
+                description="name this launch: a retried call with the same key launches once and answers the same",
+            ),
+        ] = None,
+        wait: Annotated[bool, Field(description="wait for the run to end, reporting progress")] = False,
+        dataset_version: DatasetVersion = None,
+        dataset_project: DatasetProject = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        body = await _uploaded(daemon, request)
+        data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
+        started = dict(await post("/v1/training/start", body, key=idempotency_key, **data))
+        if started.get("project_id") == "unassigned" or started.get("context_status") == "unassigned":
+            started["note"] = (
+                "No complete tracking context: the run is recorded under project `unassigned`, not an official run."
+            )
+        if wait:
+            started["run"] = await _follow_run(daemon, started["project_id"], started["run_id"], ctx)
+            started["status"] = started["run"]["status"]
+        return started
+
+    # -- training ---------------------------------------------------------------------------------------------
+
+    async def plan_training(
+        request: TrainingRequest, dataset_version: DatasetVersion = None, dataset_project: DatasetProject = None
+    ) -> dict[str, Any]:
+        data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
+        return dict(await post("/v1/training/plan", await _uploaded(daemon, request), **data))
+
+    async def validate_training_data(
+        method: Annotated[str, Field(description="sft, dpo, grpo, rlvr, distillation or session_distillation")],
+        path: Annotated[str, Field(max_length=4096, description="a JSONL file on this machine")],
+    ) -> dict[str, Any]:
+        from bashgym.trainers.contracts.datasets import validate_dataset
+
+        try:
+            report = await asyncio.to_thread(validate_dataset, method, Path(path).expanduser())
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"{exc} Next: name a readable JSONL file on this machine.") from exc
+        return report.model_dump(mode="json")
+
+    async def list_runs(
+        project: Project,
+        status: Annotated[str | None, Field(description="queued, running, completed, failed, ...")] = None,
+        method: Annotated[str | None, Field(description="sft, dpo, grpo, ...")] = None,
+        experiment: Annotated[str | None, Field(description="experiment id")] = None,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+    ) -> dict[str, Any]:
+        runs = await get(
+            f"/v1/projects/{p(project)}/runs", status=status, method=method, experiment=experiment, limit=limit
+        )
+        return {"runs": runs}
+
+    async def get_run_log(
+        project: Project, run_id: RunId, tail: Annotated[int, Field(ge=1, le=5000)] = 200
+    ) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/log", tail=tail))
+
+    async def pause_run(project: Project, run_id: RunId) -> dict[str, Any]:
+        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/pause"))
+
+    async def resume_run(project: Project, run_id: RunId) -> dict[str, Any]:
+        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/resume"))
+
+    async def stop_run(
+        project: Project, run_id: RunId, confirm: Confirm = False, ctx: Context | None = None
+    ) -> dict[str, Any]:
+        await confirmed(ctx, confirm, f"Stop run {run_id}: it ends cancelled and cannot be resumed.")
+        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/stop"))
+
+    async def get_metric_trend(
+        project: Project,
+        metric: Annotated[str, Field(min_length=1, max_length=200, description="e.g. train.loss")],
+        run_id: Annotated[str | None, Field(description="one run's points; without it each run's latest")] = None,
+    ) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/trend", metric=metric, run=run_id))
+
+    async def list_events(
+        project: Project,
+        after_cursor: Annotated[int, Field(ge=0, description="events after this cursor (0: from the start)")] = 0,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/events", after_cursor=after_cursor, limit=limit))
+
+    # -- evidence ---------------------------------------------------------------------------------------------
+
+    async def run_evaluation(
+        project: Project,
+        suite_id: Annotated[str, Field(max_length=200)] = "bash-tasks-v1",
+        run_id: Annotated[str | None, Field(description="evaluate this completed run's model")] = None,
+        model_version_id: Annotated[str | None, Field(description="or a registered model version")] = None,
+        gold: Annotated[bool, Field(description="or the suite's gold solutions (checks the suite)")] = False,
+        samples: Annotated[int, Field(ge=1, le=64)] = 1,
+        limit_tasks: Annotated[int | None, Field(ge=2, description="N tasks round-robin across families")] = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        body = {
+            "suite_id": suite_id,
+            "run_id": run_id,
+            "model_version_id": model_version_id,
+            "gold": gold,
+            "samples": samples,
+            "limit_tasks": limit_tasks,
+        }
+        job = dict(await post(f"/v1/projects/{p(project)}/evaluations", body))
+        while job["status"] in {"queued", "running"}:
+            await asyncio.sleep(POLL_S / 2)
+            job = dict(await get(f"/v1/projects/{p(project)}/evaluations/{p(job['evaluation_id'])}"))
+            if ctx is not None and job.get("total"):
+                await ctx.report_progress(job["done"], job["total"], f"{job['done']}/{job['total']} tasks")
+        if job["status"] != "completed":
+            raise ToolError(f"Evaluation {job['evaluation_id']} ended {job['status']}: {job.get('error') or ''}")
+        listing = await get(f"/v1/projects/{p(project)}/evaluations", suite=job["suite_id"])
+        return next(r for r in listing["results"] if r["result_id"] == job["result_id"])
+
+    async def list_evaluations(
+        project: Project, suite_id: Annotated[str | None, Field(description="only this suite")] = None
+    ) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/evaluations", suite=suite_id))
+
+    async def compare_results(
+        project: Project,
+        baseline_result_id: ResultId,
+        candidate_result_id: ResultId,
+        resamples: Annotated[int, Field(ge=100, le=100_000)] = 2000,
+    ) -> dict[str, Any]:
+        body = {
+            "baseline_result_id": baseline_result_id,
+            "candidate_result_id": candidate_result_id,
+            "resamples": resamples,
+        }
+        return dict(await post(f"/v1/projects/{p(project)}/evaluations/compare", body))
+
+    async def create_runcard(
+        project: Project,
+        run_id: RunId,
+        known_limitations: Annotated[list[Annotated[str, Field(max_length=2000)]], Field(max_length=50)],
+        claim_tier: Literal["local_smoke", "narrow", "broad"] | None = None,
+        decision: Literal["pending", "hold", "promote", "reject"] = "pending",
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"known_limitations": known_limitations, "decision": decision}
+        if claim_tier:
+            body["claim_tier"] = claim_tier
+        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards", body))
+
+    async def show_runcards(project: Project, run_id: RunId) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards"))
+
+    async def promotion_gate(project: Project, run_id: RunId) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/gate", asked_by="mcp"))
+
+    async def promote_decide(
+        project: Project,
+        run_id: RunId,
+        alias: Annotated[str, Field(max_length=200)] = "champion",
+        model_version_id: Annotated[str | None, Field(description="default: the run's own model")] = None,
+        override_reason: Annotated[
+            str | None, Field(max_length=2000, description="promote despite blockers (needs promotion.override)")
+        ] = None,
+        confirm: Confirm = False,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        await confirmed(ctx, confirm, f"Point alias {alias} at run {run_id}'s model (recorded as a decision).")
+        body = {"alias": alias, "model_version_id": model_version_id, "override_reason": override_reason}
+        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/promote", body))
+
+    # -- campaigns and research -------------------------------------------------------------------------------
+
+    def campaigns(project: str, campaign_id: str = "") -> str:
+        return f"/v1/projects/{p(project)}/campaigns" + (f"/{p(campaign_id)}" if campaign_id else "")
+
+    async def list_campaigns(project: Project) -> dict[str, Any]:
+        return dict(await get(campaigns(project)))
+
+    async def get_campaign(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
+        campaign = dict(await get(campaigns(project, campaign_id)))
+        campaign["iterations"] = (await get(campaigns(project, campaign_id) + "/iterations"))["iterations"]
+        return campaign
+
+    async def create_campaign(
+        project: Project,
+        spec: Annotated[dict[str, Any], Field(description="the campaign spec, as `bashgym campaign create` reads it")],
+    ) -> dict[str, Any]:
+        return dict(await post(campaigns(project), spec))
+
+    async def campaign_action(
+        project: Project,
+        campaign_id: CampaignId,
+        action: Literal["validate", "start", "pause", "resume"],
+        expected_version: Annotated[int | None, Field(ge=1, description="refuse unless at this version")] = None,
+        reason: Reason = "",
+    ) -> dict[str, Any]:
+        version = expected_version or (await get(campaigns(project, campaign_id)))["version"]
+        body = {"expected_version": version, "reason": reason}
+        return dict(await post(campaigns(project, campaign_id) + f"/{action}", body))
+
+    async def cancel_campaign(
+        project: Project,
+        campaign_id: CampaignId,
+        reason: Reason = "",
+        confirm: Confirm = False,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        await confirmed(ctx, confirm, f"Cancel campaign {campaign_id}: a terminal state.")
+        version = (await get(campaigns(project, campaign_id)))["version"]
+        return dict(
+            await post(campaigns(project, campaign_id) + "/cancel", {"expected_version": version, "reason": reason})
+        )
+
+    async def conclude_campaign(
+        project: Project,
+        campaign_id: CampaignId,
+        reason: Reason = "",
+        confirm: Confirm = False,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        await confirmed(ctx, confirm, f"Conclude campaign {campaign_id} as completed: a terminal state.")
+        version = (await get(campaigns(project, campaign_id)))["version"]
+        body = {"expected_version": version, "reason": reason}
+        return dict(await post(campaigns(project, campaign_id) + "/conclude", body))
+
+    async def propose_candidate(
+        project: Project,
+        campaign_id: CampaignId,
+        primary_variable: Annotated[str, Field(min_length=1, max_length=100, description="the one field changed")],
+        value: Annotated[Any, Field(description="its new value")],
+        rationale: Annotated[str, Field(min_length=1, max_length=2000)],
+    ) -> dict[str, Any]:
+        body = {"primary_variable": primary_variable, "value": value, "rationale": rationale}
+        return dict(await post(campaigns(project, campaign_id) + "/propose", body))
+
+    async def create_campaign_report(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
+        return dict(await post(campaigns(project, campaign_id) + "/reports", {}))
+
+    async def campaign_doctor(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
+        return dict(await get(campaigns(project, campaign_id) + "/doctor"))
+
+    async def research_state(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
+        return dict(await get(campaigns(project, campaign_id) + "/state"))
+
+    async def research_wait(
+        project: Project,
+        campaign_id: CampaignId,
+        after_cursor: Annotated[int, Field(ge=0, description="the cursor research_state or the last wait gave")] = 0,
+        timeout_s: Annotated[float, Field(ge=0, le=600, description="the most to wait, in seconds")] = 60,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        started = time.monotonic()
+        while True:  # in slices, so progress is reported and a cancelled call stops waiting promptly
+            left = timeout_s - (time.monotonic() - started)
+            answer = dict(
+                await get(
+                    campaigns(project, campaign_id) + "/wait",
+                    after_cursor=after_cursor,
+                    timeout=max(0.0, min(left, 10.0)),
+                )
+            )
+            if answer.get("reason") != "timeout" or left <= 10.0:
+                return answer
+            if ctx is not None:
+                await ctx.report_progress(time.monotonic() - started, timeout_s, "waiting for the campaign to change")
+
+    # -- budget, devices, the workspace -----------------------------------------------------------------------
+
+    async def budget_show(
+        project: Project, scope: Annotated[str, Field(description="project, or campaign-<id>")] = "project"
+    ) -> dict[str, Any]:
+        return dict(await get(f"/v1/projects/{p(project)}/budget", scope=scope))
+
+    async def amend_budget(
+        project: Project,
+        reason: Annotated[str, Field(min_length=1, max_length=2000)],
+        runs: int = 0,
+        gpu_hours: float = 0.0,
+        scope: Annotated[str, Field(description="project, or campaign-<id>")] = "project",
+        confirm: Confirm = False,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        await confirmed(
+            ctx, confirm, f"Amend the {scope} budget of {project} by {runs} runs and {gpu_hours} GPU-hours."
+        )
+        body = {"runs": runs, "gpu_hours": gpu_hours, "reason": reason, "scope": scope}
+        return dict(await post(f"/v1/projects/{p(project)}/budget/amend", body))
+
+    async def list_devices() -> dict[str, Any]:
+        return {"devices": await get("/v1/devices")}
+
+    async def preflight_device(device_id: Annotated[str, Field(min_length=1, max_length=200)]) -> dict[str, Any]:
+        return dict(await post(f"/v1/devices/{p(device_id)}/preflight"))
+
+    async def doctor() -> dict[str, Any]:
+        return dict(await get("/v1/doctor"))
+
+    async def whoami() -> dict[str, Any]:
+        return dict(await get("/v1/auth/whoami"))
+
+    read = {"read_only": True, "idempotent": True}
+    return [
+        Tool("list_experiment_projects", "ledger.read", list_experiment_projects,
+             "The projects this token may read, with names. Start here: every other tool names a project.", **read),
+        Tool("get_experiment_context", "ledger.read", get_experiment_context,
+             "A project at a glance: health signals, inventory, lineage, aliases, recent runs, evaluations, "
+             "decisions and events. Needs the project id; there is no implicit project.", **read),
+        Tool("get_experiment_run", "ledger.read", get_experiment_run,
+             "One run: status, tracking context, attempts, metric summary, evaluations and artifacts with digests.",
+             **read),
+        Tool("start_training", "training.launch", start_training,
+             "Launch a training run (training.launch) and answer its ids at once, or with wait: true follow it to "
+             "its end with progress (cancelling the call stops the waiting, never the run). A run without a "
+             "complete tracking context is recorded under `unassigned`, and the answer says so. Give an "
+             "idempotency_key so a retried call launches once. Check the request with plan_training first."),
+        Tool("plan_training", "training.launch", plan_training,
+             "Validate a training request with its defaults, lane and effective configuration; launches nothing. "
+             "Unknown fields come back with the closest real one.", idempotent=True),
+        Tool("validate_training_data", None, validate_training_data,
+             "Check a local JSONL file against a method's data contract, naming each bad line; sends nothing.",
+             **read),
+        Tool("list_runs", "ledger.read", list_runs, "A project's runs, newest first, filtered by status, method "
+             "or experiment.", **read),
+        Tool("get_run_log", "ledger.read", get_run_log, "The last lines of a run's training.log (redacted).", **read),
+        Tool("pause_run", "training.control", pause_run, "Pause a running run (training.control); resume_run "
+             "continues it from its last checkpoint.", idempotent=True),
+        Tool("resume_run", "training.control", resume_run, "Resume a paused run (training.control).",
+             idempotent=True),
+        Tool("stop_run", "training.stop", stop_run, "Stop a run (training.stop): it ends cancelled. Destructive: "
+             "asks for confirmation, or needs confirm: true.", destructive=True, idempotent=True),
+        Tool("get_metric_trend", "ledger.read", get_metric_trend, "A metric's points and summary (count, first, "
+             "latest, min, max, delta, slope) for one run, or each run's latest value.", **read),
+        Tool("list_events", "ledger.read", list_events, "A page of a project's ledger events after a cursor; "
+             "next_cursor continues it.", **read),
+        Tool("run_evaluation", "eval.run", run_evaluation, "Evaluate a completed run, a model version or the gold "
+             "solutions on a suite (eval.run), reporting progress per task; answers the recorded result.",
+             idempotent=False),
+        Tool("list_evaluations", "ledger.read", list_evaluations, "A project's evaluation suites, results and "
+             "comparisons.", **read),
+        Tool("compare_results", "eval.run", compare_results, "The paired bootstrap 95% CI of the candidate's "
+             "pass@1 delta against a baseline result on the exact same suite.", idempotent=True),
+        Tool("create_runcard", "runcard.write", create_runcard, "Record an immutable RunCard of a run's evidence "
+             "(runcard.write), with its known limitations and claim tier.", idempotent=True),
+        Tool("show_runcards", "ledger.read", show_runcards, "A run's RunCards, newest first, and what happened "
+             "since (the last gate verdict, decisions, aliases moved).", **read),
+        Tool("promotion_gate", "ledger.read", promotion_gate, "Does the run ship? Blockers with codes and next "
+             "actions; the verdict is recorded once per state of the evidence. Never promotes.", idempotent=True),
+        Tool("promote_decide", "promotion.decide", promote_decide, "Move an alias (champion) to the run's model "
+             "when the gate ships (promotion.decide); blockers need promotion.override and a reason. Destructive: "
+             "asks for confirmation, or needs confirm: true.", destructive=True),
+        Tool("list_campaigns", "ledger.read", list_campaigns, "A project's campaigns and their states.", **read),
+        Tool("get_campaign", "ledger.read", get_campaign, "A campaign's state, version, pinned spec and each "
+             "iteration's decision.", **read),
+        Tool("create_campaign", "campaign.create", create_campaign, "Create a draft campaign from a spec "
+             "(campaign.create); campaign_action validate then start runs it.", idempotent=True),
+        Tool("campaign_action", "campaign.control", campaign_action, "Validate, start, pause or resume a campaign "
+             "(campaign.control), guarded by its version."),
+        Tool("cancel_campaign", "campaign.control", cancel_campaign, "Cancel a campaign: terminal. Destructive: "
+             "asks for confirmation, or needs confirm: true.", destructive=True),
+        Tool("conclude_campaign", "campaign.conclude", conclude_campaign, "Conclude a campaign as completed "
+             "(campaign.conclude): terminal. Destructive: asks for confirmation, or needs confirm: true.",
+             destructive=True),
+        Tool("propose_candidate", "campaign.control", propose_candidate, "Add one candidate to a campaign: exactly "
+             "one changed variable and its rationale (campaign.control)."),
+        Tool("create_campaign_report", "campaign.control", create_campaign_report, "Render the campaign report "
+             "(Markdown, PNG charts, JSON) and record it; read its files as resources."),
+        Tool("campaign_doctor", "ledger.read", campaign_doctor, "Why a campaign cannot move: each check with its "
+             "reason.", **read),
+        Tool("research_state", "ledger.read", research_state, "Where a campaign stands: phase, incumbent, latest "
+             "decision and comparison, budget, next action.", **read),
+        Tool("research_wait", "ledger.read", research_wait, "Wait (at most timeout_s) for the campaign to change "
+             "after a cursor: terminal, action_required, changed or timeout, with progress while it waits.",
+             **read),
+        Tool("budget_show", "ledger.read", budget_show, "Limits, amendments, reservations, settled use and what "
+             "remains.", **read),
+        Tool("amend_budget", "budget.amend", amend_budget, "Amend a budget up or down (budget.amend), with a "
+             "reason. Destructive: asks for confirmation, or needs confirm: true.", destructive=True),
+        Tool("list_devices", "ledger.read", list_devices, "Registered SSH devices with their last preflight "
+             "verdict.", **read),
+        Tool("preflight_device", "device.manage", preflight_device, "Check python, bashgym, torch, GPUs, disk "
+             "and RAM on a device (device.manage).", idempotent=True),
+        Tool("doctor", None, doctor, "Is everything ready: daemon, ledger, authority, lanes, Discord, scheduler.",
+             **read),
+        Tool("whoami", None, whoami, "Who this token acts as, and its capabilities.", **read),
+    ]  # fmt: skip
+
+
+async def _uploaded(daemon: Daemon, request: dict[str, Any]) -> dict[str, Any]:
+    """The request with its local data files uploaded for the project the run will be recorded under: the
+    daemon reads no path of this machine's (a path it may read itself, or a hub id, is sent as it is)."""
+    body = dict(request)
+    workspace = daemon.workspace or "default"
+    context = body.get("tracking_context")
+    project = run_project(context if isinstance(context, dict) else None, workspace)
+    for field in ("dataset_path", "eval_dataset_path"):
+        value = body.get(field)
+        if isinstance(value, str) and not value.startswith(BLOB_URI) and Path(value).expanduser().is_file():
+            # Nothing leaves this machine for a request the daemon would refuse: its fields, then the data.
+            refused = await asyncio.to_thread(_upload_refusal, {**body, field: str(Path(value).expanduser())}, field)
+            if refused:
+                raise ToolError(f"{refused} Nothing was uploaded or launched.")
+            try:
+                stored = await daemon.client.blob_upload(
+                    Path(value).expanduser(), project=project, workspace=daemon.workspace
+                )
+            except ApiError as exc:
+                raise ToolError(refusal(exc)) from exc
+            body[field] = f"{BLOB_URI}{stored['sha256']}"
+    return body
+
+
+async def _follow_run(daemon: Daemon, project: str, run_id: str, ctx: Context | None) -> dict[str, Any]:
+    """Poll the run until it stops moving, reporting its step against its planned steps."""
+    path = f"/v1/projects/{quote(project, safe='')}/runs/{quote(run_id, safe='')}"
+    while True:
+        run = dict(await daemon.call("GET", path))
+        if run["status"] in RUN_ENDS:
+            return run
+        if ctx is not None:
+            summary = run.get("metric_summary") or {}
+            step = max((int(s.get("last_step") or 0) for s in summary.values()), default=0)
+            total = (run.get("config") or {}).get("max_steps")
+            planned = float(total) if isinstance(total, int) and total > 0 else None
+            await ctx.report_progress(
+                step, planned, f"{run['status']}: step {step}" + (f" of {total}" if planned else "")
+            )
+        await asyncio.sleep(POLL_S)
+
+
+def _upload_refusal(request: dict[str, Any], field: str) -> str | None:
+    """Why the local file `request[field]` must not be uploaded: the request's own fields first (every problem),
+    then the data's contract for its method, each line named; None when it may go."""
+    from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+    from bashgym.trainers.contracts.fields import request_from_recipe
+    from pydantic import ValidationError
+
+    try:
+        parsed = request_from_recipe(request)
+    except ValidationError as exc:
+        problems = [
+            f"`{'.'.join(str(p) for p in e['loc'])}`: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        return f"{len(problems)} problems in the request: {'; '.join(problems)}."
+    except ValueError as exc:
+        return str(exc)
+    report = validate_dataset(parsed.method, Path(str(request[field])), teacher_model=parsed.teacher_model)
+    if report.ok:
+        return None
+    return f"The data breaks the {parsed.method} contract:\n{format_report(report)}"
