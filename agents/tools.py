@@ -369,7 +369,7 @@ def build(daemon: Daemon) -> list[Tool]:
                     timeout=max(0.0, min(left, 10.0)),
                 )
             )
-            if answer.get("reason") != "timeout" or left <= 10.0:
+            if answer.get("outcome") != "timeout" or left <= 10.0:
                 return answer
             if ctx is not None:
                 await ctx.report_progress(time.monotonic() - started, timeout_s, "waiting for the campaign to change")
@@ -397,7 +397,8 @@ def build(daemon: Daemon) -> list[Tool]:
         return dict(await post(f"/v1/projects/{p(project)}/budget/amend", body))
 
     async def list_devices() -> dict[str, Any]:
-        return {"devices": await get("/v1/devices")}
+        listing = await get("/v1/devices")
+        return dict(listing) if isinstance(listing, dict) else {"devices": listing}
 
     async def preflight_device(device_id: Annotated[str, Field(min_length=1, max_length=200)]) -> dict[str, Any]:
         return dict(await post(f"/v1/devices/{p(device_id)}/preflight"))

@@ -277,3 +277,125 @@ async def test_an_agent_runs_the_loop_from_projects_to_a_confirmed_promotion(
         assert failed and "blocks run" in said and confirmations  # confirmed, then refused by the gate itself
         _, cards = await call(opened, "show_runcards", {"project": PROJECT, "run_id": run_id})
         assert cards["since"]["gate"]["ship"] is False
+
+
+async def test_every_tool_refuses_an_argument_it_does_not_take_and_changes_nothing(
+    seeded: tuple[RunningDaemon, dict[str, Any]],
+) -> None:
+    daemon, made = seeded
+    with daemon.client() as client:
+        before = client.get("/v1/ledger/health").json()["last_cursor"]
+    async with session(daemon, made["tokens"]["admin"]) as opened:
+        names = [tool.name for tool in (await opened.list_tools()).tools]
+        assert len(names) == len(READ_ONLY | RESEARCHER_MORE | ADMIN_MORE)
+        for name in names:
+            failed, said = await call(opened, name, {"project": PROJECT, "bogus_argument": 1})
+            assert failed and "`bogus_argument` is not an argument" in said and "Nothing was done" in said, name
+    with daemon.client() as client:
+        assert client.get("/v1/ledger/health").json()["last_cursor"] == before
+
+
+async def test_campaign_run_control_and_device_tools_answer_or_refuse_by_the_daemons_rules(
+    seeded: tuple[RunningDaemon, dict[str, Any]], tmp_path: Path
+) -> None:
+    from tests.support.factories import campaign_spec
+
+    daemon, made = seeded
+    run = made["run"]
+    data = sft_data(tmp_path)
+    spec = campaign_spec(campaign_id="agents-c1", report_schedule=None)
+    async with session(daemon, made["tokens"]["admin"]) as opened:
+        failed, checked = await call(opened, "validate_training_data", {"method": "sft", "path": str(data)})
+        assert not failed and checked["ok"], checked
+        failed, said = await call(
+            opened, "validate_training_data", {"method": "sft", "path": str(tmp_path / "no.jsonl")}
+        )
+        assert failed and "no.jsonl" in said
+        failed, created = await call(opened, "create_campaign", {"project": PROJECT, "spec": spec})
+        assert not failed, created
+        failed, said = await call(opened, "create_campaign", {"project": PROJECT, "spec": {**spec, "titel": "x"}})
+        assert failed and "`titel` is not a field; did you mean `title`?" in said
+        _, shown = await call(opened, "get_campaign", {"project": PROJECT, "campaign_id": "agents-c1"})
+        assert shown["status"] == "draft" and shown["iterations"] == []
+        _, listed = await call(opened, "list_campaigns", {"project": PROJECT})
+        assert "agents-c1" in json.dumps(listed)
+        failed, doctor = await call(opened, "campaign_doctor", {"project": PROJECT, "campaign_id": "agents-c1"})
+        assert not failed, doctor
+        _, state = await call(opened, "research_state", {"project": PROJECT, "campaign_id": "agents-c1"})
+        assert state["campaign_id"] == "agents-c1"
+        _, waited = await call(
+            opened,
+            "research_wait",
+            {"project": PROJECT, "campaign_id": "agents-c1", "after_cursor": 10**6, "timeout_s": 0},
+        )
+        assert waited["outcome"] == "timeout"
+        change = {"primary_variable": "learning_rate", "value": 1e-3, "rationale": "5e-3 overshoots"}
+        failed, proposed = await call(
+            opened, "propose_candidate", {"project": PROJECT, "campaign_id": "agents-c1", **change}
+        )
+        assert not failed, proposed
+        failed, said = await call(
+            opened, "propose_candidate", {"project": PROJECT, "campaign_id": "agents-c1", **change, "value": 5e-3}
+        )
+        assert failed and "must change it" in said
+        failed, validated = await call(
+            opened, "campaign_action", {"project": PROJECT, "campaign_id": "agents-c1", "action": "validate"}
+        )
+        assert failed or "findings" in validated  # its pins name versions this project lacks: said, not crashed
+        failed, said = await call(
+            opened, "campaign_action", {"project": PROJECT, "campaign_id": "agents-c1", "action": "explode"}
+        )
+        assert failed and "action" in said
+        failed, report = await call(opened, "create_campaign_report", {"project": PROJECT, "campaign_id": "agents-c1"})
+        assert not failed, report
+        failed, said = await call(opened, "cancel_campaign", {"project": PROJECT, "campaign_id": "agents-c1"})
+        assert failed and "confirm: true" in said
+        failed, cancelled = await call(
+            opened, "cancel_campaign", {"project": PROJECT, "campaign_id": "agents-c1", "confirm": True}
+        )
+        assert not failed, cancelled
+        failed, said = await call(
+            opened, "conclude_campaign", {"project": PROJECT, "campaign_id": "agents-c1", "confirm": True}
+        )
+        assert failed and "cancelled" in said  # terminal: the daemon refuses, by the campaign's state
+        # Run control on a run that has ended: each is the daemon's refusal, by name.
+        for tool in ("pause_run", "resume_run"):
+            failed, said = await call(opened, tool, {"project": PROJECT, "run_id": run})
+            assert failed and "completed" in said, (tool, said)
+        failed, said = await call(opened, "stop_run", {"project": PROJECT, "run_id": run, "confirm": True})
+        assert failed or said["status"] == "completed"
+        _, devices = await call(opened, "list_devices", {})
+        assert devices["devices"] == []
+        failed, said = await call(opened, "preflight_device", {"device_id": "gpu-nowhere"})
+        assert failed and "gpu-nowhere" in said
+
+
+async def test_cancelling_a_waiting_call_stops_the_waiting_never_the_run(
+    seeded: tuple[RunningDaemon, dict[str, Any]], tmp_path: Path
+) -> None:
+    import anyio
+    from bashgym.trainers.tiny import build_tiny
+
+    from tests.support.helpers import wait_for_run
+
+    daemon, made = seeded
+    context = tracking_context(project_id=PROJECT, project_display_name="Agents")
+    request = training_request(
+        build_tiny(tmp_path / "tiny"), sft_data(tmp_path), tracking_context=context, max_steps=30
+    )
+    arguments = {"request": request, "idempotency_key": "agent-cancel-1", "wait": True}
+    async with session(daemon, made["tokens"]["researcher"]) as opened:
+        with anyio.CancelScope() as waiting:
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                waiting.cancel()  # the agent gives up waiting at the first progress it sees
+
+            with anyio.fail_after(120):
+                await opened.call_tool("start_training", arguments, progress_callback=on_progress)
+        assert waiting.cancelled_caught
+        _, still = await call(opened, "whoami", {})  # the session is fine after the cancellation
+        assert still["actor_id"] == "researcher-agent"
+        _, again = await call(opened, "start_training", {**arguments, "wait": False})
+    with daemon.client() as client:
+        run = wait_for_run(client, PROJECT, again["run_id"], {"completed", "failed", "cancelled"}, timeout_s=240)
+    assert run["status"] == "completed", run["attempts"][-1]
