@@ -70,7 +70,9 @@ def runcards_of_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str
 
 def runcard_followups(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:
     """What happened to a run after its cards were written (the cards stay as they were): the latest gate verdict,
-    the decisions about the run, and the aliases those decisions moved, with where each alias points now."""
+    the decisions about the run, and the aliases those decisions moved, with where each alias points now. An unknown
+    project or run is NotFound, as every read of one is."""
+    get_run_row(conn, ws, project, run_id)
     key = (ws, project)
     gate = conn.execute(
         "SELECT payload_json, actor, created_at FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? "

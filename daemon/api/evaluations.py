@@ -141,9 +141,10 @@ async def runcard_create(call: CardCall, project: str, run_id: str, body: RunCar
 @router.get("/projects/{project}/runs/{run_id}/runcards")
 async def runcard_list(call: ReadCall, project: str, run_id: str) -> Response:
     ledger = call.services.ledger
-    cards = await ledger.runcards_of_run(call.workspace, project, run_id)
-    # The cards are immutable; `since` is what happened to the run after them (gate, decisions, aliases).
+    # The cards are immutable; `since` is what happened to the run after them (gate, decisions, aliases). It is
+    # read first: an unknown project or run is a 404 here, not an empty list.
     since = await ledger.runcard_followups(call.workspace, project, run_id)
+    cards = await ledger.runcards_of_run(call.workspace, project, run_id)
     return json_response({"runcards": cards, "since": since})
 
 

@@ -4,84 +4,24 @@ malformed one with the daemon's message; a destructive tool waits for a confirma
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
-from tests.support.factories import sft_data, suite, tracking_context, training_request
-from tests.support.helpers import BASHGYM, RunningDaemon, running_daemon
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import RunningDaemon
+from tests.support.mcp_client import ADMIN_MORE, PROJECT, READ_ONLY, RESEARCHER_MORE, call, seeded_daemon, session
 
 pytestmark = pytest.mark.anyio
-PROJECT = "agents"
-READ_ONLY = {
-    "list_experiment_projects", "get_experiment_context", "get_experiment_run", "validate_training_data",
-    "list_runs", "get_run_log", "get_metric_trend", "list_events", "list_evaluations", "show_runcards",
-    "promotion_gate", "list_campaigns", "get_campaign", "campaign_doctor", "research_state", "research_wait",
-    "budget_show", "list_devices", "doctor", "whoami",
-}  # fmt: skip
-RESEARCHER_MORE = {
-    "start_training", "plan_training", "pause_run", "resume_run", "run_evaluation", "compare_results",
-    "create_runcard", "create_campaign", "campaign_action", "cancel_campaign", "propose_candidate",
-    "create_campaign_report",
-}  # fmt: skip
-ADMIN_MORE = {"stop_run", "promote_decide", "conclude_campaign", "amend_budget", "preflight_device"}
 
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDaemon, dict[str, Any]]]:
-    """A daemon with a project holding one completed run (registered, not trained), its metrics, two results on
-    one suite and a comparison; and a token of each profile."""
-    with running_daemon(tmp_path_factory.mktemp("mcp")) as daemon, daemon.client() as client:
-        made: dict[str, Any] = {"tokens": {}}
-        context = tracking_context(project_id=PROJECT, project_display_name="Agents")
-        run = client.post("/v1/runs", json={"method": "sft", "tracking_context": context}).json()["record"]["run_id"]
-        for status in ("running", "completed"):
-            client.post(f"/v1/projects/{PROJECT}/runs/{run}/transitions", json={"status": status})
-        points = [{"metric": "train.loss", "step": s, "value": 1.0 / (s + 1)} for s in range(0, 40, 10)]
-        client.post(
-            f"/v1/projects/{PROJECT}/metrics", json={"run_id": run, "attempt_id": f"{run}.a1", "points": points}
-        )
-        client.post(f"/v1/projects/{PROJECT}/eval-suites", json=suite("agents-suite"))
-        results = []
-        for run_id, passes in ((None, lambda i: i % 2 == 0), (run, lambda i: i % 4 != 3)):
-            per_task = {f"t{i}": {"family": f"f{i % 3}", "pass@1": float(passes(i))} for i in range(12)}
-            body = {
-                "suite_id": "agents-suite",
-                "run_id": run_id,
-                "metrics": {"pass@1": 0.5},
-                "details": {"per_task": per_task},
-            }
-            results.append(client.post(f"/v1/projects/{PROJECT}/eval-results", json=body).json()["record"]["result_id"])
-        made.update(run=run, results=results)
-        for profile in ("viewer", "researcher", "admin"):
-            issued = client.post("/v1/auth/tokens", json={"actor_id": f"{profile}-agent", "profile": profile})
-            assert issued.status_code == 201, issued.text
-            made["tokens"][profile] = issued.json()["token"]
-        yield daemon, made
-
-
-@contextlib.asynccontextmanager
-async def session(daemon: RunningDaemon, token: str, **client: Any) -> AsyncIterator[ClientSession]:
-    """`bashgym mcp` started as a coding agent starts it: a subprocess speaking MCP on its stdin and stdout."""
-    env = {**os.environ, "BASHGYM_HOME": str(daemon.home), "BASHGYM_API": daemon.url, "BASHGYM_TOKEN": token}
-    params = StdioServerParameters(command=BASHGYM[0], args=[*BASHGYM[1:], "mcp"], env=env)
-    async with stdio_client(params) as (read, write), ClientSession(read, write, **client) as opened:
-        await opened.initialize()
-        yield opened
-
-
-async def call(opened: ClientSession, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
-    """(is_error, the structured answer or the error text)."""
-    result = await opened.call_tool(tool, arguments)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    return result.is_error, (text if result.is_error else result.structured_content)
+    with seeded_daemon(tmp_path_factory.mktemp("mcp")) as made:
+        yield made
 
 
 @pytest.mark.parametrize(
@@ -293,109 +233,3 @@ async def test_every_tool_refuses_an_argument_it_does_not_take_and_changes_nothi
             assert failed and "`bogus_argument` is not an argument" in said and "Nothing was done" in said, name
     with daemon.client() as client:
         assert client.get("/v1/ledger/health").json()["last_cursor"] == before
-
-
-async def test_campaign_run_control_and_device_tools_answer_or_refuse_by_the_daemons_rules(
-    seeded: tuple[RunningDaemon, dict[str, Any]], tmp_path: Path
-) -> None:
-    from tests.support.factories import campaign_spec
-
-    daemon, made = seeded
-    run = made["run"]
-    data = sft_data(tmp_path)
-    spec = campaign_spec(campaign_id="agents-c1", report_schedule=None)
-    async with session(daemon, made["tokens"]["admin"]) as opened:
-        failed, checked = await call(opened, "validate_training_data", {"method": "sft", "path": str(data)})
-        assert not failed and checked["ok"], checked
-        failed, said = await call(
-            opened, "validate_training_data", {"method": "sft", "path": str(tmp_path / "no.jsonl")}
-        )
-        assert failed and "no.jsonl" in said
-        failed, created = await call(opened, "create_campaign", {"project": PROJECT, "spec": spec})
-        assert not failed, created
-        failed, said = await call(opened, "create_campaign", {"project": PROJECT, "spec": {**spec, "titel": "x"}})
-        assert failed and "`titel` is not a field; did you mean `title`?" in said
-        _, shown = await call(opened, "get_campaign", {"project": PROJECT, "campaign_id": "agents-c1"})
-        assert shown["status"] == "draft" and shown["iterations"] == []
-        _, listed = await call(opened, "list_campaigns", {"project": PROJECT})
-        assert "agents-c1" in json.dumps(listed)
-        failed, doctor = await call(opened, "campaign_doctor", {"project": PROJECT, "campaign_id": "agents-c1"})
-        assert not failed, doctor
-        _, state = await call(opened, "research_state", {"project": PROJECT, "campaign_id": "agents-c1"})
-        assert state["campaign_id"] == "agents-c1"
-        _, waited = await call(
-            opened,
-            "research_wait",
-            {"project": PROJECT, "campaign_id": "agents-c1", "after_cursor": 10**6, "timeout_s": 0},
-        )
-        assert waited["outcome"] == "timeout"
-        change = {"primary_variable": "learning_rate", "value": 1e-3, "rationale": "5e-3 overshoots"}
-        failed, proposed = await call(
-            opened, "propose_candidate", {"project": PROJECT, "campaign_id": "agents-c1", **change}
-        )
-        assert not failed, proposed
-        failed, said = await call(
-            opened, "propose_candidate", {"project": PROJECT, "campaign_id": "agents-c1", **change, "value": 5e-3}
-        )
-        assert failed and "must change it" in said
-        failed, validated = await call(
-            opened, "campaign_action", {"project": PROJECT, "campaign_id": "agents-c1", "action": "validate"}
-        )
-        assert failed or "findings" in validated  # its pins name versions this project lacks: said, not crashed
-        failed, said = await call(
-            opened, "campaign_action", {"project": PROJECT, "campaign_id": "agents-c1", "action": "explode"}
-        )
-        assert failed and "action" in said
-        failed, report = await call(opened, "create_campaign_report", {"project": PROJECT, "campaign_id": "agents-c1"})
-        assert not failed, report
-        failed, said = await call(opened, "cancel_campaign", {"project": PROJECT, "campaign_id": "agents-c1"})
-        assert failed and "confirm: true" in said
-        failed, cancelled = await call(
-            opened, "cancel_campaign", {"project": PROJECT, "campaign_id": "agents-c1", "confirm": True}
-        )
-        assert not failed, cancelled
-        failed, said = await call(
-            opened, "conclude_campaign", {"project": PROJECT, "campaign_id": "agents-c1", "confirm": True}
-        )
-        assert failed and "cancelled" in said  # terminal: the daemon refuses, by the campaign's state
-        # Run control on a run that has ended: each is the daemon's refusal, by name.
-        for tool in ("pause_run", "resume_run"):
-            failed, said = await call(opened, tool, {"project": PROJECT, "run_id": run})
-            assert failed and "completed" in said, (tool, said)
-        failed, said = await call(opened, "stop_run", {"project": PROJECT, "run_id": run, "confirm": True})
-        assert failed or said["status"] == "completed"
-        _, devices = await call(opened, "list_devices", {})
-        assert devices["devices"] == []
-        failed, said = await call(opened, "preflight_device", {"device_id": "gpu-nowhere"})
-        assert failed and "gpu-nowhere" in said
-
-
-async def test_cancelling_a_waiting_call_stops_the_waiting_never_the_run(
-    seeded: tuple[RunningDaemon, dict[str, Any]], tmp_path: Path
-) -> None:
-    import anyio
-    from bashgym.trainers.tiny import build_tiny
-
-    from tests.support.helpers import wait_for_run
-
-    daemon, made = seeded
-    context = tracking_context(project_id=PROJECT, project_display_name="Agents")
-    request = training_request(
-        build_tiny(tmp_path / "tiny"), sft_data(tmp_path), tracking_context=context, max_steps=30
-    )
-    arguments = {"request": request, "idempotency_key": "agent-cancel-1", "wait": True}
-    async with session(daemon, made["tokens"]["researcher"]) as opened:
-        with anyio.CancelScope() as waiting:
-
-            async def on_progress(done: float, total: float | None, message: str | None) -> None:
-                waiting.cancel()  # the agent gives up waiting at the first progress it sees
-
-            with anyio.fail_after(120):
-                await opened.call_tool("start_training", arguments, progress_callback=on_progress)
-        assert waiting.cancelled_caught
-        _, still = await call(opened, "whoami", {})  # the session is fine after the cancellation
-        assert still["actor_id"] == "researcher-agent"
-        _, again = await call(opened, "start_training", {**arguments, "wait": False})
-    with daemon.client() as client:
-        run = wait_for_run(client, PROJECT, again["run_id"], {"completed", "failed", "cancelled"}, timeout_s=240)
-    assert run["status"] == "completed", run["attempts"][-1]

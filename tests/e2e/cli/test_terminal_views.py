@@ -192,6 +192,8 @@ def test_runcard_show_keeps_the_card_and_says_what_happened_since(
     assert "champion → tiny-v1" in after and "still points there" in after
     assert "blocked (" in after  # the last gate verdict, beside the card
     assert ".;" not in after
+    missing = cli(env, "runcard", "show", "--project", PROJECT, "--run", "run-000000000000-00000000")
+    assert missing.code == 5 and "No run" in missing.stderr  # not an empty list of cards
 
 
 @pytest.mark.parametrize(
