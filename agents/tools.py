@@ -304,6 +304,12 @@ def build(daemon: Daemon) -> list[Tool]:
         expected_version: Annotated[int | None, Field(ge=1, description="refuse unless at this version")] = None,
         reason: Reason = "",
     ) -> dict[str, Any]:
+        return await move_campaign(project, campaign_id, action, reason, expected_version)
+
+    async def move_campaign(
+        project: str, campaign_id: str, action: str, reason: str, expected_version: int | None = None
+    ) -> dict[str, Any]:
+        """One guarded transition: at the version the caller saw, or the campaign's current one."""
         version = expected_version or (await get(campaigns(project, campaign_id)))["version"]
         body = {"expected_version": version, "reason": reason}
         return dict(await post(campaigns(project, campaign_id) + f"/{action}", body))
@@ -316,10 +322,7 @@ def build(daemon: Daemon) -> list[Tool]:
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         await confirmed(ctx, confirm, f"Cancel campaign {campaign_id}: a terminal state.")
-        version = (await get(campaigns(project, campaign_id)))["version"]
-        return dict(
-            await post(campaigns(project, campaign_id) + "/cancel", {"expected_version": version, "reason": reason})
-        )
+        return await move_campaign(project, campaign_id, "cancel", reason)
 
     async def conclude_campaign(
         project: Project,
@@ -329,9 +332,7 @@ def build(daemon: Daemon) -> list[Tool]:
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         await confirmed(ctx, confirm, f"Conclude campaign {campaign_id} as completed: a terminal state.")
-        version = (await get(campaigns(project, campaign_id)))["version"]
-        body = {"expected_version": version, "reason": reason}
-        return dict(await post(campaigns(project, campaign_id) + "/conclude", body))
+        return await move_campaign(project, campaign_id, "conclude", reason)
 
     async def propose_candidate(
         project: Project,
