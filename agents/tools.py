@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
+from bashgym.agents import answers
 from bashgym.agents.daemon import Daemon, refusal
 from bashgym.client.errors import ApiError
 from bashgym.client.models import BLOB_URI
@@ -53,7 +54,7 @@ POLL_S = 1.0
 class Tool:
     name: str
     capability: str | None  # what the principal must hold for the tool to be offered; None: any principal
-    run: Callable[..., Awaitable[dict[str, Any]]]
+    run: Callable[..., Awaitable[Any]]  # answers a dict, or a model of agents/answers.py
     description: str
     read_only: bool = False
     destructive: bool = False
@@ -98,14 +99,14 @@ def build(daemon: Daemon) -> list[Tool]:
 
     # -- the four the platform contract names ------------------------------------------------------------------
 
-    async def list_experiment_projects() -> dict[str, Any]:
-        return {"projects": await get("/v1/projects")}
+    async def list_experiment_projects() -> answers.Projects:
+        return answers.Projects.model_validate({"projects": await get("/v1/projects")})
 
-    async def get_experiment_context(project: Project) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/context"))
+    async def get_experiment_context(project: Project) -> answers.Context:
+        return answers.Context.model_validate(await get(f"/v1/projects/{p(project)}/context"))
 
-    async def get_experiment_run(project: Project, run_id: RunId) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}"))
+    async def get_experiment_run(project: Project, run_id: RunId) -> answers.Run:
+        return answers.Run.model_validate(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}"))
 
     async def start_training(
         request: TrainingRequest,
@@ -120,7 +121,7 @@ def build(daemon: Daemon) -> list[Tool]:
         dataset_version: DatasetVersion = None,
         dataset_project: DatasetProject = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.Started:
         body = await _uploaded(daemon, request)
         data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
         started = dict(await post("/v1/training/start", body, key=idempotency_key, **data))
@@ -131,7 +132,7 @@ def build(daemon: Daemon) -> list[Tool]:
         if wait:
             started["run"] = await _follow_run(daemon, started["project_id"], started["run_id"], ctx)
             started["status"] = started["run"]["status"]
-        return started
+        return answers.Started.model_validate(started)
 
     # -- training ---------------------------------------------------------------------------------------------
 
