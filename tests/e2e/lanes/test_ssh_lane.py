@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,7 +253,9 @@ def build_own_wheel(tmp: Path) -> Path:
     """A wheel of this checkout, built from a copy so the test writes nothing into the source tree."""
     repo = Path(__file__).resolve().parents[3]
     source = tmp / "src"
-    for name in ("client", "cli", "ledger", "daemon", "bot", "trainers", "skills"):
+    # Every folder the package installs, as pyproject.toml maps them: a new top-level folder travels too.
+    folders = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    for name in sorted(set(folders)):
         shutil.copytree(repo / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(repo / name, source / name)
