@@ -66,21 +66,20 @@ class Confirmation(BaseModel):
 
 
 async def confirmed(ctx: Context | None, confirm: bool, action: str) -> None:
-    """A destructive action goes ahead only on `confirm: true`, or on the person's yes through MCP elicitation."""
-    if confirm:
-        return
-    if ctx is not None:
-        try:
-            answer = await ctx.elicit(f"{action} Go ahead?", schema=Confirmation)
-        except (ApiError, ToolError):
-            raise
-        except Exception:  # the client cannot elicit (no capability, or no person behind it)
-            answer = None
-        if answer is not None and answer.action == "accept" and getattr(answer.data, "confirm", False):
+    """A destructive action goes ahead on the person's yes. A client that can ask them (MCP elicitation) is asked,
+    whatever `confirm` says: an agent cannot answer for the person. Only a client that cannot ask passes
+    `confirm: true`, which the tool's description tells the agent to set only on the person's word."""
+    capabilities = ctx.client_capabilities if ctx is not None else None
+    if ctx is not None and capabilities is not None and capabilities.elicitation is not None:
+        answer = await ctx.elicit(f"{action} Go ahead?", schema=Confirmation)
+        if answer.action == "accept" and getattr(answer.data, "confirm", False):
             return
-        if answer is not None:
-            raise ToolError(f"Not confirmed: {action} Nothing was done.")
-    raise ToolError(f"{action} This cannot be undone: call the tool again with confirm: true. Nothing was done.")
+        raise ToolError(f"Not confirmed: {action} Nothing was done.")
+    if not confirm:
+        raise ToolError(
+            f"{action} This cannot be undone: call the tool again with confirm: true once the person has said yes. "
+            "Nothing was done."
+        )
 
 
 def build(daemon: Daemon) -> list[Tool]:

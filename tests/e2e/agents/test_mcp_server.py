@@ -147,6 +147,12 @@ async def test_a_destructive_tool_asks_first_and_does_nothing_unconfirmed(
     async with session(daemon, made["tokens"]["admin"], elicitation_callback=decline) as opened:
         failed, said = await call(opened, "amend_budget", arguments)
         assert failed and "Not confirmed" in said and asked and "budget" in asked[0]
+        # A client that can ask the person is asked, even when the agent says confirm: true for them.
+        failed, said = await call(opened, "amend_budget", {**arguments, "confirm": True})
+        assert failed and "Not confirmed" in said and len(asked) == 2
+        _, budget = await call(opened, "budget_show", {"project": PROJECT})
+        assert budget["amended"]["runs"] == 0
+    async with session(daemon, made["tokens"]["admin"]) as opened:  # a client without elicitation
         failed, done = await call(opened, "amend_budget", {**arguments, "confirm": True})
         assert not failed, done
         _, budget = await call(opened, "budget_show", {"project": PROJECT})
