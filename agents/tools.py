@@ -18,9 +18,11 @@ from bashgym.agents.daemon import Daemon, refusal
 from bashgym.client.errors import ApiError
 from bashgym.client.models import BLOB_URI
 from bashgym.client.specs import run_project
+from bashgym.trainers.contracts.datasets import ContractReport, format_report, validate_dataset
+from bashgym.trainers.contracts.fields import request_from_recipe
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 Project = Annotated[str, Field(min_length=1, max_length=200, description="project id; there is no implicit project")]
 RunId = Annotated[str, Field(min_length=1, max_length=200, description="run id, whole, as a listing gave it")]
@@ -137,21 +139,19 @@ def build(daemon: Daemon) -> list[Tool]:
 
     async def plan_training(
         request: TrainingRequest, dataset_version: DatasetVersion = None, dataset_project: DatasetProject = None
-    ) -> dict[str, Any]:
+    ) -> answers.Plan:
         data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
-        return dict(await post("/v1/training/plan", await _uploaded(daemon, request), **data))
+        return answers.Plan.model_validate(await post("/v1/training/plan", await _uploaded(daemon, request), **data))
 
     async def validate_training_data(
         method: Annotated[str, Field(description="sft, dpo, grpo, rlvr, distillation or session_distillation")],
         path: Annotated[str, Field(max_length=4096, description="a JSONL file on this machine")],
-    ) -> dict[str, Any]:
-        from bashgym.trainers.contracts.datasets import validate_dataset
-
+    ) -> ContractReport:
         try:
             report = await asyncio.to_thread(validate_dataset, method, Path(path).expanduser())
         except (OSError, ValueError) as exc:
             raise ToolError(f"{exc} Next: name a readable JSONL file on this machine.") from exc
-        return report.model_dump(mode="json")
+        return report
 
     async def list_runs(
         project: Project,
@@ -159,42 +159,44 @@ def build(daemon: Daemon) -> list[Tool]:
         method: Annotated[str | None, Field(description="sft, dpo, grpo, ...")] = None,
         experiment: Annotated[str | None, Field(description="experiment id")] = None,
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
-    ) -> dict[str, Any]:
+    ) -> answers.Runs:
         runs = await get(
             f"/v1/projects/{p(project)}/runs", status=status, method=method, experiment=experiment, limit=limit
         )
-        return {"runs": runs}
+        return answers.Runs.model_validate({"runs": runs})
 
     async def get_run_log(
         project: Project, run_id: RunId, tail: Annotated[int, Field(ge=1, le=5000)] = 200
-    ) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/log", tail=tail))
+    ) -> answers.Log:
+        return answers.Log.model_validate(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/log", tail=tail))
 
-    async def pause_run(project: Project, run_id: RunId) -> dict[str, Any]:
-        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/pause"))
+    async def pause_run(project: Project, run_id: RunId) -> answers.RunControl:
+        return answers.RunControl.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/pause"))
 
-    async def resume_run(project: Project, run_id: RunId) -> dict[str, Any]:
-        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/resume"))
+    async def resume_run(project: Project, run_id: RunId) -> answers.RunControl:
+        return answers.RunControl.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/resume"))
 
     async def stop_run(
         project: Project, run_id: RunId, confirm: Confirm = False, ctx: Context | None = None
-    ) -> dict[str, Any]:
+    ) -> answers.RunControl:
         await confirmed(ctx, confirm, f"Stop run {run_id}: it ends cancelled and cannot be resumed.")
-        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/stop"))
+        return answers.RunControl.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/stop"))
 
     async def get_metric_trend(
         project: Project,
         metric: Annotated[str, Field(min_length=1, max_length=200, description="e.g. train.loss")],
         run_id: Annotated[str | None, Field(description="one run's points; without it each run's latest")] = None,
-    ) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/trend", metric=metric, run=run_id))
+    ) -> answers.Trend:
+        return answers.Trend.model_validate(await get(f"/v1/projects/{p(project)}/trend", metric=metric, run=run_id))
 
     async def list_events(
         project: Project,
         after_cursor: Annotated[int, Field(ge=0, description="events after this cursor (0: from the start)")] = 0,
         limit: Annotated[int, Field(ge=1, le=1000)] = 100,
-    ) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/events", after_cursor=after_cursor, limit=limit))
+    ) -> answers.Events:
+        return answers.Events.model_validate(
+            await get(f"/v1/projects/{p(project)}/events", after_cursor=after_cursor, limit=limit)
+        )
 
     # -- evidence ---------------------------------------------------------------------------------------------
 
@@ -207,7 +209,7 @@ def build(daemon: Daemon) -> list[Tool]:
         samples: Annotated[int, Field(ge=1, le=64)] = 1,
         limit_tasks: Annotated[int | None, Field(ge=2, description="N tasks round-robin across families")] = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.EvaluationResult:
         body = {
             "suite_id": suite_id,
             "run_id": run_id,
@@ -225,25 +227,26 @@ def build(daemon: Daemon) -> list[Tool]:
         if job["status"] != "completed":
             raise ToolError(f"Evaluation {job['evaluation_id']} ended {job['status']}: {job.get('error') or ''}")
         listing = await get(f"/v1/projects/{p(project)}/evaluations", suite=job["suite_id"])
-        return next(r for r in listing["results"] if r["result_id"] == job["result_id"])
+        result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
+        return answers.EvaluationResult.model_validate(result)
 
     async def list_evaluations(
         project: Project, suite_id: Annotated[str | None, Field(description="only this suite")] = None
-    ) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/evaluations", suite=suite_id))
+    ) -> answers.Evaluations:
+        return answers.Evaluations.model_validate(await get(f"/v1/projects/{p(project)}/evaluations", suite=suite_id))
 
     async def compare_results(
         project: Project,
         baseline_result_id: ResultId,
         candidate_result_id: ResultId,
         resamples: Annotated[int, Field(ge=100, le=100_000)] = 2000,
-    ) -> dict[str, Any]:
+    ) -> answers.Comparison:
         body = {
             "baseline_result_id": baseline_result_id,
             "candidate_result_id": candidate_result_id,
             "resamples": resamples,
         }
-        return dict(await post(f"/v1/projects/{p(project)}/evaluations/compare", body))
+        return answers.Comparison.model_validate(await post(f"/v1/projects/{p(project)}/evaluations/compare", body))
 
     async def create_runcard(
         project: Project,
@@ -251,17 +254,19 @@ def build(daemon: Daemon) -> list[Tool]:
         known_limitations: Annotated[list[Annotated[str, Field(max_length=2000)]], Field(max_length=50)],
         claim_tier: Literal["local_smoke", "narrow", "broad"] | None = None,
         decision: Literal["pending", "hold", "promote", "reject"] = "pending",
-    ) -> dict[str, Any]:
+    ) -> answers.Written:
         body: dict[str, Any] = {"known_limitations": known_limitations, "decision": decision}
         if claim_tier:
             body["claim_tier"] = claim_tier
-        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards", body))
+        return answers.Written.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards", body))
 
-    async def show_runcards(project: Project, run_id: RunId) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards"))
+    async def show_runcards(project: Project, run_id: RunId) -> answers.RunCards:
+        return answers.RunCards.model_validate(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards"))
 
-    async def promotion_gate(project: Project, run_id: RunId) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/gate", asked_by="mcp"))
+    async def promotion_gate(project: Project, run_id: RunId) -> answers.Gate:
+        return answers.Gate.model_validate(
+            await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/gate", asked_by="mcp")
+        )
 
     async def promote_decide(
         project: Project,
@@ -273,29 +278,29 @@ def build(daemon: Daemon) -> list[Tool]:
         ] = None,
         confirm: Confirm = False,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.Promotion:
         await confirmed(ctx, confirm, f"Point alias {alias} at run {run_id}'s model (recorded as a decision).")
         body = {"alias": alias, "model_version_id": model_version_id, "override_reason": override_reason}
-        return dict(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/promote", body))
+        return answers.Promotion.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/promote", body))
 
     # -- campaigns and research -------------------------------------------------------------------------------
 
     def campaigns(project: str, campaign_id: str = "") -> str:
         return f"/v1/projects/{p(project)}/campaigns" + (f"/{p(campaign_id)}" if campaign_id else "")
 
-    async def list_campaigns(project: Project) -> dict[str, Any]:
-        return dict(await get(campaigns(project)))
+    async def list_campaigns(project: Project) -> answers.Campaigns:
+        return answers.Campaigns.model_validate(await get(campaigns(project)))
 
-    async def get_campaign(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
+    async def get_campaign(project: Project, campaign_id: CampaignId) -> answers.Campaign:
         campaign = dict(await get(campaigns(project, campaign_id)))
         campaign["iterations"] = (await get(campaigns(project, campaign_id) + "/iterations"))["iterations"]
-        return campaign
+        return answers.Campaign.model_validate(campaign)
 
     async def create_campaign(
         project: Project,
         spec: Annotated[dict[str, Any], Field(description="the campaign spec, as `bashgym campaign create` reads it")],
-    ) -> dict[str, Any]:
-        return dict(await post(campaigns(project), spec))
+    ) -> answers.Written:
+        return answers.Written.model_validate(await post(campaigns(project), spec))
 
     async def campaign_action(
         project: Project,
@@ -303,16 +308,16 @@ def build(daemon: Daemon) -> list[Tool]:
         action: Literal["validate", "start", "pause", "resume"],
         expected_version: Annotated[int | None, Field(ge=1, description="refuse unless at this version")] = None,
         reason: Reason = "",
-    ) -> dict[str, Any]:
+    ) -> answers.CampaignMove:
         return await move_campaign(project, campaign_id, action, reason, expected_version)
 
     async def move_campaign(
         project: str, campaign_id: str, action: str, reason: str, expected_version: int | None = None
-    ) -> dict[str, Any]:
+    ) -> answers.CampaignMove:
         """One guarded transition: at the version the caller saw, or the campaign's current one."""
         version = expected_version or (await get(campaigns(project, campaign_id)))["version"]
         body = {"expected_version": version, "reason": reason}
-        return dict(await post(campaigns(project, campaign_id) + f"/{action}", body))
+        return answers.CampaignMove.model_validate(await post(campaigns(project, campaign_id) + f"/{action}", body))
 
     async def cancel_campaign(
         project: Project,
@@ -320,7 +325,7 @@ def build(daemon: Daemon) -> list[Tool]:
         reason: Reason = "",
         confirm: Confirm = False,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.CampaignMove:
         await confirmed(ctx, confirm, f"Cancel campaign {campaign_id}: a terminal state.")
         return await move_campaign(project, campaign_id, "cancel", reason)
 
@@ -330,7 +335,7 @@ def build(daemon: Daemon) -> list[Tool]:
         reason: Reason = "",
         confirm: Confirm = False,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.CampaignMove:
         await confirmed(ctx, confirm, f"Conclude campaign {campaign_id} as completed: a terminal state.")
         return await move_campaign(project, campaign_id, "conclude", reason)
 
@@ -340,18 +345,18 @@ def build(daemon: Daemon) -> list[Tool]:
         primary_variable: Annotated[str, Field(min_length=1, max_length=100, description="the one field changed")],
         value: Annotated[Any, Field(description="its new value")],
         rationale: Annotated[str, Field(min_length=1, max_length=2000)],
-    ) -> dict[str, Any]:
+    ) -> answers.Written:
         body = {"primary_variable": primary_variable, "value": value, "rationale": rationale}
-        return dict(await post(campaigns(project, campaign_id) + "/propose", body))
+        return answers.Written.model_validate(await post(campaigns(project, campaign_id) + "/propose", body))
 
-    async def create_campaign_report(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
-        return dict(await post(campaigns(project, campaign_id) + "/reports", {}))
+    async def create_campaign_report(project: Project, campaign_id: CampaignId) -> answers.Report:
+        return answers.Report.model_validate(await post(campaigns(project, campaign_id) + "/reports", {}))
 
-    async def campaign_doctor(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
-        return dict(await get(campaigns(project, campaign_id) + "/doctor"))
+    async def campaign_doctor(project: Project, campaign_id: CampaignId) -> answers.Checks:
+        return answers.Checks.model_validate(await get(campaigns(project, campaign_id) + "/doctor"))
 
-    async def research_state(project: Project, campaign_id: CampaignId) -> dict[str, Any]:
-        return dict(await get(campaigns(project, campaign_id) + "/state"))
+    async def research_state(project: Project, campaign_id: CampaignId) -> answers.ResearchState:
+        return answers.ResearchState.model_validate(await get(campaigns(project, campaign_id) + "/state"))
 
     async def research_wait(
         project: Project,
@@ -359,7 +364,7 @@ def build(daemon: Daemon) -> list[Tool]:
         after_cursor: Annotated[int, Field(ge=0, description="the cursor research_state or the last wait gave")] = 0,
         timeout_s: Annotated[float, Field(ge=0, le=600, description="the most to wait, in seconds")] = 60,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.Wait:
         started = time.monotonic()
         while True:  # in slices, so progress is reported and a cancelled call stops waiting promptly
             left = timeout_s - (time.monotonic() - started)
@@ -371,7 +376,7 @@ def build(daemon: Daemon) -> list[Tool]:
                 )
             )
             if answer.get("outcome") != "timeout" or left <= 10.0:
-                return answer
+                return answers.Wait.model_validate(answer)
             if ctx is not None:
                 await ctx.report_progress(time.monotonic() - started, timeout_s, "waiting for the campaign to change")
 
@@ -379,8 +384,8 @@ def build(daemon: Daemon) -> list[Tool]:
 
     async def budget_show(
         project: Project, scope: Annotated[str, Field(description="project, or campaign-<id>")] = "project"
-    ) -> dict[str, Any]:
-        return dict(await get(f"/v1/projects/{p(project)}/budget", scope=scope))
+    ) -> answers.Budget:
+        return answers.Budget.model_validate(await get(f"/v1/projects/{p(project)}/budget", scope=scope))
 
     async def amend_budget(
         project: Project,
@@ -390,25 +395,25 @@ def build(daemon: Daemon) -> list[Tool]:
         scope: Annotated[str, Field(description="project, or campaign-<id>")] = "project",
         confirm: Confirm = False,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> answers.Budget:
         await confirmed(
             ctx, confirm, f"Amend the {scope} budget of {project} by {runs} runs and {gpu_hours} GPU-hours."
         )
         body = {"runs": runs, "gpu_hours": gpu_hours, "reason": reason, "scope": scope}
-        return dict(await post(f"/v1/projects/{p(project)}/budget/amend", body))
+        return answers.Budget.model_validate(await post(f"/v1/projects/{p(project)}/budget/amend", body))
 
-    async def list_devices() -> dict[str, Any]:
+    async def list_devices() -> answers.Devices:
         listing = await get("/v1/devices")
-        return dict(listing) if isinstance(listing, dict) else {"devices": listing}
+        return answers.Devices.model_validate(dict(listing) if isinstance(listing, dict) else {"devices": listing})
 
-    async def preflight_device(device_id: Annotated[str, Field(min_length=1, max_length=200)]) -> dict[str, Any]:
-        return dict(await post(f"/v1/devices/{p(device_id)}/preflight"))
+    async def preflight_device(device_id: Annotated[str, Field(min_length=1, max_length=200)]) -> answers.Preflight:
+        return answers.Preflight.model_validate(await post(f"/v1/devices/{p(device_id)}/preflight"))
 
-    async def doctor() -> dict[str, Any]:
-        return dict(await get("/v1/doctor"))
+    async def doctor() -> answers.Doctor:
+        return answers.Doctor.model_validate(await get("/v1/doctor"))
 
-    async def whoami() -> dict[str, Any]:
-        return dict(await get("/v1/auth/whoami"))
+    async def whoami() -> answers.Principal:
+        return answers.Principal.model_validate(await get("/v1/auth/whoami"))
 
     read = {"read_only": True, "idempotent": True}
     return [
@@ -542,10 +547,6 @@ async def _follow_run(daemon: Daemon, project: str, run_id: str, ctx: Context | 
 def _upload_refusal(request: dict[str, Any], field: str) -> str | None:
     """Why the local file `request[field]` must not be uploaded: the request's own fields first (every problem),
     then the data's contract for its method, each line named; None when it may go."""
-    from bashgym.trainers.contracts.datasets import format_report, validate_dataset
-    from bashgym.trainers.contracts.fields import request_from_recipe
-    from pydantic import ValidationError
-
     try:
         parsed = request_from_recipe(request)
     except ValidationError as exc:

@@ -47,7 +47,8 @@ async def test_the_tools_listed_follow_the_tokens_capabilities(
             context.input_schema
         )
         assert all(t.description and len(t.description) > 30 for t in tools.values())
-        # The contract's tools say what they answer: their output schemas name the fields an agent acts on.
+        # Every tool says what it answers: its output schema names the fields an agent acts on.
+        assert all(t.output_schema and t.output_schema.get("properties") for t in tools.values())
         run_schema = tools["get_experiment_run"].output_schema or {}
         assert {"run_id", "status", "context_status", "artifacts"} <= set(run_schema["properties"])
         assert "projects" in (tools["list_experiment_projects"].output_schema or {})["properties"]
