@@ -35,7 +35,9 @@ from discord import app_commands
 # -- /run ---------------------------------------------------------------------------------------
 
 
-STOP_WAIT_S = 60
+# How long /run stop keeps its answer open for the run's end: a run still importing torch on a busy machine took
+# over a minute to end in CI. Discord lets an interaction's answer be edited for 15 minutes.
+STOP_WAIT_S = 300
 ENDED = {"completed", "failed", "cancelled"}
 RUN_KEYS = ["run_id", "status", "method", "project_id", "model_version_id", "dataset_version_id", "launched_by"]
 
