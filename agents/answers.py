@@ -184,7 +184,9 @@ class Checks(Answer):
 
 class ResearchState(Answer):
     campaign_id: str
-    phase: str = Field(description="where the campaign stands: draft, running, exhausted, ...")
+    phase: str = Field(
+        description="where the campaign stands: draft, running, exhausted, blocked (a cascade stage's gate), ..."
+    )
     next_action: dict[str, Any] = Field(default_factory=dict, description="what to do next, with its code")
 
 

@@ -469,7 +469,9 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("get_campaign", "ledger.read", get_campaign, "A campaign's state, version, pinned spec and each "
              "iteration's decision.", **read),
         Tool("create_campaign", "campaign.create", create_campaign, "Create a draft campaign from a spec "
-             "(campaign.create); campaign_action validate then start runs it.", idempotent=True),
+             "(campaign.create); campaign_action validate then start runs it. `kind: cascade` with `stages` (2 to 8, "
+             "each a method recipe and a dataset version) trains each stage from the previous stage's model and "
+             "stops at the first stage whose promotion gate blocks.", idempotent=True),
         Tool("campaign_action", "campaign.control", campaign_action, "Validate, start, pause or resume a campaign "
              "(campaign.control), guarded by its version."),
         Tool("cancel_campaign", "campaign.control", cancel_campaign, "Cancel a campaign: terminal. Destructive: "
@@ -477,8 +479,8 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("conclude_campaign", "campaign.conclude", conclude_campaign, "Conclude a campaign as completed "
              "(campaign.conclude): terminal. Destructive: asks for confirmation, or needs confirm: true.",
              destructive=True),
-        Tool("propose_candidate", "campaign.control", propose_candidate, "Add one candidate to a campaign: exactly "
-             "one changed variable and its rationale (campaign.control)."),
+        Tool("propose_candidate", "campaign.control", propose_candidate, "Add one candidate to a search campaign: "
+             "exactly one changed variable and its rationale (campaign.control); a cascade's stages are its spec's."),
         Tool("create_campaign_report", "campaign.control", create_campaign_report, "Render the campaign report "
              "(Markdown, PNG charts, JSON) and record it; read its files as resources."),
         Tool("campaign_doctor", "ledger.read", campaign_doctor, "Why a campaign cannot move: each check with its "

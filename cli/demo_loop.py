@@ -40,7 +40,7 @@ TEMPERATURE = 0.7
 # families in ~4 minutes on 2 cores (README, "The demo").
 DEFAULT_STEPS = 1000
 JUDGED = {"improved", "no_improvement", "below_min_improvement", "ci_includes_zero"}  # or a protected_regression
-STOPPED = {"completed", "exhausted", "failed", "cancelled", "awaiting_authority"}
+STOPPED = {"completed", "exhausted", "blocked", "failed", "cancelled", "awaiting_authority"}
 
 
 class Reporter(Protocol):

@@ -287,13 +287,17 @@ def campaign(record: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
     recipe = spec.get("base_recipe") or {}
     shown = [f"{k} {cell(v, k)}" for k, v in recipe.items() if k in (*KEY_SETTINGS, "method")]
     data = ", ".join(spec.get("dataset_version_ids") or [])
+    stages = [
+        f"{s['name']} ({s['recipe'].get('method') or s['recipe'].get('strategy')})" for s in spec.get("stages") or []
+    ]
     pairs(
         [
             ("title", str(record.get("title") or "-")),
+            ("kind", str(spec.get("kind", "search"))),
             ("objective", str(spec.get("objective") or "-")),
             ("metric", f"{spec.get('direction', 'maximize')} {spec.get('primary_metric')} on {spec.get('suite_id')}"),
             ("starts from", f"{spec.get('starting_model_version_id')} on {data}"),
-            ("base recipe", ", ".join(shown) or "-"),
+            ("stages", " -> ".join(stages)) if stages else ("base recipe", ", ".join(shown) or "-"),
             ("budget", f"{budget.get('runs')} runs, {figure(float(budget.get('gpu_hours') or 0), 'gpu_hours')}"),
             ("stops at", ", ".join(stops) or "-"),
             ("incumbent", str(record.get("incumbent_iteration_id") or "none yet")),
@@ -309,7 +313,10 @@ def campaign(record: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
         change = f": {it['primary_variable']}" if it.get("primary_variable") else ""
         decided = f"{it.get('decision') or it.get('stage')} ({it.get('reason_code') or '-'})"
         run = f"; run {it['run_id']}" if it.get("run_id") else ""
-        lines.append((it["iteration_id"], f"{it.get('kind')}{change} -> {decided}{run}"))
+        card = f"; RunCard {str(it['card_id'])[:16]}" if it.get("card_id") else ""
+        lines.append((it["iteration_id"], f"{it.get('kind')}{change} -> {decided}{run}{card}"))
+        # A cascade stage the gate blocked: each blocker under it, as the gate wrote it.
+        lines += [("", f"  blocker {b['code']}: {b['message']}") for b in it.get("blockers") or []]
     pairs(lines)
 
 

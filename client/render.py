@@ -104,7 +104,7 @@ SIGNALS = {
     "terminal_without_artifact": "completed runs without an artifact",
     "incomplete_lineage": "runs not fully identified",
 }
-CAMPAIGN_ENDS = frozenset({"exhausted", "completed", "failed", "cancelled"})
+CAMPAIGN_ENDS = frozenset({"exhausted", "completed", "blocked", "failed", "cancelled"})
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.rows import require_project
 from bashgym.ledger.tx import Tx
 
-TERMINAL = frozenset({"completed", "exhausted", "failed", "cancelled"})
+# blocked: a cascade stopped at a stage whose promotion gate did not ship (its blockers are in the reason).
+TERMINAL = frozenset({"completed", "exhausted", "blocked", "failed", "cancelled"})
 TRANSITIONS: dict[str, frozenset[str]] = {
     "draft": frozenset({"ready", "cancelled"}),
     "ready": frozenset({"draft", "active", "cancelled"}),
-    "active": frozenset({"paused", "awaiting_authority", "completed", "exhausted", "failed", "cancelled"}),
+    "active": frozenset({"paused", "awaiting_authority", "completed", "exhausted", "blocked", "failed", "cancelled"}),
     "paused": frozenset({"active", "awaiting_authority", "failed", "cancelled"}),
     "awaiting_authority": frozenset({"active", "paused", "failed", "cancelled"}),
     **{state: frozenset() for state in TERMINAL},
@@ -25,7 +26,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 def create_campaign(tx: Tx, ws: str, project: str, spec: CampaignSpec) -> tuple[dict[str, Any], bool]:
     require_project(tx.conn, ws, project)
-    spec_json = canonical_json(spec.model_dump(mode="json"))
+    spec_json = spec.stored_json()
     existing = _row(tx.conn, ws, project, spec.campaign_id)
     if existing is not None:
         if existing["spec_json"] == spec_json:
@@ -178,6 +179,11 @@ def add_iterations(
             f"Campaign {campaign_id} is {campaign['status']}; a terminal campaign takes no candidates.",
             hint="Create a new campaign.",
         )
+    if campaign["spec"].get("kind") == "cascade":
+        raise InvalidTransition(
+            f"Campaign {campaign_id} is a cascade: it runs its declared stages in order and takes no candidates.",
+            hint="Create a search campaign (kind search, with a base_recipe) to try one change at a time.",
+        )
     (last,) = tx.conn.execute(
         "SELECT COALESCE(MAX(number), 0) FROM campaign_iterations WHERE workspace_id = ? AND project_id = ? "
         "AND campaign_id = ?",
@@ -248,7 +254,21 @@ def mark_schedule_fired(tx: Tx, ws: str, project: str, schedule_id: str, at: str
     return dict(row), False
 
 
-ITERATION_FIELDS = frozenset({"run_id", "result_id", "comparison_id", "decision", "reason_code"})
+ITERATION_FIELDS = frozenset(
+    {
+        "run_id",
+        "result_id",
+        "comparison_id",
+        "decision",
+        "reason_code",
+        # cascade stages: the model version the stage kept, its comparison against the starting model (the final
+        # stage), its RunCard and the promotion gate's blockers
+        "model_version_id",
+        "start_comparison_id",
+        "card_id",
+        "blockers",
+    }
+)
 
 
 def add_baseline(tx: Tx, ws: str, project: str, campaign_id: str) -> tuple[dict[str, Any], bool]:
@@ -282,11 +302,14 @@ def update_iteration(
     unknown = set(fields) - ITERATION_FIELDS
     if unknown:
         raise ValueError(f"not iteration fields: {sorted(unknown)}")
-    assignments = ", ".join(f"{name} = ?" for name in fields)
+    columns = {("blockers_json" if name == "blockers" else name): value for name, value in fields.items()}
+    if "blockers" in fields:
+        columns["blockers_json"] = canonical_json(fields["blockers"])
+    assignments = ", ".join(f"{name} = ?" for name in columns)
     tx.conn.execute(
         f"UPDATE campaign_iterations SET stage = ?, {assignments + ', ' if assignments else ''}updated_at = ? "
         "WHERE workspace_id = ? AND project_id = ? AND campaign_id = ? AND iteration_id = ?",
-        (stage, *fields.values(), tx.now, ws, project, campaign_id, iteration_id),
+        (stage, *columns.values(), tx.now, ws, project, campaign_id, iteration_id),
     )
     tx.append_event(
         "campaign.stage",
@@ -299,9 +322,11 @@ def update_iteration(
             "stage": stage,
             "decision": fields.get("decision") or "",
             "reason_code": fields.get("reason_code") or "",
+            **({"blockers": fields["blockers"]} if fields.get("blockers") else {}),
         },
     )
-    if fields.get("decision") in {"keep", "baseline"}:
+    # The incumbent: the baseline, the last kept candidate, or the last cascade stage that shipped.
+    if fields.get("decision") in {"keep", "baseline", "ship"}:
         tx.conn.execute(
             "UPDATE campaigns SET incumbent_iteration_id = ?, updated_at = ? WHERE workspace_id = ? AND project_id = ? "
             "AND campaign_id = ?",
@@ -339,3 +364,32 @@ def set_schedule(
         (ws, project, schedule_id),
     ).fetchone()
     return dict(row), False
+
+
+def add_stages(tx: Tx, ws: str, project: str, campaign_id: str) -> tuple[dict[str, Any], bool]:
+    """A cascade's declared stages as iterations 1..N (queued, in order), once per campaign."""
+    campaign = get_campaign(tx.conn, ws, project, campaign_id)
+    (existing,) = tx.conn.execute(
+        "SELECT COUNT(*) FROM campaign_iterations WHERE workspace_id = ? AND project_id = ? AND campaign_id = ? "
+        "AND kind = 'stage'",
+        (ws, project, campaign_id),
+    ).fetchone()
+    if existing:
+        return {"campaign_id": campaign_id, "stages": existing}, True
+    stages = campaign["spec"].get("stages") or []
+    for number, stage in enumerate(stages, start=1):
+        iteration_id = f"{campaign_id}.i{number}"
+        tx.conn.execute(
+            "INSERT INTO campaign_iterations (workspace_id, project_id, campaign_id, iteration_id, number, kind, "
+            "stage, primary_variable, recipe_change_json, rationale, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, 'stage', 'queued', ?, ?, ?, ?, ?)",
+            (ws, project, campaign_id, iteration_id, number, stage["name"], canonical_json(stage["recipe"]),
+             f"cascade stage {number} of {len(stages)}", tx.now, tx.now),
+        )  # fmt: skip
+        tx.append_event(
+            "campaign.iteration_added",
+            workspace_id=ws,
+            project_id=project,
+            payload={"entity": "campaign_iteration", "entity_id": iteration_id, "campaign_id": campaign_id},
+        )
+    return {"campaign_id": campaign_id, "stages": len(stages)}, False

@@ -20,6 +20,7 @@ from bashgym.ledger.schema import (
     v9,
     v10,
     v11,
+    v12,
 )
 
 
@@ -49,6 +50,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "device_groups", v9.SQL),
     Migration(10, "trust_boundaries", v10.SQL),
     Migration(11, "consumer_leases", v11.SQL),
+    Migration(12, "cascade_stages", v12.SQL, rebuilds_tables=True),
 )
 
 _RECORD_TABLE = """

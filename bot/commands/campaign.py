@@ -32,6 +32,25 @@ from discord import app_commands
 CAMPAIGN_KEYS = ["campaign_id", "status", "version", "incumbent_iteration_id", "status_reason", "created_by"]
 
 
+def cascade_stages(iterations: list[dict[str, Any]]) -> str:
+    """A cascade's stages in order (decision, run, RunCard), then the blockers of a stage the gate blocked."""
+    stages = [
+        {
+            "stage": f"{it['number']}. {it['primary_variable']}",
+            "decision": it.get("decision") or it.get("stage"),
+            "run": it.get("run_id") or "-",
+            "runcard": str(it.get("card_id") or "-")[:16],
+        }
+        for it in iterations
+        if it.get("kind") == "stage"
+    ]
+    text = table(stages, ["stage", "decision", "run", "runcard"])
+    for it in iterations:
+        for blocker in it.get("blockers") or []:
+            text += f"\nblocker of {it['primary_variable']}: {blocker['code']}: {blocker['message']}"
+    return text
+
+
 async def _campaign_act(interaction: Interaction, project: str, campaign: str, action: str) -> Reply:
     """A lifecycle action at the campaign's current version (read first: the daemon refuses stale ones)."""
     base = f"/v1/projects/{project}/campaigns/{campaign}"
@@ -90,9 +109,11 @@ class CampaignGroup(app_commands.Group, name="campaign", description="Research c
     async def show_(self, interaction: Interaction, project: str, campaign: str) -> None:
         async def work() -> Reply:
             data = await call(interaction, "GET", f"/v1/projects/{project}/campaigns/{campaign}")
-            return Reply(
-                embed=fields_embed(f"Campaign {campaign}", data, CAMPAIGN_KEYS, description=data.get("title", ""))
-            )
+            description = str(data.get("title", ""))
+            if (data.get("spec") or {}).get("kind") == "cascade":
+                listing = await call(interaction, "GET", f"/v1/projects/{project}/campaigns/{campaign}/iterations")
+                description += "\n" + cascade_stages(rows_of(listing, "iterations"))
+            return Reply(embed=fields_embed(f"Campaign {campaign}", data, CAMPAIGN_KEYS, description=description))
 
         await answer(interaction, work())
 

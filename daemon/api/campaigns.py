@@ -262,9 +262,13 @@ async def campaign_doctor(call: ReadCall, project: str, campaign_id: str) -> Res
     checks.append(
         {
             "check": "state",
-            "ok": not waiting and campaign["status"] not in {"failed"},
+            "ok": not waiting and campaign["status"] not in {"failed", "blocked"},
             "detail": f"{campaign['status']}: {campaign['status_reason']}".rstrip(": "),
-            "next_action": "Satisfy the reason, then bashgym campaign resume." if waiting else "",
+            "next_action": "Satisfy the reason, then bashgym campaign resume."
+            if waiting
+            else "Address the blocked stage's blockers (bashgym campaign show), then create a new cascade."
+            if campaign["status"] == "blocked"
+            else "",
         }
     )
     return json_response({"campaign_id": campaign_id, "ok": all(c["ok"] for c in checks), "checks": checks})

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Annotated, Any, Literal
 
-from bashgym.client.errors import NotFound, RuleRejected
-from bashgym.client.specs import AliasMove, DecisionSpec, ModelVersionSpec
-from bashgym.client.validation import canonical_json, check_identifier, sha256_text
+from bashgym.client.errors import RuleRejected
+from bashgym.client.specs import AliasMove, DecisionSpec
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody
+from bashgym.daemon.evidence.gathering import gather_evidence as gather
+from bashgym.daemon.evidence.gathering import record_gate, register_run_model
 from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate, validate_runcard
 from bashgym.daemon.request_paths import data_reference
 from fastapi import APIRouter
@@ -38,55 +38,14 @@ class DecideBody(BaseModel):
     override_reason: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
 
 
-def evidence_digest(evidence: Evidence, verdict: dict[str, Any]) -> str:
-    """What the gate read, as ids and states: equal digests mean the same evidence and so the same verdict."""
-    read = {
-        "run": [evidence.run["run_id"], evidence.run["status"], evidence.run.get("is_simulation")],
-        "results": sorted([r["result_id"], r["status"]] for r in evidence.results),
-        "comparisons": sorted(c["comparison_id"] for c in evidence.comparisons),
-        "runcards": sorted(card["card_id"] for card in evidence.runcards),
-        "verdict": [verdict["ship"], sorted(f["code"] for f in [*verdict["blockers"], *verdict["warnings"]])],
-    }
-    return sha256_text(canonical_json(read))
-
-
 async def _record_gate(
-    call: Call, project: str, run_id: str, evidence: Evidence, verdict: dict[str, Any], asked_by: str
+    call: Call, project: str, evidence: Evidence, verdict: dict[str, Any], asked_by: str
 ) -> dict[str, Any]:
-    asked = check_identifier(asked_by[:64], field="asked_by")
-    written_gate = await call.services.ledger.record_gate(
-        call.actor, call.workspace, project, run_id, verdict, evidence_digest(evidence, verdict), asked
-    )
-    return {**written_gate.record, "replayed": written_gate.replayed}
+    return await record_gate(call.services.ledger, call.actor, call.workspace, project, evidence, verdict, asked_by)
 
 
 async def gather_evidence(call: Call, project: str, run_id: str) -> Evidence:
-    ledger = call.services.ledger
-    run = await ledger.get_run(call.workspace, project, run_id)
-    listing = await ledger.list_evaluations(call.workspace, project)
-    results = [r for r in listing["results"] if r.get("run_id") == run_id]
-    comparisons = await ledger.comparisons_with_candidates(call.workspace, project, [r["result_id"] for r in results])
-    by_id = {r["result_id"]: r for r in listing["results"]}
-    baselines = {
-        c["baseline_result_id"]: by_id[c["baseline_result_id"]] for c in comparisons if c["baseline_result_id"] in by_id
-    }
-    suites = {s["suite_id"]: s for s in listing["suites"]}
-    runcards = await ledger.runcards_of_run(call.workspace, project, run_id)
-    environment = await ledger.find_environment(call.workspace, project, run.get("environment_id"))
-    base_model_id = None
-    if run.get("model_version_id"):
-        base_model_id = (await ledger.get_model_version(call.workspace, project, run["model_version_id"]))["model_id"]
-    environment_digest = environment["runtime_digest"] if environment else None
-    baseline_models = {}  # which model each baseline evaluated: distillation asks for the teacher among them
-    for result_id, baseline in baselines.items():
-        if baseline.get("model_version_id"):
-            with contextlib.suppress(NotFound):
-                baseline_models[result_id] = await ledger.get_model_version(
-                    call.workspace, project, baseline["model_version_id"]
-                )
-    return Evidence(
-        run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id, baseline_models
-    )
+    return await gather(call.services.ledger, call.workspace, project, run_id)
 
 
 async def withhold_protected(call: Call, project: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,7 +120,7 @@ async def promotion_gate(call: ReadCall, project: str, run_id: str, asked_by: st
     """The gate's verdict, recorded as `gate.evaluated` (once per state of the evidence) so channels see it."""
     evidence = await gather_evidence(call, project, run_id)
     verdict = gate(evidence)
-    recorded = await _record_gate(call, project, run_id, evidence, verdict, asked_by)
+    recorded = await _record_gate(call, project, evidence, verdict, asked_by)
     return json_response({**verdict, "recorded": recorded})
 
 
@@ -169,7 +128,7 @@ async def promotion_gate(call: ReadCall, project: str, run_id: str, asked_by: st
 async def promotion_decide(call: DecideCall, project: str, run_id: str, body: DecideBody) -> Response:
     evidence = await gather_evidence(call, project, run_id)
     verdict = gate(evidence)
-    await _record_gate(call, project, run_id, evidence, verdict, "decide")
+    await _record_gate(call, project, evidence, verdict, "decide")
     if not verdict["ship"] and body.override_reason is None:
         raise RuleRejected(
             f"The promotion gate blocks run {run_id}: {', '.join(b['code'] for b in verdict['blockers'])}.",
@@ -212,25 +171,4 @@ async def promotion_decide(call: DecideCall, project: str, run_id: str, body: De
 
 async def _register_run_model(call: Call, project: str, evidence: Evidence) -> str:
     """The run's kept model as a model version, with its lineage and file digests."""
-    run = evidence.run
-    if not run.get("artifacts"):
-        raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to promote.")
-    prefix = f"bashgym://runs/{run['run_id']}/"
-    spec = ModelVersionSpec.model_validate(
-        {
-            "model_version_id": f"mv-{run['run_id']}"[:128],
-            "model_id": evidence.base_model_id or "bashgym-model",
-            "source_uri": f"bashgym://runs/{run['run_id']}",
-            "parent_version_id": run.get("model_version_id"),
-            "files": [
-                {
-                    "path": a["uri"].removeprefix(prefix),
-                    "sha256": a["sha256"],
-                    "size_bytes": a["size_bytes"],
-                }
-                for a in run["artifacts"]
-            ],
-        }
-    )
-    written_version = await call.services.ledger.register_model_version(call.actor, call.workspace, project, spec)
-    return str(written_version.record["model_version_id"])
+    return await register_run_model(call.services.ledger, call.actor, call.workspace, project, evidence)

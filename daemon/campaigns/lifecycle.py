@@ -99,6 +99,7 @@ async def validate(
             )
     found += await _lane(ledger, ws, spec["compute_target"])
     found += _recipe(spec)
+    found += _stage_budget(spec)
     budget = spec["budget"]
     if not budget["runs"] and not budget["gpu_hours"]:
         found.append(
@@ -137,49 +138,82 @@ async def _lane(ledger: Ledger, ws: str, target: str) -> list[dict[str, str]]:
     return []
 
 
-def base_request(spec: dict[str, Any]) -> TrainingRequest:
-    """The base recipe as a launch would send it, with what each iteration fills in; raises when invalid."""
-    recipe = {**spec["base_recipe"], **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]}
-    return request_from_recipe(recipe)
+def launches(spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Where each recipe the campaign launches from is written, and the recipe: a search campaign's base_recipe,
+    or each stage of a cascade."""
+    if spec.get("kind") == "cascade":
+        return [(f"stage {stage['name']}", dict(stage["recipe"])) for stage in spec["stages"]]
+    return [("base_recipe", dict(spec["base_recipe"]))]
 
 
-def _parsed(spec: dict[str, Any]) -> TrainingRequest | None:
+def base_request(spec: dict[str, Any], recipe: dict[str, Any] | None = None) -> TrainingRequest:
+    """A recipe (the base recipe unless given) as a launch would send it, with what each iteration fills in;
+    raises when invalid."""
+    chosen = spec["base_recipe"] if recipe is None else recipe
+    return request_from_recipe({**chosen, **_FILLED_PER_ITERATION, "compute_target": spec["compute_target"]})
+
+
+def _parsed(spec: dict[str, Any], recipe: dict[str, Any]) -> TrainingRequest | None:
     try:
-        return base_request(spec)
+        return base_request(spec, recipe)
     except (ValidationError, ValueError):
         return None  # _recipe reports it
 
 
 async def _launch_rights(spec: dict[str, Any], project: str, reach: Reach) -> list[dict[str, str]]:
-    """What no one could allow the base recipe's launches: a path outside the roots, a Hub namespace the
+    """What no one could allow the campaign's launches: a path outside the roots, a Hub namespace the
     operator did not allow. (A capability its owner lacks is not a finding: that launch waits for a holder
     to lend it, see waits_for.)"""
-    request = _parsed(spec)
-    if request is None:
-        return []
-    try:
-        await confine_request(reach, spec["base_recipe"], project, skip=tuple(_FILLED_PER_ITERATION))
-        check_retention(request)
-        check_hub_target(reach.settings, request)
-    except BashGymError as exc:
-        return [finding("launch_refused", f"base_recipe: {exc.message}", exc.hint or "Fix the base recipe.")]
-    return []
+    found = []
+    for where, recipe in launches(spec):
+        request = _parsed(spec, recipe)
+        if request is None:
+            continue
+        try:
+            await confine_request(reach, recipe, project, skip=tuple(_FILLED_PER_ITERATION))
+            check_retention(request)
+            check_hub_target(reach.settings, request)
+        except BashGymError as exc:
+            found.append(finding("launch_refused", f"{where}: {exc.message}", exc.hint or f"Fix {where}."))
+    return found
 
 
 async def waits_for(ledger: Ledger, ws: str, project: str, spec: dict[str, Any], owner: str) -> list[str]:
-    """The capabilities the base recipe's launches imply that the campaign's owner lacks: each launch checks
-    them again, and waits in awaiting_authority until a holder lends them."""
-    request = _parsed(spec)
-    return [] if request is None else await owner_lacks(ledger, owner, ws, project, request)
+    """The capabilities the campaign's launches imply that its owner lacks: each launch checks them again, and
+    waits in awaiting_authority until a holder lends them."""
+    lacking: list[str] = []
+    for _, recipe in launches(spec):
+        request = _parsed(spec, recipe)
+        if request is not None:
+            lacking += [c for c in await owner_lacks(ledger, owner, ws, project, request) if c not in lacking]
+    return lacking
 
 
 def _recipe(spec: dict[str, Any]) -> list[dict[str, str]]:
-    try:
-        base_request(spec)
-    except (ValidationError, ValueError) as exc:
-        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        return [finding("recipe_invalid", f"base_recipe: {message}", "Fix the base recipe; training plan checks one.")]
-    return []
+    found = []
+    for where, recipe in launches(spec):
+        try:
+            base_request(spec, recipe)
+        except (ValidationError, ValueError) as exc:
+            message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            found.append(
+                finding("recipe_invalid", f"{where}: {message}", f"Fix {where}; bashgym training plan checks one.")
+            )
+    return found
+
+
+def _stage_budget(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """Each stage of a cascade is one run: a run budget smaller than the stages would stop it halfway."""
+    stages, runs = len(spec.get("stages") or []), spec["budget"]["runs"]
+    if spec.get("kind") != "cascade" or not runs or runs >= stages:
+        return []
+    return [
+        finding(
+            "budget_short",
+            f"The cascade has {stages} stages, each one run, but budget.runs is {runs}.",
+            f"Set budget.runs to at least {stages}.",
+        )
+    ]
 
 
 def in_training_window(window: dict[str, Any] | None, now: datetime) -> bool:
@@ -230,6 +264,12 @@ PINNED_FIELDS = frozenset(
 
 def check_proposal(spec: dict[str, Any], proposal: dict[str, Any]) -> None:
     """One primary variable, a value that changes it, and a recipe that still validates."""
+    if spec.get("kind") == "cascade":
+        raise RuleRejected(
+            f"Campaign {spec['campaign_id']} is a cascade: it runs its declared stages in order and takes no "
+            "candidates.",
+            hint="Create a search campaign (kind search, with a base_recipe) to try one change at a time.",
+        )
     variable, value = proposal["primary_variable"], proposal["value"]
     if variable == "dataset_version_id":
         if value not in spec["dataset_version_ids"]:

@@ -81,9 +81,10 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
                     anomalies.append({"iteration": it["number"], **payload})
             except NotFound:
                 pass
+    stages = [stage_row(it, results, comparisons) for it in iterations if it["kind"] == "stage"]
     budget = await ledger.budget_summary(ws, project, f"campaign-{campaign_id}"[:128])
     entries = await ledger.budget_entries(ws, project, f"campaign-{campaign_id}"[:128])
-    quality = any(r["kind"] == "candidate" and r["run_id"] and r["delta"] is not None for r in rows)
+    quality = any(r["kind"] in {"candidate", "stage"} and r["run_id"] and r["delta"] is not None for r in rows)
     incumbent = next(
         (r for r in rows if f"{campaign_id}.i{r['iteration']}" == campaign["incumbent_iteration_id"]), None
     )
@@ -95,7 +96,9 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
         "primary_metric": spec["primary_metric"],
         "direction": spec["direction"],
         "suite_id": spec["suite_id"],
+        "kind": spec.get("kind", "search"),
         "iterations": rows,
+        "stages": stages,
         "incumbent": incumbent,
         "budget": budget,
         "budget_entries": entries,
@@ -108,13 +111,53 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
     return dict(redact(snapshot))
 
 
+def stage_row(
+    it: dict[str, Any], results: dict[str, dict[str, Any]], comparisons: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """One cascade stage as the report shows it: what trained, its result, its comparisons, card and verdict."""
+
+    def compared(comparison_id: str | None) -> dict[str, Any] | None:
+        found = comparisons.get(comparison_id or "")
+        return None if found is None else {k: found.get(k) for k in ("comparison_id", "delta", "ci_low", "ci_high")}
+
+    result = results.get(it["result_id"] or "")
+    return {
+        "number": it["number"],
+        "name": it["primary_variable"],
+        "method": (it["recipe_change"] or {}).get("method") or (it["recipe_change"] or {}).get("strategy"),
+        "stage": it["stage"],
+        "run_id": it["run_id"],
+        "model_version_id": it.get("model_version_id"),
+        "result_id": it["result_id"],
+        "metrics": (result or {}).get("metrics", {}),
+        "comparison": compared(it["comparison_id"]),
+        "start_comparison": compared(it.get("start_comparison_id")),
+        "card_id": it.get("card_id"),
+        "gate": {"shipped": True, "blockers": []}
+        if it["decision"] == "ship"
+        else {"shipped": False, "blockers": it.get("blockers") or []}
+        if it["decision"] == "blocked"
+        else None,
+        "decision": it["decision"],
+        "reason_code": it["reason_code"],
+    }
+
+
 def next_action(status: str, rows: list[dict[str, Any]]) -> dict[str, str]:
     if status == "draft":
         return {"code": "validate", "detail": "Validate the campaign: bashgym campaign validate."}
     if status == "ready":
         return {"code": "start", "detail": "Start it: bashgym campaign start."}
+    if status == "blocked":
+        return {
+            "code": "none",
+            "detail": "The cascade stopped at a stage the promotion gate blocked; its blockers say what to change. "
+            "Create a new cascade once they are addressed.",
+        }
     if status in {"completed", "exhausted", "failed", "cancelled"}:
         return {"code": "none", "detail": f"The campaign is {status}."}
+    if any(r["kind"] == "stage" for r in rows):
+        return {"code": "run_next_stage", "detail": "The cascade's stages run in order; the next one is running."}
     if status == "awaiting_authority":
         return {
             "code": "authority_required",
@@ -180,6 +223,8 @@ def _markdown(s: dict[str, Any], charts: list[str]) -> str:
         lines.append(f"| {r['iteration']} | {r['kind']} | {change} | {metric} | {delta} | {ci} | {decision} |")
     if not s["iterations"]:
         lines.append("| — | | no iterations yet | | | | |")
+    if s.get("stages"):
+        lines += ["", "## Cascade stages", "", *_stage_lines(s["stages"], s["primary_metric"])]
     budget = s["budget"]
     lines += ["", "## Budget", ""]
     if budget.get("has_limit"):
@@ -196,6 +241,40 @@ def _markdown(s: dict[str, Any], charts: list[str]) -> str:
     lines += ["", "## Next action", "", f"`{s['next_action']['code']}`: {s['next_action']['detail']}", ""]
     lines += [f"![{name}]({name})" for name in charts]
     return "\n".join(lines) + "\n"
+
+
+def _stage_lines(stages: list[dict[str, Any]], metric: str) -> list[str]:
+    """Each stage: name, method, run, result, comparison delta and CI, RunCard, gate verdict and its blockers."""
+
+    def delta(comparison: dict[str, Any] | None) -> str:
+        if comparison is None or comparison["delta"] is None:
+            return "—"
+        low, high = comparison["ci_low"], comparison["ci_high"]
+        ci = f" [{low:.3g}, {high:.3g}]" if low is not None and high is not None else ""
+        return f"{comparison['delta']:+.4g}{ci}"
+
+    lines = [
+        f"| stage | method | run | {metric} | Δ vs previous [95% CI] | Δ vs start [95% CI] | RunCard | gate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    blocked = []
+    for st in stages:
+        value = st["metrics"].get(metric)
+        gate = st["gate"]
+        verdict = "—" if gate is None else "ships" if gate["shipped"] else "blocked"
+        if st["decision"] == "failed":
+            verdict = f"failed ({st['reason_code']})"
+        lines.append(
+            f"| {st['number']}. {st['name']} | {st['method']} | {st['run_id'] or '—'} | "
+            f"{'—' if value is None else f'{value:.4g}'} | {delta(st['comparison'])} | {delta(st['start_comparison'])} "
+            f"| {(st['card_id'] or '—')[:16]} | {verdict} |"
+        )
+        if gate is not None and gate["blockers"]:
+            blocked.append(st)
+    for st in blocked:
+        lines += ["", f"Blockers of stage {st['number']} ({st['name']}):", ""]
+        lines += [f"- `{b['code']}`: {b['message']} Next: {b['next_action']}" for b in st["gate"]["blockers"]]
+    return lines
 
 
 def _charts(s: dict[str, Any], out: Path) -> list[Path]:

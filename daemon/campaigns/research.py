@@ -12,7 +12,7 @@ from typing import Any
 from bashgym.daemon.campaigns.reports import next_action
 from bashgym.ledger.store import Ledger
 
-TERMINAL = frozenset({"completed", "exhausted", "failed", "cancelled"})
+TERMINAL = frozenset({"completed", "exhausted", "blocked", "failed", "cancelled"})
 
 
 async def state(ledger: Ledger, ws: str, project: str, campaign_id: str) -> dict[str, Any]:

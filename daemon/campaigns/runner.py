@@ -2,7 +2,8 @@
 supervisors and evaluation runners, recording each stage in the ledger so a restart resumes there.
 
 Iteration stages: the baseline `evaluate -> evaluating -> decided`; a candidate
-`queued -> training -> evaluate -> evaluating -> compare -> decided`. Advancement is event-driven
+`queued -> training -> evaluate -> evaluating -> compare -> decided`; a cascade's stage (cascade.py)
+`queued -> training -> evaluate -> evaluating -> compare -> gate -> decided`. Advancement is event-driven
 (the loop wakes on any ledger event) with an interval tick as a safety net. A finished stage is never
 repeated; an evaluation interrupted by a restart runs again, since its result was never recorded.
 """
@@ -20,6 +21,7 @@ from bashgym.client.specs import Actor, BudgetEntrySpec
 from bashgym.daemon.authority import actor_holds
 from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.campaigns.cascade import CascadeSteps, is_cascade
 from bashgym.daemon.campaigns.lifecycle import authority_reason, in_training_window
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.evidence.promotion import SAFETY_METRIC
@@ -91,6 +93,8 @@ class CampaignRunner(BackgroundLoop):
         self.evaluations = evaluations
         self.blobs = BlobStore(settings.artifacts_dir)
         self.tick_s = tick_s
+        self.actor = ACTOR
+        self.cascade = CascadeSteps(self)
         self._eval_jobs: dict[str, str] = {}  # iteration id -> evaluation id (this daemon's life only)
 
     async def _loop(self) -> None:
@@ -145,6 +149,9 @@ class CampaignRunner(BackgroundLoop):
         if not any(i["kind"] == "baseline" for i in iterations):  # a read first: the loop wakes on every event
             await self.ledger.add_baseline(ACTOR, ws, project, cid)
             iterations = await self.ledger.list_iterations(ws, project, cid)
+        if is_cascade(campaign):
+            await self._advance_cascade(campaign, await self.cascade.prepare(campaign))
+            return
         current = next((i for i in iterations if i["stage"] != "decided"), None)
         if current is None:
             # The last decision may have been recorded just before a crash, before its stop rule ran.
@@ -155,16 +162,26 @@ class CampaignRunner(BackgroundLoop):
         step = getattr(self, f"_stage_{current['stage']}")
         await step(campaign, current, iterations)
 
+    async def _advance_cascade(self, campaign: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
+        """One step of a cascade: its stages in order, each decided before the next starts; its deadlines hold."""
+        if await self.cascade.finish(campaign, iterations) or await self._stop_rule(campaign, iterations):
+            return
+        current = next((i for i in iterations if i["stage"] != "decided"), None)
+        if current is None:
+            return
+        step = getattr(self, f"_stage_{current['stage']}")
+        await step(campaign, current, iterations)
+
     # -- stages ----------------------------------------------------------------------------------
 
     async def _stage_evaluate(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
         if not await self._owner_may(campaign, it, "eval.run"):
             return
         spec = campaign["spec"]
-        evaluation = spec.get("evaluation") or {}
+        evaluation = self.cascade.evaluation(campaign, it) if it["kind"] == "stage" else spec.get("evaluation") or {}
         body = EvalRunBody(
             suite_id=spec["suite_id"],
-            run_id=it["run_id"] if it["kind"] == "candidate" else None,
+            run_id=it["run_id"] if it["kind"] != "baseline" else None,
             model_version_id=spec["starting_model_version_id"] if it["kind"] == "baseline" else None,
             samples=evaluation.get("samples", 1),
             limit_tasks=evaluation.get("limit_tasks"),
@@ -185,6 +202,8 @@ class CampaignRunner(BackgroundLoop):
         if job["status"] != "completed":
             if it["kind"] == "baseline":
                 await self._end(campaign, "failed", f"the baseline evaluation failed: {job['error']}")
+            elif it["kind"] == "stage":
+                await self._move(campaign, it, "decided", decision="failed", reason_code="evaluation_failed")
             else:
                 await self._move(campaign, it, "decided", decision="discard", reason_code="evaluation_failed")
             return
@@ -196,6 +215,9 @@ class CampaignRunner(BackgroundLoop):
             await self._move(campaign, it, "compare", result_id=job["result_id"])
 
     async def _stage_compare(self, campaign: dict[str, Any], it: dict[str, Any], its: list[dict[str, Any]]) -> None:
+        if it["kind"] == "stage":
+            await self.cascade.compare(campaign, it, its)
+            return
         ws, project, spec = campaign["workspace_id"], campaign["project_id"], campaign["spec"]
         incumbent = next(i for i in its if i["iteration_id"] == campaign["incumbent_iteration_id"])
         try:
@@ -229,6 +251,15 @@ class CampaignRunner(BackgroundLoop):
             reason_code=verdict.reason_code,
         )
 
+    async def _stage_gate(self, campaign: dict[str, Any], it: dict[str, Any], its: list[dict[str, Any]]) -> None:
+        await self.cascade.judge(campaign, it, its)
+
+    async def _refused(self, campaign: dict[str, Any], it: dict[str, Any], message: str) -> None:
+        """A launch no one could allow: a candidate is discarded, a cascade stage stops its cascade (failed)."""
+        decision = "failed" if it["kind"] == "stage" else "discard"
+        await self._move(campaign, it, "decided", decision=decision, reason_code="launch_refused")
+        log.warning("Campaign %s: %s refused: %s", campaign["campaign_id"], it["iteration_id"], message)
+
     async def _stage_queued(self, campaign: dict[str, Any], it: dict[str, Any], _: list[dict[str, Any]]) -> None:
         ws, project, cid = campaign["workspace_id"], campaign["project_id"], campaign["campaign_id"]
         if not in_training_window(campaign["spec"].get("training_window"), datetime.now(UTC)):
@@ -239,10 +270,10 @@ class CampaignRunner(BackgroundLoop):
             await self._authority(campaign, f"budget_overrun: the campaign's {budget['limit']['runs']} runs are spent")
             return
         try:
-            request = await self._request(campaign, it)
+            build = self.cascade.request if it["kind"] == "stage" else self._request
+            request = await build(campaign, it)
         except BashGymError as exc:
-            await self._move(campaign, it, "decided", decision="discard", reason_code="launch_refused")
-            log.warning("Campaign %s: candidate %s refused: %s", cid, it["iteration_id"], exc.message)
+            await self._refused(campaign, it, exc.message)
             return
         # The launch routes' authorisation, for the campaign's owner: every capability the request implies.
         for capability in implied_capabilities(request):
@@ -256,8 +287,7 @@ class CampaignRunner(BackgroundLoop):
             if exc.code == "budget_exceeded":
                 await self._authority(campaign, f"budget_overrun: {exc.message}")
                 return
-            await self._move(campaign, it, "decided", decision="discard", reason_code="launch_refused")
-            log.warning("Campaign %s: candidate %s refused: %s", cid, it["iteration_id"], exc.message)
+            await self._refused(campaign, it, exc.message)
             return
         reserve = BudgetEntrySpec(
             entry_id=f"{it['iteration_id']}.reserve", scope=scope, kind="reserve", runs=1, run_id=started["run_id"]
@@ -286,10 +316,14 @@ class CampaignRunner(BackgroundLoop):
                 run_id=run["run_id"],
             )
             await self.ledger.add_budget_entry(ACTOR, ws, project, entry)
-        if run["status"] == "completed" and not run.get("is_simulation"):
+        if run["status"] == "completed" and not run.get("is_simulation") and it["kind"] == "stage":
+            # The next stage trains from this model: registered with its lineage before anything reads it.
+            await self._move(campaign, it, "evaluate", model_version_id=await self.cascade.keep_model(campaign, it))
+        elif run["status"] == "completed" and not run.get("is_simulation"):
             await self._move(campaign, it, "evaluate")
         else:
-            await self._move(campaign, it, "decided", decision="discard", reason_code=f"run_{run['status']}")
+            decision = "failed" if it["kind"] == "stage" else "discard"
+            await self._move(campaign, it, "decided", decision=decision, reason_code=f"run_{run['status']}")
 
     # -- rules and moves -------------------------------------------------------------------------
 
@@ -351,6 +385,16 @@ class CampaignRunner(BackgroundLoop):
 
     async def _authority(self, campaign: dict[str, Any], reason: str) -> None:
         await self._end(campaign, "awaiting_authority", reason)
+
+    # What cascade.py calls: a stage's moves and end go through the same recorded steps as a candidate's.
+    async def move(self, campaign: dict[str, Any], it: dict[str, Any], stage: str, **fields: Any) -> None:
+        await self._move(campaign, it, stage, **fields)
+
+    async def end(self, campaign: dict[str, Any], status: str, reason: str) -> None:
+        await self._end(campaign, status, reason)
+
+    async def owner_may(self, campaign: dict[str, Any], it: dict[str, Any], capability: str) -> bool:
+        return await self._owner_may(campaign, it, capability)
 
     async def _owner_may(self, campaign: dict[str, Any], it: dict[str, Any], capability: str) -> bool:
         """The runner acts for the campaign's owner: a step needing a capability the owner lacks waits in

@@ -34,8 +34,11 @@ RUN_OUTCOMES: dict[str, tuple[NoticeOutcome, str]] = {
     "run.cancelled": ("warning", "Run cancelled"),
     "run.unknown": ("warning", "Run state unknown"),
 }
+# How a cascade stage's decision reads in its notice (a search candidate is kept or discarded).
+STAGE_DECISIONS = {"ship": "shipped", "blocked": "blocked by the gate", "failed": "failed"}
 CAMPAIGN_OUTCOMES: dict[str, NoticeOutcome] = {
     "completed": "success",
+    "blocked": "failure",  # a cascade stopped at a stage whose gate did not ship
     "exhausted": "neutral",
     "failed": "failure",
     "cancelled": "warning",
@@ -227,10 +230,15 @@ class NoticeRenderer:
         p = event.payload
         if p["stage"] != "decided" or p.get("decision") == "baseline":
             return None
-        kept = p.get("decision") == "keep"
-        title = f"Campaign {p['campaign_id']}: {p['iteration_id']} {'kept' if kept else 'discarded'}"
+        decision = p.get("decision")
+        kept = decision in {"keep", "ship"}
+        said = STAGE_DECISIONS.get(str(decision), "kept" if kept else "discarded")
+        title = f"Campaign {p['campaign_id']}: {p['iteration_id']} {said}"
         fields = [("iteration", p["iteration_id"]), ("reason", p.get("reason_code") or ""), ("run", event.run_id or "")]
-        return "success" if kept else "neutral", title, "", fields
+        # A cascade stage the gate blocked says why, blocker by blocker, with what to do next.
+        blockers = "\n".join(f"{b['code']}: {b['message']}" for b in p.get("blockers") or [])
+        outcome: NoticeOutcome = "success" if kept else "failure" if decision in {"blocked", "failed"} else "neutral"
+        return outcome, title, blockers, fields
 
     async def _budget(self, event: Event) -> Rendered | None:
         p = event.payload

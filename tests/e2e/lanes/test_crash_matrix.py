@@ -30,7 +30,7 @@ from tests.support.helpers import RunningDaemon, cli, cli_async, running_daemon,
 TERMINAL = {"completed", "failed", "cancelled"}
 CONSUMERS = ("console-notifier", "discord-notifier", "curator")
 ONCE_PER_RUN = {"run.queued", "run.preparing", "run.started", "run.completed", "run.failed", "run.cancelled"}
-CAMPAIGN_ENDS = {"exhausted", "completed", "failed", "cancelled"}
+CAMPAIGN_ENDS = {"exhausted", "completed", "blocked", "failed", "cancelled"}
 
 
 # -- the invariants every phase is held to ---------------------------------------------------------
