@@ -18,7 +18,12 @@ from bashgym.agents.daemon import Daemon, refusal
 from bashgym.client.errors import ApiError
 from bashgym.client.models import BLOB_URI
 from bashgym.client.specs import run_project
-from bashgym.trainers.contracts.datasets import ContractReport, format_report, validate_dataset
+from bashgym.trainers.contracts.datasets import (
+    ContractReport,
+    format_report,
+    validate_dataset,
+    validate_request_data,
+)
 from bashgym.trainers.contracts.fields import request_from_recipe
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -208,6 +213,18 @@ def build(daemon: Daemon) -> list[Tool]:
         gold: Annotated[bool, Field(description="or the suite's gold solutions (checks the suite)")] = False,
         samples: Annotated[int, Field(ge=1, le=64)] = 1,
         limit_tasks: Annotated[int | None, Field(ge=2, description="N tasks round-robin across families")] = None,
+        dataset_path: Annotated[
+            str | None,
+            Field(
+                max_length=4000,
+                description="held-out rows instead of the task suite (a file here is uploaded): a policy's rows, a "
+                "reward model's pairs (accuracy, calibration, length bias, leakage), or a retriever's queries",
+            ),
+        ] = None,
+        corpus_path: Annotated[
+            str | None,
+            Field(max_length=4000, description="a retriever's documents, with dataset_path (neither: shipped split)"),
+        ] = None,
         ctx: Context | None = None,
     ) -> answers.EvaluationResult:
         body = {
@@ -217,6 +234,8 @@ def build(daemon: Daemon) -> list[Tool]:
             "gold": gold,
             "samples": samples,
             "limit_tasks": limit_tasks,
+            "dataset_path": await _uploaded_file(daemon, project, dataset_path),
+            "corpus_path": await _uploaded_file(daemon, project, corpus_path),
         }
         job = dict(await post(f"/v1/projects/{p(project)}/evaluations", body))
         while job["status"] in {"queued", "running"}:
@@ -229,6 +248,17 @@ def build(daemon: Daemon) -> list[Tool]:
         listing = await get(f"/v1/projects/{p(project)}/evaluations", suite=job["suite_id"])
         result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
         return answers.EvaluationResult.model_validate(result)
+
+    async def register_run_model(
+        project: Project,
+        run_id: Annotated[str, Field(max_length=200, description="a completed run of the project")],
+        model_version_id: Annotated[str, Field(max_length=128, description="the new model version id")],
+        model_id: Annotated[str, Field(max_length=128, description="the model id the version belongs to")],
+    ) -> answers.Written:
+        body = {"model_version_id": model_version_id, "model_id": model_id}
+        return answers.Written.model_validate(
+            await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/model-version", body)
+        )
 
     async def list_evaluations(
         project: Project, suite_id: Annotated[str | None, Field(description="only this suite")] = None
@@ -452,6 +482,9 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("run_evaluation", "eval.run", run_evaluation, "Evaluate a completed run, a model version or the gold "
              "solutions on a suite (eval.run), reporting progress per task; answers the recorded result.",
              idempotent=False),
+        Tool("register_run_model", "ledger.write", register_run_model, "Keep a completed run's model as a model "
+             "version of its project, of the kind its method made (a reward model's version is what GRPO's "
+             "grpo_reward_model names; ledger.write).", idempotent=True),
         Tool("list_evaluations", "ledger.read", list_evaluations, "A project's evaluation suites, results and "
              "comparisons.", **read),
         Tool("compare_results", "eval.run", compare_results, "The paired bootstrap 95% CI of the candidate's "
@@ -528,6 +561,18 @@ async def _uploaded(daemon: Daemon, request: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+async def _uploaded_file(daemon: Daemon, project: str, value: str | None) -> str | None:
+    """A file of this machine's, uploaded for `project` and named by its blob; anything else is sent as it is
+    (a path the daemon may read itself, which it confines)."""
+    if value is None or value.startswith(BLOB_URI) or not Path(value).expanduser().is_file():
+        return value
+    try:
+        stored = await daemon.client.blob_upload(Path(value).expanduser(), project=project, workspace=daemon.workspace)
+    except ApiError as exc:
+        raise ToolError(refusal(exc)) from exc
+    return f"{BLOB_URI}{stored['sha256']}"
+
+
 async def _follow_run(daemon: Daemon, project: str, run_id: str, ctx: Context | None) -> dict[str, Any]:
     """Poll the run until it stops moving, reporting its step against its planned steps."""
     path = f"/v1/projects/{quote(project, safe='')}/runs/{quote(run_id, safe='')}"
@@ -559,7 +604,7 @@ def _upload_refusal(request: dict[str, Any], field: str) -> str | None:
         return f"{len(problems)} problems in the request: {'; '.join(problems)}."
     except ValueError as exc:
         return str(exc)
-    report = validate_dataset(parsed.method, Path(str(request[field])), teacher_model=parsed.teacher_model)
+    report = validate_request_data(parsed, Path(str(request[field])))
     if report.ok:
         return None
     return f"The data breaks the {parsed.method} contract:\n{format_report(report)}"

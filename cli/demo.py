@@ -129,14 +129,25 @@ def _demo_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit-tasks", type=int, help="evaluate N tasks, round-robin across families (at least 2; a quick look)"
     )
+    parser.add_argument(
+        "--workflow",
+        choices=("campaign", "retrieval"),
+        default="campaign",
+        help="campaign: the SFT campaign loop (default); retrieval: train an embedding retriever on the shipped "
+        "corpus and judge it against its untrained baseline (about 1 min)",
+    )
 
 
-@command("demo", help="the whole loop on a tiny model: campaign, evidence, gate, promotion, report (3-6 min, 2 cores)")(
-    _demo_args
-)
+@command(
+    "demo",
+    help="the whole loop on a tiny model: campaign, evidence, gate, promotion, report (3-6 min, 2 cores); "
+    "--workflow retrieval trains a retriever instead (1 min)",
+)(_demo_args)
 async def demo(ctx: Ctx) -> int:
     a = ctx.args
     home = (a.home or Path(tempfile.mkdtemp(prefix="bashgym-demo."))).expanduser().resolve()
+    if a.workflow == "retrieval":
+        return await _retrieval_demo(ctx, home)
     options = DemoOptions(home=home, steps=a.steps, limit_tasks=a.limit_tasks, discord=a.discord, channel=a.channel)
     check_options(options, ctx.environ)
     display = Display(sys.stderr if ctx.as_json else sys.stdout, sys.stderr)
@@ -163,18 +174,42 @@ async def demo(ctx: Ctx) -> int:
         await follower.drain()
         if services.bot is not None:
             await _wait_for_posts(client, display)
+    look = (
+        f"\n\nLook around: in another terminal, BASHGYM_HOME={home} bashgym up; then, with the same BASHGYM_HOME, "
+        f"bashgym ledger context --project {PROJECT} and bashgym campaign show {summary['campaign_id']} "
+        f"--project {PROJECT} (the venv active: . .venv/bin/activate, or type .venv/bin/bashgym)."
+    )
+    _show(ctx, summary, render_summary(summary) + look)
+    consistent = summary["gate"]["ship"] == (summary["promoted"] is not None)
+    return EXIT_OK if consistent and summary["ledger_verified"] else EXIT_RULE
+
+
+async def _retrieval_demo(ctx: Ctx, home: Path) -> int:
+    """The retriever loop on its own daemon (no campaign, no Discord): build, train, judge, gate."""
+    from bashgym.cli.demo_retrieval import RetrievalDemo, render_retrieval_summary
+    from bashgym.client.http import DaemonClient
+
+    display = Display(sys.stderr if ctx.as_json else sys.stdout, sys.stderr)
+    display.say(f"BashGym retrieval demo home: {home}")
+    display.say("Expected: about 1 min on 2 idle cores.")
+    options = DemoOptions(home=home)
+    async with demo_services(options, ctx.environ) as services, DaemonClient(services.api, services.token) as client:
+        display.say(f"Daemon: {services.api} (log: {home / DAEMON_LOG})")
+        summary = await RetrievalDemo(home, client, display).run()
+    look = (
+        f"\n\nLook around: BASHGYM_HOME={home} bashgym up; then bashgym ledger evaluations --project retrieval-demo "
+        f"and bashgym promote gate --run {summary['run_id']} --project retrieval-demo."
+    )
+    _show(ctx, summary, render_retrieval_summary(summary) + look)
+    return EXIT_OK if summary["ledger_verified"] else EXIT_RULE
+
+
+def _show(ctx: Ctx, summary: dict[str, Any], text: str) -> None:
+    """The summary as one JSON document with --json (the milestones went to stderr), else as text."""
     if ctx.as_json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     else:
-        print(render_summary(summary), flush=True)
-        print(
-            f"\nLook around: in another terminal, BASHGYM_HOME={home} bashgym up; then, with the same BASHGYM_HOME, "
-            f"bashgym ledger context --project {PROJECT} and bashgym campaign show {summary['campaign_id']} "
-            f"--project {PROJECT} (the venv active: . .venv/bin/activate, or type .venv/bin/bashgym).",
-            flush=True,
-        )
-    consistent = summary["gate"]["ship"] == (summary["promoted"] is not None)
-    return EXIT_OK if consistent and summary["ledger_verified"] else EXIT_RULE
+        print(text, flush=True)
 
 
 async def _wait_for_bot(client: Any, bot: Any, home: Path, display: Display) -> None:

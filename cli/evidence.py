@@ -53,7 +53,13 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
         help="where the model runs on that host: auto takes a CUDA GPU with room for it (bfloat16), else the CPU",
     )
     parser.add_argument(
-        "--dataset-path", help="held-out rows of the method's data (generation match and loss, or preference accuracy)"
+        "--dataset-path",
+        help="held-out rows of the method's data: generation match and loss, preference accuracy, a reward model's "
+        "pairs (accuracy, calibration, length bias), or a retriever's queries",
+    )
+    parser.add_argument(
+        "--corpus-path",
+        help="a retriever's documents, with --dataset-path; neither evaluates on the shipped split",
     )
 
 
@@ -71,6 +77,7 @@ async def eval_run(ctx: Ctx) -> int:
         "temperature": a.temperature,
         "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
         "dataset_path": await upload_for(ctx, Path(a.dataset_path).expanduser(), a.project) if a.dataset_path else None,
+        "corpus_path": await upload_for(ctx, Path(a.corpus_path).expanduser(), a.project) if a.corpus_path else None,
         "compute_target": a.compute_target,
         "device": a.device,
     }

@@ -29,11 +29,16 @@ def _project_create_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id", required=True, dest="project_id", help="project id")
     parser.add_argument("--name", required=True, help="display name")
     parser.add_argument("--description", default="", help="one paragraph on what the project is for")
+    parser.add_argument(
+        "--profile", choices=("default", "embedding_retrieval"), default="default",
+        help="what it trains: policies and reward models (default), or embedding retrievers only",
+    )  # fmt: skip
 
 
 @command("project", "create", help="create a project (ledger.write)")(_project_create_args)
 async def project_create(ctx: Ctx) -> int:
-    spec = ProjectSpec(project_id=ctx.args.project_id, name=ctx.args.name, description=ctx.args.description)
+    a = ctx.args
+    spec = ProjectSpec(project_id=a.project_id, name=a.name, description=a.description, profile=a.profile)
     result = await ctx.client.project_create(spec, workspace=ctx.workspace)
     return done(ctx, result.model_dump(), title="Project replayed" if result.replayed else "Project created")
 
@@ -41,7 +46,7 @@ async def project_create(ctx: Ctx) -> int:
 @command("project", "list", help="list the workspace's projects")(no_args)
 async def project_list(ctx: Ctx) -> int:
     rows = await ctx.client.request("GET", "/v1/projects", params={"workspace": ctx.workspace})
-    return done(ctx, rows, columns=["project_id", "name", "created_by", "created_at"], title="Projects")
+    return done(ctx, rows, columns=["project_id", "name", "profile", "created_by", "created_at"], title="Projects")
 
 
 def _project_arg(parser: argparse.ArgumentParser) -> None:
@@ -143,13 +148,30 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dir", type=Path, help="local model directory to copy into the store")
     source.add_argument("--hub-id", help="a Hugging Face Hub model id (recorded, not downloaded)")
+    source.add_argument("--run", help="a completed run of the project: its kept model, of the kind its method made")
     parser.add_argument("--revision", default="", help="hub revision (commit sha or tag); required with --hub-id")
     parser.add_argument("--parent", help="parent model version id")
+    parser.add_argument(
+        "--kind", choices=("causal_lm", "reward_model", "embedding_retriever"),
+        help="what the files are (default causal_lm; --run takes the run's)",
+    )  # fmt: skip
 
 
 @command("model", "register", help="record a model version from a directory or a hub id")(_model_args)
 async def model_register(ctx: Ctx) -> int:
     a = ctx.args
+    if a.run:
+        if a.kind or a.parent:
+            raise InvalidInput(
+                "--run registers the run's model with its own kind and lineage; drop --kind and --parent."
+            )
+        written = await ctx.client.request(
+            "POST",
+            f"/v1/projects/{a.project}/runs/{a.run}/model-version",
+            body={"model_version_id": a.version, "model_id": a.model},
+            params={"workspace": ctx.workspace},
+        )
+        return done(ctx, written, title="Model version replayed" if written["replayed"] else "Model version registered")
     if a.hub_id:
         if not a.revision:
             raise InvalidInput(
@@ -162,6 +184,7 @@ async def model_register(ctx: Ctx) -> int:
             source_uri=f"hf://{a.hub_id}",
             source_revision=a.revision,
             parent_version_id=a.parent,
+            kind=a.kind or "causal_lm",
         )
     else:
         spec = await model_spec_from_dir(
@@ -174,6 +197,7 @@ async def model_register(ctx: Ctx) -> int:
             parent=a.parent,
             echo=not ctx.as_json,
         )
+        spec = spec.model_copy(update={"kind": a.kind or "causal_lm"})
     result = await ctx.client.model_version_register(a.project, spec, workspace=ctx.workspace)
     return done(
         ctx, result.model_dump(), title="Model version replayed" if result.replayed else "Model version registered"

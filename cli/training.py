@@ -13,9 +13,9 @@ from bashgym.cli.registry import Ctx, command, command_group, done, read_json_fi
 from bashgym.cli.usage import UsageError, input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
 from bashgym.client.specs import run_project
-from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+from bashgym.trainers.contracts.datasets import format_report, validate_dataset, validate_request_data
 from bashgym.trainers.contracts.fields import request_from_recipe
-from bashgym.trainers.contracts.request import METHODS, InvalidRequest, merge_config_file
+from bashgym.trainers.contracts.request import METHODS, InvalidRequest, TrainingRequest, merge_config_file
 
 command_group("training", help="launch and follow training runs: validate data, plan, start, status, log, metrics")
 
@@ -27,6 +27,10 @@ def _validate_args(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--dataset", required=True, type=input_file, help="the JSONL dataset file")
     parser.add_argument("--teacher-model", help="distillation: the pinned teacher, when rows lack teacher_response")
+    parser.add_argument(
+        "--reward-source", choices=("verifier", "reward_model"), default="verifier",
+        help="grpo: rows rewarded by a reward model need a prompt only (default: verifier)",
+    )  # fmt: skip
     parser.add_argument("--max-errors", type=int, default=1000, help="list at most this many errors (all are counted)")
 
 
@@ -37,7 +41,9 @@ async def training_validate(ctx: Ctx) -> int:
     a = ctx.args
     dataset = Path(a.dataset).expanduser()
     try:
-        report = validate_dataset(a.method, dataset, teacher_model=a.teacher_model, max_errors=a.max_errors)
+        report = validate_dataset(
+            a.method, dataset, teacher_model=a.teacher_model, reward_source=a.reward_source, max_errors=a.max_errors
+        )
     except FileNotFoundError as exc:
         raise InvalidInput(str(exc), hint="Pass the JSONL file with --dataset.") from exc
     except OSError as exc:
@@ -147,10 +153,10 @@ async def _request_body(ctx: Ctx) -> dict[str, object]:
         dataset = Path(ctx.args.dataset_path).expanduser()
         # Nothing is uploaded for a request the daemon would refuse: its fields, then the data's contract.
         try:
-            request_from_recipe({**body, "dataset_path": str(dataset)})
+            parsed = request_from_recipe({**body, "dataset_path": str(dataset)})
         except InvalidRequest as exc:
             raise InvalidInput(str(exc)) from exc
-        _check_locally(str(body["method"]), dataset, body.get("teacher_model"))
+        _check_locally(parsed, dataset)
         context = body.get("tracking_context")
         workspace = ctx.workspace or ctx.settings.default_workspace
         project = run_project(context if isinstance(context, dict) else None, workspace)
@@ -158,12 +164,11 @@ async def _request_body(ctx: Ctx) -> dict[str, object]:
     return body
 
 
-def _check_locally(method: str, dataset: Path, teacher_model: object) -> None:
+def _check_locally(request: TrainingRequest, dataset: Path) -> None:
     """The dataset contract, checked here before the upload: errors name your file and line, not a digest."""
+    method = request.method
     try:
-        report = validate_dataset(
-            method, dataset, teacher_model=teacher_model if isinstance(teacher_model, str) else None
-        )
+        report = validate_request_data(request, dataset)
     except FileNotFoundError as exc:  # the command line names a file that is not there: a usage error
         raise UsageError(str(exc), hint="--dataset-path names a file on this machine.") from exc
     if not report.ok:

@@ -31,9 +31,11 @@ from bashgym.client.specs import (
 from bashgym.client.validation import Digest, Identifier
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# The training methods a direct launch takes (trainers/contracts/request.py's METHODS, which a test compares):
-# the bot offers exactly these as choices.
-TrainingMethod = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
+# The training methods a launch takes (trainers/contracts/request.py's METHODS, which a test compares): the six
+# policy methods and the reward-model and retriever workflows. The bot offers exactly these as choices.
+TrainingMethod = Literal[
+    "sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation", "reward_model", "embedding_retriever"
+]  # fmt: skip
 
 __all__ = [
     "AliasMove",

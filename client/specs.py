@@ -31,10 +31,17 @@ class Actor(Spec):
     correlation_id: str = ""
 
 
+# What a project trains: `default` the policy methods and reward models, `embedding_retrieval` retrievers only.
+ProjectProfile = Literal["default", "embedding_retrieval"]
+# What a model version's files are (trainers/contracts/request.py's methods make each of them).
+ModelKind = Literal["causal_lm", "reward_model", "embedding_retriever"]
+
+
 class ProjectSpec(Spec):
     project_id: Identifier
     name: Name
     description: Text = ""
+    profile: ProjectProfile = "default"
 
 
 class ExperimentSpec(Spec):
@@ -58,6 +65,7 @@ class ModelVersionSpec(Spec):
     config_digest: Digest | None = None
     parent_version_id: Identifier | None = None
     files: list[FileDigest] = Field(default_factory=list, max_length=10_000)
+    kind: ModelKind = "causal_lm"
 
 
 class DatasetVersionSpec(Spec):

@@ -24,9 +24,10 @@ from bashgym.client.specs import (
     context_in_workspace,
 )
 from bashgym.client.states import TERMINAL
-from bashgym.client.validation import canonical_json, sha256_text
+from bashgym.client.validation import canonical_json, check_identifier, sha256_text
 from bashgym.daemon.authority import Principal
-from bashgym.daemon.blobs import file_digest
+from bashgym.daemon.blobs import BlobStore, file_digest
+from bashgym.daemon.evidence.sources import local_model_dir
 from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python_facts
 from bashgym.daemon.lanes.group import GroupSupervisor
 from bashgym.daemon.lanes.nemo import LANE_CAPABILITIES, PAUSE_REFUSED, NemoCustomizer, NemoError
@@ -35,10 +36,11 @@ from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
+from bashgym.daemon.request_paths import Reach, check_model_source
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
-from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+from bashgym.trainers.contracts.datasets import format_report, leaked_pairs, validate_request_data
 from bashgym.trainers.contracts.fields import Capabilities, model_problems, refusals
 from bashgym.trainers.contracts.request import TrainingRequest
 
@@ -219,7 +221,10 @@ class TrainingService:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
         request = await shaped_for_lane(self.ledger, workspace, request)
         device = await check_lane(self.ledger, self.settings, workspace, request)
+        await self._check_profile(workspace, request)
         await self._check_dataset(request)
+        reward_model_version = request.grpo_reward_model
+        request = await self._with_reward_model(workspace, request)
         await self._check_command_checks(workspace, request, device)
         await self._check_trainer_would_take(workspace, request, device)
         dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
@@ -250,6 +255,8 @@ class TrainingService:
             config={
                 **request.model_dump(mode="json", exclude={"tracking_context"}),
                 "dataset_sha256": dataset_sha256,
+                # The model version GRPO's rewards come from (grpo_reward_model holds its directory here).
+                **({"grpo_reward_model_version_id": reward_model_version} if reward_model_version else {}),
                 # The NeMo Data Store dataset the job trains on, and the digest of the bytes uploaded there.
                 **({"nemo_upload": uploaded.record()} if uploaded else {}),
             },
@@ -351,7 +358,11 @@ class TrainingService:
         except BashGymError as exc:
             refused(exc)
             lane = {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
-        checks: list[Callable[[], Awaitable[None]]] = [lambda: self._check_dataset(request)]
+        checks: list[Callable[[], Awaitable[None]]] = [
+            lambda: self._check_profile(workspace, request),
+            lambda: self._check_dataset(request),
+            lambda: self._check_reward_model(workspace, request),
+        ]
         if lane["ready"]:
             checks += [
                 lambda: self._check_command_checks(workspace, request, device),
@@ -538,9 +549,7 @@ class TrainingService:
                     hint="Name the file absolutely; bashgym training start resolves paths for you.",
                 )
             try:
-                report = await asyncio.to_thread(
-                    validate_dataset, request.method, Path(path), teacher_model=request.teacher_model
-                )
+                report = await asyncio.to_thread(validate_request_data, request, Path(path))
             except FileNotFoundError as exc:
                 raise RuleRejected(str(exc), hint="dataset_path must name a file the daemon can read.") from exc
             if not report.ok:
@@ -549,6 +558,83 @@ class TrainingService:
                     hint="Fix it; bashgym training validate checks it.",
                     details={"summary": report.summary},
                 )
+        if request.method == "reward_model" and request.eval_dataset_path:
+            leaks = await asyncio.to_thread(leaked_pairs, Path(request.dataset_path), Path(request.eval_dataset_path))
+            if not leaks.ok:
+                raise RuleRejected(
+                    f"The held-out pairs leak from the training pairs; nothing was launched.\n{format_report(leaks)}",
+                    hint="Held-out pairs measure preference only when the model never trained on them; drop them "
+                    "from one of the files.",
+                    details={"summary": leaks.summary},
+                )
+
+    async def _check_profile(self, workspace: str, request: TrainingRequest) -> None:
+        """An `embedding_retrieval` project trains retrievers only, and a retriever trains only in one: a retriever
+        is a profile of its own, never a causal-LM run under another name."""
+        context, _ = context_in_workspace(request.tracking_context, workspace)
+        project = context.project_id if context else UNASSIGNED
+        try:
+            profile = (await self.ledger.get_project(workspace, project)).get("profile", "default")
+        except NotFound:
+            profile = "default"  # created by this launch's tracking context, with the default profile
+        retriever = request.method == "embedding_retriever"
+        if retriever and profile != "embedding_retrieval":
+            raise RuleRejected(
+                f"Project {project!r} has profile {profile!r}; embedding retrievers train only in a project whose "
+                "profile is `embedding_retrieval`.",
+                hint="Create one (bashgym project create --profile embedding_retrieval) and name it in the "
+                "tracking context.",
+            )
+        if not retriever and profile == "embedding_retrieval":
+            raise RuleRejected(
+                f"Project {project!r} has profile `embedding_retrieval` and trains retrievers only; method "
+                f"`{request.method}` belongs in a project with the default profile.",
+                hint="Send method embedding_retriever here, or name another project in the tracking context.",
+            )
+
+    async def _check_reward_model(self, workspace: str, request: TrainingRequest) -> None:
+        await self._with_reward_model(workspace, request)
+
+    async def _with_reward_model(self, workspace: str, request: TrainingRequest) -> TrainingRequest:
+        """GRPO rewarded by a reward model: grpo_reward_model names a model version of kind reward_model in the
+        run's own project, never a path, and the trainer gets that version's directory on this host."""
+        if request.grpo_reward_source != "reward_model":
+            return request
+        version_id = str(request.grpo_reward_model)
+        context, _ = context_in_workspace(request.tracking_context, workspace)
+        if context is None:
+            raise RuleRejected(
+                "A reward model is a model version of a project, and this run has no project (it would be kept "
+                "under `unassigned`).",
+                hint="Send a complete tracking_context naming the project whose reward model scores the run.",
+            )
+        try:
+            check_identifier(version_id, field="grpo_reward_model")
+            version = await self.ledger.get_model_version(workspace, context.project_id, version_id)
+        except (InvalidInput, NotFound) as exc:
+            raise RuleRejected(
+                f"grpo_reward_model {version_id!r} is not a model version of project {context.project_id!r}.",
+                hint="Name the model version id of a trained reward model there (bashgym promote registers a run's "
+                "model as mv-<run id>; bashgym ledger context lists the project's models).",
+            ) from exc
+        if version.get("kind") != "reward_model":
+            raise RuleRejected(
+                f"Model version {version_id} is a {version.get('kind', 'causal_lm')}, not a reward model; GRPO "
+                "needs a scalar score per completion.",
+                hint="Train one with method reward_model, register its model, and name that version.",
+            )
+        blobs = BlobStore(self.settings.artifacts_dir)
+        reach = Reach(self.settings, self.ledger, blobs, workspace)
+        await check_model_source(reach, context.project_id, version)
+        directory = await asyncio.to_thread(
+            local_model_dir, self.settings, blobs, workspace, context.project_id, version
+        )
+        if directory is None:
+            raise RuleRejected(
+                f"Reward model {version_id} lives at {version['source_uri']}, not in files on the daemon's host.",
+                hint="Register its files with bashgym model register --dir DIR --kind reward_model.",
+            )
+        return request.model_copy(update={"grpo_reward_model": str(directory)})
 
     async def _supervisor_for(self, handle: RunHandle, actor: Actor) -> Supervisor:
         """The supervisor of the run's lane (lane.json in its run directory)."""

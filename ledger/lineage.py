@@ -13,6 +13,7 @@ from bashgym.client.specs import (
     ExperimentSpec,
     ModelVersionSpec,
     ProjectSpec,
+    Spec,
     TrackingContext,
 )
 from bashgym.client.validation import canonical_json
@@ -27,7 +28,7 @@ def _registered(tx: Tx, event_type: str, ws: str, project: str, entity: str, ent
 
 
 def create_project(tx: Tx, ws: str, spec: ProjectSpec) -> tuple[dict[str, Any], bool]:
-    identity = spec.model_dump()
+    identity = without_default(spec, "profile")
     row, replayed = tx.put(
         "projects",
         key={"workspace_id": ws, "project_id": spec.project_id},
@@ -35,6 +36,8 @@ def create_project(tx: Tx, ws: str, spec: ProjectSpec) -> tuple[dict[str, Any], 
         columns={
             "name": spec.name,
             "description": spec.description,
+            # The column's default is `default`: a default project writes the row as before migration 13 did.
+            **({"profile": spec.profile} if spec.profile != "default" else {}),
             "created_by": tx.actor.actor_id,
             "created_at": tx.now,
         },
@@ -43,6 +46,15 @@ def create_project(tx: Tx, ws: str, spec: ProjectSpec) -> tuple[dict[str, Any], 
     if not replayed:
         _registered(tx, "project.created", ws, spec.project_id, "project", spec.project_id)
     return to_record(row), replayed
+
+
+def without_default(spec: Spec, field: str) -> dict[str, Any]:
+    """A spec's identity without `field` while it holds its default: a record made before the field existed
+    keeps the digest it was written with, so replaying it is still a replay, not a conflict."""
+    identity = spec.model_dump(mode="json")
+    if identity[field] == type(spec).model_fields[field].default:
+        del identity[field]
+    return identity
 
 
 def ensure_unassigned(tx: Tx, ws: str) -> None:
@@ -94,7 +106,7 @@ def register_model_version(tx: Tx, ws: str, project: str, spec: ModelVersionSpec
             f"Parent model version {spec.parent_version_id!r} is not in project {project!r}.",
             hint="Register the parent first, or leave parent_version_id empty.",
         )
-    identity = spec.model_dump(mode="json")
+    identity = without_default(spec, "kind")
     row, replayed = tx.put(
         "model_versions",
         key={"workspace_id": ws, "project_id": project, "model_version_id": spec.model_version_id},
@@ -106,6 +118,7 @@ def register_model_version(tx: Tx, ws: str, project: str, spec: ModelVersionSpec
             "config_digest": spec.config_digest or "",
             "parent_version_id": spec.parent_version_id,
             "files_json": canonical_json(identity["files"]),
+            **({"kind": spec.kind} if spec.kind != "causal_lm" else {}),
             "created_by": tx.actor.actor_id,
             "created_at": tx.now,
         },

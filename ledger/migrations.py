@@ -21,6 +21,7 @@ from bashgym.ledger.schema import (
     v10,
     v11,
     v12,
+    v13,
 )
 
 
@@ -51,6 +52,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "trust_boundaries", v10.SQL),
     Migration(11, "consumer_leases", v11.SQL),
     Migration(12, "cascade_stages", v12.SQL, rebuilds_tables=True),
+    Migration(13, "model_kinds_and_project_profiles", v13.SQL),
 )
 
 _RECORD_TABLE = """

@@ -144,7 +144,7 @@ def project_context(conn: sqlite3.Connection, ws: str, project: str, *, stale_be
                 "model_versions",
                 scope,
                 key,
-                "model_version_id, model_id, source_revision, config_digest, parent_version_id",
+                "model_version_id, model_id, kind, source_revision, config_digest, parent_version_id",
             ),
             "dataset_versions": _recent(
                 conn, "dataset_versions", scope, key, "dataset_version_id, dataset_id, content_digest"
@@ -231,6 +231,20 @@ def list_runs(
     limit = _page_size(limit)
     rows = conn.execute(
         f"SELECT * FROM runs WHERE {' AND '.join(clauses)} ORDER BY created_at DESC LIMIT ?", (*args, limit)
+    ).fetchall()
+    return [to_record(row) for row in rows]
+
+
+def runs_rewarded_by(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:
+    """The project's runs whose rewards came from the model `run_id` kept: GRPO runs naming, as their reward model,
+    a model version registered from that run (its source `bashgym://runs/<run_id>`)."""
+    require_project(conn, ws, project)
+    rows = conn.execute(
+        "SELECT r.* FROM runs AS r JOIN model_versions AS m ON m.workspace_id = r.workspace_id "
+        "AND m.project_id = r.project_id "
+        "AND m.model_version_id = json_extract(r.config_json, '$.grpo_reward_model_version_id') "
+        "WHERE r.workspace_id = ? AND r.project_id = ? AND m.source_uri = ? ORDER BY r.created_at",
+        (ws, project, f"bashgym://runs/{run_id}"),
     ).fetchall()
     return [to_record(row) for row in rows]
 

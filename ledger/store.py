@@ -635,6 +635,7 @@ class Ledger:
     get_report = reads(queries.get_report)
 
     get_model_version = reads(queries.get_model_version)
+    runs_rewarded_by = reads(queries.runs_rewarded_by)
 
     find_environment = reads(queries.find_environment)
 

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         request = EvalRequest.model_validate_json((eval_dir / "eval_request.json").read_text())
-        if request.kind == "heldout":
+        if request.kind in {"heldout", "reward_pairs", "retrieval"}:
             summary = evaluate_heldout(request, eval_dir, emit)
             emit("completed", **summary["metrics"])
             return 0
@@ -73,6 +73,11 @@ def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[st
     if not request.dataset_path:
         raise ValueError("a held-out evaluation needs dataset_path")
     rows = load_rows(request.dataset_path)[: request.limit_tasks]
+    train_rows = load_rows(request.train_dataset_path) if request.train_dataset_path else []
+    if request.kind == "retrieval":
+        return _write_summary(eval_dir, _retrieval(request, rows, train_rows, emit))
+    if request.kind == "reward_pairs":
+        return _write_summary(eval_dir, _reward_pairs(request, rows, train_rows, emit))
     model, tokenizer, placement = _load(request)
     emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run", placement=placement.device)
     reference = None
@@ -84,6 +89,40 @@ def evaluate_heldout(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[st
     summary["reference_model"] = request.reference_model
     summary["cpu_threads"] = _torch_threads()
     summary["placement"] = placement.to_json()
+    (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _reward_pairs(
+    request: EvalRequest, rows: list[dict[str, Any]], train_rows: list[dict[str, Any]], emit: Any
+) -> dict[str, Any]:
+    import torch
+    from bashgym.trainers.loading import load_reward_model
+    from bashgym.trainers.reward_eval import evaluate_reward_pairs
+
+    # A base model with no trained head (a baseline) gets a random one: seeded, so the baseline is one model.
+    torch.manual_seed(request.seed)
+    model, tokenizer = load_reward_model(request.model)
+    model, placement = place(model, request.device)
+    summary = evaluate_reward_pairs(model, tokenizer, rows, emit=emit, train_rows=train_rows)
+    return {**summary, "placement": placement.to_json()}
+
+
+def _retrieval(
+    request: EvalRequest, rows: list[dict[str, Any]], train_rows: list[dict[str, Any]], emit: Any
+) -> dict[str, Any]:
+    from bashgym.trainers.loading import load_rows
+    from bashgym.trainers.retrieval.evaluation import evaluate_retriever
+
+    if not request.corpus_path:
+        raise ValueError("a retrieval evaluation needs corpus_path: the documents its queries are answered from")
+    corpus = load_rows(request.corpus_path)
+    emit("started", tasks=len(rows), samples=1, isolation="none needed: no commands run", placement="cpu")
+    return evaluate_retriever(request.model, rows, corpus, train_rows=train_rows or None)
+
+
+def _write_summary(eval_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    summary["cpu_threads"] = _torch_threads()
     (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

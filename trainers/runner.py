@@ -7,7 +7,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bashgym.trainers.contracts.datasets import format_report, validate_dataset
+from bashgym.trainers.contracts.datasets import format_report, leaked_pairs, validate_request_data
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import (
     EXIT_CANCELLED,
@@ -63,9 +63,13 @@ def _check_request(request: TrainingRequest) -> None:
     if problems:
         raise RefusedRequest(" ".join(problems))
     for path in filter(None, (request.dataset_path, request.eval_dataset_path)):
-        report = validate_dataset(request.method, Path(path), teacher_model=request.teacher_model)
+        report = validate_request_data(request, Path(path))
         if not report.ok:
             raise RefusedRequest(f"The dataset breaks the {request.method} contract.\n{format_report(report)}")
+    if request.method == "reward_model" and request.eval_dataset_path:
+        leaks = leaked_pairs(Path(request.dataset_path), Path(request.eval_dataset_path))
+        if not leaks.ok:
+            raise RefusedRequest(f"The held-out pairs leak from the training pairs.\n{format_report(leaks)}")
 
 
 def _train(

@@ -293,6 +293,8 @@ STEP_TOKENS: dict[str, tuple[int, str]] = {
     "session_distillation": (2, "the student's and the hinted teacher's passes"),
     "grpo": (2, "prompt and completion"),
     "rlvr": (2, "prompt and completion"),
+    "reward_model": (2, "chosen and rejected"),
+    "embedding_retriever": (3, "query, positive and negative"),
 }
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bashgym.bot.commands.shared import (
     Interaction,
     call,
+    dataset_versions_ac,
     model_versions_ac,
     projects_ac,
     results_ac,
@@ -22,10 +25,22 @@ from bashgym.bot.core import (
 )
 from discord import app_commands
 
+# Each kind of suite's headline figure: pass@1 of the task suite, a reward model's pair accuracy, a retriever's
+# nDCG@10, a policy's held-out preference accuracy or exact match.
+PRIMARY_SCORES = ("pass@1", "pair_accuracy", "ndcg@10", "preference_accuracy", "exact_match", "target_likelihood")
+
+
+def primary_score(metrics: dict[str, Any]) -> str:
+    name = next((m for m in PRIMARY_SCORES if m in metrics), None)
+    return f"{name} {metrics[name]:.3f}" if name else ""
+
 
 class EvalGroup(app_commands.Group, name="eval", description="Evaluations and comparisons"):
     @app_commands.command(name="run", description="Evaluate a run, a model version or the gold solutions (eval.run)")
-    @app_commands.autocomplete(project=projects_ac, run=runs_ac, model_version=model_versions_ac, suite=suites_ac)
+    @app_commands.autocomplete(
+        project=projects_ac, run=runs_ac, model_version=model_versions_ac, suite=suites_ac, held_out=dataset_versions_ac
+    )
+    @app_commands.describe(held_out="held-out rows (a registered dataset version): a reward model's pairs, for one")
     async def run(
         self,
         interaction: Interaction,
@@ -36,6 +51,7 @@ class EvalGroup(app_commands.Group, name="eval", description="Evaluations and co
         suite: str = "bash-tasks-v1",
         limit_tasks: app_commands.Range[int, 1, 1000] | None = None,
         samples: app_commands.Range[int, 1, 64] = 1,
+        held_out: str | None = None,
     ) -> None:
         body = {
             "suite_id": suite,
@@ -44,6 +60,9 @@ class EvalGroup(app_commands.Group, name="eval", description="Evaluations and co
             "gold": gold,
             "limit_tasks": limit_tasks,
             "samples": samples,
+            # Held-out rows registered as a dataset version of the project: a reward model's pairs, a policy's rows,
+            # or a retriever's own queries (a retriever without them is judged on the shipped split).
+            "dataset_version_id": held_out,
         }
 
         async def work() -> Reply:
@@ -62,12 +81,12 @@ class EvalGroup(app_commands.Group, name="eval", description="Evaluations and co
             rows = [
                 {
                     **r,
-                    "pass@1": (r.get("metrics") or {}).get("pass@1"),
+                    "score": primary_score(r.get("metrics") or {}),
                     "subject": r.get("run_id") or r.get("model_version_id"),
                 }
                 for r in rows_of(data, "results")
             ]
-            text = table(rows, ["result_id", "suite_id", "subject", "pass@1"])
+            text = table(rows, ["result_id", "suite_id", "subject", "score"])
             return Reply(embed=embed(f"Evaluations of {project}", description=text))
 
         await answer(interaction, work())

@@ -95,6 +95,24 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
 
         await answer(interaction, work())
 
+    @app_commands.command(
+        name="register-model", description="Keep a completed run's model as a model version (ledger.write)"
+    )
+    @app_commands.describe(
+        version="the new model version id (a reward model's is what GRPO's grpo_reward_model names)",
+        model="the model id the version belongs to",
+    )
+    @app_commands.autocomplete(project=projects_ac, run=runs_ac)
+    async def register_model(self, interaction: Interaction, project: str, run: str, version: str, model: str) -> None:
+        async def work() -> Reply:
+            body = {"model_version_id": version, "model_id": model}
+            data = await call(interaction, "POST", f"/v1/projects/{project}/runs/{run}/model-version", body=body)
+            record = data["record"]
+            title = "Model version replayed" if data["replayed"] else "Model version registered"
+            return Reply(embed=fields_embed(title, record, ["model_version_id", "model_id", "kind", "source_uri"]))
+
+        await answer(interaction, work())
+
     @app_commands.command(name="list", description="Recent runs of a project")
     @app_commands.autocomplete(project=projects_ac)
     async def list_(self, interaction: Interaction, project: str, status: RUN_STATUSES | None = None) -> None:

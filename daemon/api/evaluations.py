@@ -61,9 +61,11 @@ router = APIRouter(prefix="/v1", tags=["evidence"])
 
 @router.post("/projects/{project}/evaluations", status_code=202)
 async def evaluation_start(call: EvalCall, project: str, body: EvalRunBody) -> Response:
-    if body.dataset_path is not None:
-        place = await data_reference(call.reach, body.dataset_path, field="dataset_path", project=project)
-        body = body.model_copy(update={"dataset_path": place})
+    for field in ("dataset_path", "corpus_path"):
+        value = getattr(body, field)
+        if value is not None:
+            place = await data_reference(call.reach, value, field=field, project=project)
+            body = body.model_copy(update={field: place})
     started = await call.services.evaluator.start(call.actor, call.workspace, project, body)
     return json_response(started, 202)
 

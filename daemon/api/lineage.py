@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bashgym.client.errors import RuleRejected
 from bashgym.client.models import (
     DatasetFromBlob,
     DatasetVersionSpec,
@@ -14,6 +15,7 @@ from bashgym.client.models import (
     ProjectSpec,
     WriteResult,
 )
+from bashgym.client.validation import Identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
     NamedProjectsRead,
@@ -24,8 +26,10 @@ from bashgym.daemon.api.routing import (
     written,
 )
 from bashgym.daemon.blobs import count_rows
+from bashgym.daemon.evidence.sources import RUNS, kind_of_method, run_model_spec
 from bashgym.daemon.request_paths import check_model_source, require_held
 from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 router = APIRouter(prefix="/v1", tags=["lineage"])
@@ -62,7 +66,31 @@ async def list_experiments(call: ReadCall, project: str) -> Response:
 @router.post("/projects/{project}/model-versions", response_model=WriteResult, status_code=201)
 async def register_model_version(call: WriteCall, project: str, body: ModelVersionSpec) -> Response:
     await check_model_source(call.reach, project, body.model_dump())
+    if body.source_uri.startswith(RUNS):  # a run's model is what its method made, whatever the body says
+        run = await call.services.ledger.get_run(call.workspace, project, body.source_uri.removeprefix(RUNS))
+        if body.kind != kind_of_method(str(run["method"])):
+            raise RuleRejected(
+                f"Run {run['run_id']} trained with method {run['method']}, so its model is a "
+                f"{kind_of_method(str(run['method']))}, not a {body.kind}.",
+                hint=f"Register it with kind {kind_of_method(str(run['method']))}, or with bashgym model register "
+                "--run RUN, which takes the kind from the run.",
+            )
     return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, body))
+
+
+class RunModelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model_version_id: Identifier
+    model_id: Identifier
+
+
+@router.post("/projects/{project}/runs/{run_id}/model-version", response_model=WriteResult, status_code=201)
+async def register_run_model(call: WriteCall, project: str, run_id: str, body: RunModelBody) -> Response:
+    """A completed run's kept model as a model version of its project (the kind its method makes), so a later run
+    can train from it or, for a reward model, be rewarded by it, before any promotion."""
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    spec = run_model_spec(run, version_id=body.model_version_id, model_id=body.model_id)
+    return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, spec))
 
 
 @router.post("/projects/{project}/dataset-versions", response_model=WriteResult, status_code=201)

@@ -23,7 +23,7 @@ from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, check_model_
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.fields import effective_config, request_from_recipe
-from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.trainers.contracts.request import METHOD_ALIASES, METHODS, TrainingRequest
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
@@ -114,6 +114,7 @@ async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) 
         f"bashgym dataset register --project {project} --dataset ID --version {query['dataset_version']} --file FILE",
     )
     await check_model_source(call.reach, project, model)
+    _check_kind(model, str(payload.get("method") or payload.get("strategy") or ""))
     base_model = await asyncio.to_thread(base_model_of, call.services.settings, call.services.blobs, ws, project, model)
     experiment = await named_experiment(ledger, ws, project, query.get("experiment"))
     target = str(payload.get("compute_target") or "local")
@@ -121,6 +122,23 @@ async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) 
         ledger, ws, project, model=model, dataset=dataset, experiment=experiment, environment=environment_id(target)
     )
     return {**payload, "base_model": base_model, "tracking_context": context}
+
+
+# What each method trains from: a retriever from a retriever, a reward model from a causal LM (its head is new) or
+# a reward model (trained further), every policy method from a causal LM.
+TRAINS_FROM = {"embedding_retriever": {"embedding_retriever"}, "reward_model": {"causal_lm", "reward_model"}}
+
+
+def _check_kind(model: dict[str, Any], method: str) -> None:
+    method = METHOD_ALIASES.get(method.lower(), method.lower())
+    kind = str(model.get("kind") or "causal_lm")
+    allowed = TRAINS_FROM.get(method, {"causal_lm"})
+    if method in METHODS and kind not in allowed:
+        raise InvalidInput(
+            f"Model version {model['model_version_id']} is a {kind}; method {method} trains from "
+            f"{' or '.join(sorted(allowed))}.",
+            hint="Name a model version of that kind (bashgym ledger context lists the project's models).",
+        )
 
 
 async def _registered(record: Awaitable[dict[str, Any]], register: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from bashgym.client.errors import Conflict, NotFound, RuleRejected
 from bashgym.client.specs import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
 from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
-from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
 from bashgym.daemon.evidence.sources import local_model_dir, run_model_dir
 from bashgym.daemon.host_paths import check_device_reach
@@ -28,10 +28,18 @@ from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
 from bashgym.trainers.contracts.evidence import paired_bootstrap
 from bashgym.trainers.contracts.placement import DeviceChoice, ran_alike, ran_on
+from bashgym.trainers.environments.retrieval import shipped_retrieval_split
 from bashgym.trainers.environments.terminal_tasks import TERMINAL_CONTRACT, SuiteDefinition, default_suite
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger("bashgym.evaluations")
+# The evaluation each kind of model gets on held-out data (a causal LM: its method's held-out rows).
+EVAL_KINDS: dict[str, Literal["reward_pairs", "retrieval"]] = {
+    "reward_model": "reward_pairs",
+    "embedding_retriever": "retrieval",
+}
+# Summary parts recorded in a workflow result's details: slices, calibration inputs, leakage and contamination.
+WORKFLOW_DETAILS = ("by_source", "length_slices", "leakage", "contaminated", "hard_slice", "library", "split")
 
 
 def terminal_suite_spec(suite: SuiteDefinition) -> EvalSuiteSpec:
@@ -69,8 +77,13 @@ class EvalRunBody(BaseModel):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     seed: int = 0
     min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
-    # Held-out rows of the method's own data (absolute path on the daemon's host) instead of the task suite.
+    # Held-out rows of the method's own data (absolute path on the daemon's host) instead of the task suite: a
+    # policy's held-out rows, a reward model's held-out pairs, or a retriever's queries (default: the shipped split).
     dataset_path: str | None = None
+    # Or held-out rows registered as a dataset version of the project (the daemon holds their content).
+    dataset_version_id: str | None = None
+    # A retriever's documents (default: the shipped corpus of command documentation).
+    corpus_path: str | None = None
     compute_target: str = "local"  # or ssh:<device_id>: the evaluator runs on that device
     # Where on that host the model runs: auto takes a CUDA GPU with room for it (bfloat16), else the CPU (float32).
     device: DeviceChoice = "auto"
@@ -92,6 +105,31 @@ HELDOUT_CONTRACTS = {
             "masked_kl": {"direction": "minimize"},
             "masked_ce": {"direction": "minimize"},
             "masked_tokens": {"direction": "maximize"},
+        },
+    },
+    "reward": {
+        "primary_metric": "pair_accuracy",
+        "metrics": {
+            "pair_accuracy": {"direction": "maximize"},
+            "mean_margin": {"direction": "maximize"},
+            "ece": {"direction": "minimize"},
+            "longer_rejected_accuracy": {"direction": "maximize"},
+            "longer_chosen_accuracy": {"direction": "maximize"},
+            "leaked_pairs": {"direction": "minimize", "max_regression": 0.0},
+        },
+    },
+    "retrieval": {
+        "primary_metric": "ndcg@10",
+        "metrics": {
+            "ndcg@10": {"direction": "maximize"},
+            "mrr@10": {"direction": "maximize"},
+            "recall@1": {"direction": "maximize"},
+            "recall@5": {"direction": "maximize"},
+            "recall@10": {"direction": "maximize"},
+            "hard.ndcg@10": {"direction": "maximize"},
+            "encode_ms_per_1k_docs": {"direction": "minimize"},
+            "index_bytes_per_1k_docs": {"direction": "minimize"},
+            "contamination": {"direction": "minimize", "max_regression": 0.0},
         },
     },
     "preference": {
@@ -135,6 +173,18 @@ class EvaluationService:
 
     async def start(self, actor: Actor, ws: str, project: str, body: EvalRunBody) -> dict[str, Any]:
         suite = default_suite()
+        if body.dataset_version_id is not None:
+            body = await self._with_registered_rows(ws, project, body)
+        subject = await self._subject_kind(ws, project, body)
+        if subject == "embedding_retriever":
+            body = await self._retrieval_body(body)
+        elif subject == "reward_model" and body.dataset_path is None:
+            raise RuleRejected(
+                "A reward model is evaluated on held-out pairs, not on the terminal-task suite.",
+                hint="bashgym eval run --run RUN --dataset-path PAIRS (prompt/chosen/rejected rows never trained on).",
+            )
+        elif body.corpus_path is not None:
+            raise RuleRejected("corpus_path is read for a retriever only; drop it.")
         if body.dataset_path is not None:
             if body.gold:
                 raise RuleRejected("Held-out data has no gold solutions; evaluate a run or a model version.")
@@ -158,9 +208,13 @@ class EvaluationService:
         eval_dir = self.settings.home / "evaluations" / eval_id
         request = EvalRequest(
             model=model,
-            kind="heldout" if body.dataset_path else "terminal_tasks",
+            kind=EVAL_KINDS.get(subject, "heldout") if body.dataset_path else "terminal_tasks",
             dataset_path=body.dataset_path,
-            reference_model=await self._reference_of(ws, project, body) if body.dataset_path else None,
+            corpus_path=body.corpus_path,
+            train_dataset_path=await self._trained_on(ws, project, body) if subject in EVAL_KINDS else None,
+            reference_model=(
+                await self._reference_of(ws, project, body) if body.dataset_path and subject == "causal_lm" else None
+            ),
             samples=body.samples,
             split=body.split,
             limit_tasks=body.limit_tasks,
@@ -209,6 +263,54 @@ class EvaluationService:
 
     async def _ensure_suite(self, actor: Actor, ws: str, project: str, suite: SuiteDefinition) -> None:
         await self.ledger.register_eval_suite(actor, ws, project, terminal_suite_spec(suite))
+
+    async def _with_registered_rows(self, ws: str, project: str, body: EvalRunBody) -> EvalRunBody:
+        """dataset_version_id's stored content as the held-out rows: a version of this project, whose bytes the
+        daemon holds (one registered by reference has none here)."""
+        if body.dataset_path is not None:
+            raise RuleRejected("Give dataset_path or dataset_version_id, not both.")
+        version = await self.ledger.get_dataset_version(ws, project, str(body.dataset_version_id))
+        digest = str(version["content_digest"])
+        if not self.blobs.has(digest) or not await self.ledger.holds_blob(ws, project, digest):
+            raise RuleRejected(
+                f"Dataset version {body.dataset_version_id} was registered by reference; the daemon does not hold "
+                "its rows.",
+                hint="Register the file itself: bashgym dataset register --file FILE.",
+            )
+        return body.model_copy(update={"dataset_path": str(self.blobs.path_for(digest)), "dataset_version_id": None})
+
+    async def _subject_kind(self, ws: str, project: str, body: EvalRunBody) -> str:
+        """What the evaluated model is (a model version's kind): a run's comes from its method."""
+        if body.run_id is not None:
+            method = (await self.ledger.get_run(ws, project, body.run_id)).get("method")
+            return str(method) if method in EVAL_KINDS else "causal_lm"
+        if body.model_version_id is not None:
+            return str((await self.ledger.get_model_version(ws, project, body.model_version_id)).get("kind"))
+        return "causal_lm"
+
+    async def _retrieval_body(self, body: EvalRunBody) -> EvalRunBody:
+        """A retriever's queries and corpus: the request's, or the frozen split and corpus that ship with BashGym
+        (built once per daemon home, byte for byte the same everywhere)."""
+        if body.gold:
+            raise RuleRejected("A retriever has no gold solutions; evaluate a run or a model version.")
+        if (body.dataset_path is None) != (body.corpus_path is None):
+            raise RuleRejected(
+                "A retriever's own queries need their corpus, and the reverse: give dataset_path and corpus_path "
+                "together, or neither for the shipped split.",
+                hint="bashgym eval run --run RUN (shipped split), or --dataset-path QUERIES --corpus-path DOCS.",
+            )
+        if body.dataset_path is not None:
+            return body
+        shipped = await asyncio.to_thread(shipped_retrieval_split, self.settings.home / "retrieval")
+        return body.model_copy(update={"dataset_path": str(shipped.eval), "corpus_path": str(shipped.corpus)})
+
+    async def _trained_on(self, ws: str, project: str, body: EvalRunBody) -> str | None:
+        """The data a run trained on, for the leakage and contamination checks (none known for a version)."""
+        if body.run_id is None:
+            return None
+        config = (await self.ledger.get_run(ws, project, body.run_id)).get("config") or {}
+        path = config.get("dataset_path")
+        return str(path) if path and await asyncio.to_thread(Path(str(path)).is_file) else None
 
     async def _reference_of(self, ws: str, project: str, body: EvalRunBody) -> str | None:
         """The frozen base a full-weights run moved from, for its held-out preference margin (an adapter's base is
@@ -405,23 +507,33 @@ class EvaluationService:
         request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
         data_sha, size = await self.blobs.put_file(Path(str(request.dataset_path)))
         await self.ledger.hold_blob(actor, ws, project, data_sha, size)  # the suite's data is the project's
-        suite_id = f"heldout-{summary['kind']}-{data_sha[:16]}"
+        digest = data_sha
+        if request.corpus_path:  # a retrieval suite is its queries and its corpus: both pin it
+            corpus_sha, corpus_size = await self.blobs.put_file(Path(request.corpus_path))
+            await self.ledger.hold_blob(actor, ws, project, corpus_sha, corpus_size)
+            digest = sha256_text(f"{data_sha}:{corpus_sha}")
+        kind = summary["kind"]
+        suite_id = f"retrieval-{digest[:16]}" if kind == "retrieval" else f"heldout-{kind}-{digest[:16]}"
         suite = EvalSuiteSpec.model_validate(
             {
                 "suite_id": suite_id,
-                "kind": f"heldout_{summary['kind']}",
-                "scoring_contract": HELDOUT_CONTRACTS[summary["kind"]],
-                "code_digest": data_sha,
+                "kind": "retrieval" if kind == "retrieval" else f"heldout_{kind}",
+                "scoring_contract": HELDOUT_CONTRACTS[kind],
+                "code_digest": digest,
             }
         )
         await self.ledger.register_eval_suite(actor, ws, project, suite)
         job["suite_id"] = suite_id
-        metrics = {k: float(v) for k, v in summary["metrics"].items() if v == v}  # NaN: no scored rows
+        # NaN or None: nothing scored (no rows of a slice, no training data to check against)
+        metrics = {k: float(v) for k, v in summary["metrics"].items() if isinstance(v, int | float) and v == v}
         details = {
             "model": job["run_id"] or job["model_version_id"],
             "kind": summary["kind"],
             "dataset_sha256": data_sha,
             "reference_model": summary.get("reference_model"),
+            "trained_on": request.train_dataset_path and await _digest_of(Path(request.train_dataset_path)),
+            # What a reward model's and a retriever's gate reads beside the metrics.
+            **{key: summary[key] for key in WORKFLOW_DETAILS if key in summary},
             "cpu_threads": summary.get("cpu_threads"),
             "placement": summary.get("placement"),
             "per_task": {
@@ -509,6 +621,10 @@ class EvaluationService:
             },
         )
         return (await self.ledger.record_comparison(actor, ws, project, spec)).record
+
+
+async def _digest_of(path: Path) -> str:
+    return (await asyncio.to_thread(file_digest, path))[0]
 
 
 def _observe(job: dict[str, Any], raw: bytes) -> None:

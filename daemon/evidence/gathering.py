@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from bashgym.client.errors import NotFound, RuleRejected
-from bashgym.client.specs import Actor, ModelVersionSpec
+from bashgym.client.errors import NotFound
+from bashgym.client.specs import Actor
 from bashgym.client.validation import canonical_json, check_identifier, sha256_text
 from bashgym.daemon.evidence.promotion import Evidence
+from bashgym.daemon.evidence.sources import run_model_spec
 from bashgym.ledger.store import Ledger
 
 
@@ -36,9 +37,34 @@ async def gather_evidence(ledger: Ledger, ws: str, project: str, run_id: str) ->
         if baseline.get("model_version_id"):
             with contextlib.suppress(NotFound):
                 baseline_models[result_id] = await ledger.get_model_version(ws, project, baseline["model_version_id"])
+    downstream = await _downstream(ledger, ws, project, run) if run.get("method") == "reward_model" else []
     return Evidence(
-        run, results, comparisons, baselines, suites, runcards, environment_digest, base_model_id, baseline_models
+        run,
+        results,
+        comparisons,
+        baselines,
+        suites,
+        runcards,
+        environment_digest,
+        base_model_id,
+        baseline_models,
+        downstream,
     )
+
+
+async def _downstream(ledger: Ledger, ws: str, project: str, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The project's runs rewarded by this reward model, each with the comparisons recorded for its results: a
+    reward model's downstream evidence."""
+    rewarded = await ledger.runs_rewarded_by(ws, project, run["run_id"])
+    if not rewarded:
+        return []
+    listing = await ledger.list_evaluations(ws, project)
+    used = []
+    for candidate in rewarded:
+        results = [r["result_id"] for r in listing["results"] if r.get("run_id") == candidate["run_id"]]
+        compared = await ledger.comparisons_with_candidates(ws, project, results) if results else []
+        used.append({"run_id": candidate["run_id"], "comparisons": [c["comparison_id"] for c in compared]})
+    return used
 
 
 def evidence_digest(evidence: Evidence, verdict: dict[str, Any]) -> str:
@@ -75,27 +101,12 @@ def run_model_version_id(run_id: str) -> str:
 
 
 async def register_run_model(ledger: Ledger, actor: Actor, ws: str, project: str, evidence: Evidence) -> str:
-    """The run's kept model as a model version, with its lineage (parent: the version it trained from) and file
-    digests. Idempotent: registering the same run again replays."""
-    run = evidence.run
-    if not run.get("artifacts"):
-        raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to promote.")
-    prefix = f"bashgym://runs/{run['run_id']}/"
-    spec = ModelVersionSpec.model_validate(
-        {
-            "model_version_id": run_model_version_id(run["run_id"]),
-            "model_id": evidence.base_model_id or "bashgym-model",
-            "source_uri": f"bashgym://runs/{run['run_id']}",
-            "parent_version_id": run.get("model_version_id"),
-            "files": [
-                {
-                    "path": a["uri"].removeprefix(prefix),
-                    "sha256": a["sha256"],
-                    "size_bytes": a["size_bytes"],
-                }
-                for a in run["artifacts"]
-            ],
-        }
+    """The run's kept model as a model version, with its lineage (parent: the version it trained from), file
+    digests and kind (what its method made). Idempotent: registering the same run again replays."""
+    spec = run_model_spec(
+        evidence.run,
+        version_id=run_model_version_id(evidence.run["run_id"]),
+        model_id=evidence.base_model_id or "bashgym-model",
     )
     written = await ledger.register_model_version(actor, ws, project, spec)
     return str(written.record["model_version_id"])

@@ -40,6 +40,9 @@ class Evidence:
     environment_digest: str | None = None
     base_model_id: str | None = None
     baseline_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # result_id -> model version record
+    # A reward model's downstream use: runs of the project whose rewards came from this run's model, each with
+    # the comparisons recorded for it (the gate reads them; gather_evidence fills them for reward models only).
+    downstream: list[dict[str, Any]] = field(default_factory=list)
 
     def is_partial(self, suite_id: str) -> bool:
         return (self.suites.get(suite_id) or {}).get("kind") == PARTIAL_SUITE_KIND
@@ -47,7 +50,21 @@ class Evidence:
 
 # The fewest optimizer steps a run of each method needs before its card may claim more than a smoke test; an RL
 # step covers a whole group of generations per prompt.
-MIN_STEPS = {"sft": 100, "dpo": 100, "distillation": 100, "session_distillation": 100, "grpo": 50, "rlvr": 50}
+MIN_STEPS = {
+    "sft": 100,
+    "dpo": 100,
+    "distillation": 100,
+    "session_distillation": 100,
+    "grpo": 50,
+    "rlvr": 50,
+    "reward_model": 100,
+    "embedding_retriever": 50,
+}
+# A slice this small says little about bias; below it the gate warns instead of blocking.
+MIN_SLICE_PAIRS = 10
+# Expected calibration error above this is reported: the Bradley-Terry probabilities overstate (or understate)
+# how often the preferred answer is the chosen one.
+MAX_ECE = 0.15
 
 
 def learned_nothing(run: dict[str, Any]) -> str | None:
@@ -364,6 +381,10 @@ def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding
         found += _heldout_preference_checks(e, completed)
     if method == "distillation":
         found += _distillation_checks(e)
+    if method == "reward_model":
+        found += reward_model_checks(e, completed)
+    if method == "embedding_retriever":
+        found += retriever_checks(e, completed)
     if method == "session_distillation" and not any(m.startswith("train.session_distillation_") for m in metrics):
         fail(
             "masked_token_metrics_missing",
@@ -476,3 +497,169 @@ def _heldout_preference_checks(e: Evidence, completed: list[dict[str, Any]]) -> 
             "base or SFT model on the same pairs.",
         )
     ]
+
+
+def reward_model_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding]:
+    """A reward model ships on held-out pairs it never trained on: accuracy against its pinned baseline (the
+    comparison checks), calibration, no length bias, no leakage, and a downstream run that used it."""
+    found: list[Finding] = []
+    trained_on = (e.run.get("config") or {}).get("dataset_sha256")
+    pairs = [r for r in completed if (e.suites.get(r["suite_id"]) or {}).get("kind") == "heldout_reward"]
+    unseen = [r for r in pairs if (r.get("details") or {}).get("dataset_sha256") != trained_on]
+    if not pairs or not unseen:
+        found.append(
+            Finding(
+                "reward_evaluation_missing",
+                "fail",
+                "The held-out pair evaluation used the training pairs themselves."
+                if pairs
+                else "No held-out pair evaluation: training accuracy only says the pairs were fitted.",
+                "bashgym eval run --run RUN --dataset-path PAIRS with pairs never trained on; evaluate the pinned "
+                "baseline on the same pairs and compare.",
+            )
+        )
+        return found + _downstream_checks(e)
+    for result in unseen:
+        details, metrics = result.get("details") or {}, result["metrics"]
+        leakage = details.get("leakage") or {}
+        if leakage.get("count"):
+            found.append(
+                Finding(
+                    "reward_pairs_leaked",
+                    "fail",
+                    f"{leakage['count']} of the held-out pairs in {result['result_id']} are also training pairs.",
+                    "Drop them from the held-out file and evaluate again.",
+                )
+            )
+        elif not leakage.get("checked"):
+            found.append(
+                Finding(
+                    "reward_leakage_unchecked",
+                    "warn",
+                    f"{result['result_id']} was not checked for leakage (the training data was not found).",
+                    "Evaluate the run itself (bashgym eval run --run RUN), whose training data the daemon knows.",
+                )
+            )
+        if "ece" not in metrics:
+            found.append(
+                Finding(
+                    "calibration_missing",
+                    "fail",
+                    f"{result['result_id']} has no expected calibration error.",
+                    "Evaluate again with bashgym eval run; it reports ece.",
+                )
+            )
+        elif metrics["ece"] > MAX_ECE:
+            found.append(
+                Finding(
+                    "reward_model_miscalibrated",
+                    "warn",
+                    f"Expected calibration error is {metrics['ece']:.3f} (over {MAX_ECE}): its win probabilities "
+                    "are not to be read as probabilities.",
+                    "Use its scores for ranking only, or train longer on more varied pairs.",
+                )
+            )
+        found += _length_bias(result)
+        for source, slice_ in sorted((details.get("by_source") or {}).items()):
+            if slice_["pairs"] >= MIN_SLICE_PAIRS and slice_["accuracy"] < 0.5:
+                found.append(
+                    Finding(
+                        "source_below_chance",
+                        "warn",
+                        f"On source {source!r} the reward model is right on {slice_['accuracy']:.0%} of "
+                        f"{slice_['pairs']} pairs: worse than chance.",
+                        "Look at that source's pairs; add training pairs like them.",
+                    )
+                )
+    return found + _downstream_checks(e)
+
+
+def _length_bias(result: dict[str, Any]) -> list[Finding]:
+    """Where the rejected answer is the longer one, a model that rewards length is wrong: that slice must beat
+    chance once it holds enough pairs."""
+    slice_ = ((result.get("details") or {}).get("length_slices") or {}).get("rejected-longer")
+    if not slice_ or slice_["pairs"] < MIN_SLICE_PAIRS:
+        return [
+            Finding(
+                "length_bias_unmeasured",
+                "warn",
+                f"{result['result_id']} holds {slice_['pairs'] if slice_ else 0} pairs whose rejected answer is the "
+                f"longer one (fewer than {MIN_SLICE_PAIRS}); length bias cannot be judged.",
+                "Add held-out pairs where the better answer is the shorter one.",
+            )
+        ]
+    if slice_["accuracy"] < 0.5:
+        return [
+            Finding(
+                "length_bias",
+                "fail",
+                f"Where the rejected answer is longer, the reward model is right on {slice_['accuracy']:.0%} of "
+                f"{slice_['pairs']} pairs: it rewards length, not quality.",
+                "Train on pairs where the shorter answer wins as often as the longer one.",
+            )
+        ]
+    return []
+
+
+def _downstream_checks(e: Evidence) -> list[Finding]:
+    used = [run for run in e.downstream if run.get("comparisons")]
+    if used:
+        return []
+    named = ", ".join(sorted(run["run_id"] for run in e.downstream))
+    return [
+        Finding(
+            "reward_model_downstream_missing",
+            "fail",
+            "No downstream comparison: no run rewarded by this model has been compared against a baseline"
+            + (f" ({named} used it, uncompared)." if named else "."),
+            "Register the model (bashgym model register --run RUN), train GRPO with grpo_reward_source "
+            "reward_model and grpo_reward_model set to that version, then evaluate and compare that run.",
+        )
+    ]
+
+
+def retriever_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding]:
+    """A retriever ships on its frozen split: nDCG@10 against the pinned baseline (the comparison checks), a hard
+    slice measured, and no evaluation query or positive in its training data."""
+    results = [r for r in completed if (e.suites.get(r["suite_id"]) or {}).get("kind") == "retrieval"]
+    if not results:
+        return [
+            Finding(
+                "retrieval_evaluation_missing",
+                "fail",
+                "No retrieval evaluation (nDCG@10, MRR@10, Recall@k on a frozen split).",
+                "bashgym eval run --run RUN (the shipped split), then compare with the pinned baseline retriever.",
+            )
+        ]
+    found: list[Finding] = []
+    for result in results:
+        metrics = result["metrics"]
+        if metrics.get("contamination"):
+            found.append(
+                Finding(
+                    "retrieval_contaminated",
+                    "fail",
+                    f"{metrics['contamination']:.0f} evaluation queries or positives of {result['result_id']} are in "
+                    "the training data.",
+                    "Remove them from the training data, train again and evaluate.",
+                )
+            )
+        if "contamination" not in metrics or not (result.get("details") or {}).get("trained_on"):
+            found.append(
+                Finding(
+                    "retrieval_contamination_unchecked",
+                    "warn",
+                    f"{result['result_id']} was not checked against the training data.",
+                    "Evaluate the run itself (bashgym eval run --run RUN), whose training data the daemon knows.",
+                )
+            )
+        if "hard.ndcg@10" not in metrics:
+            found.append(
+                Finding(
+                    "hard_slice_missing",
+                    "warn",
+                    f"{result['result_id']} has no hard slice (queries sharing no word with their positive).",
+                    "Evaluate on queries that do not repeat their passage's words.",
+                )
+            )
+    return found

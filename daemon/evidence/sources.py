@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bashgym.client.errors import RuleRejected
+from bashgym.client.specs import ModelVersionSpec
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.settings import Settings
 
@@ -22,6 +23,36 @@ RUNS = "bashgym://runs/"
 STORED = "bashgym://models/"
 HUB = "hf://"
 COMPLETE = ".bashgym-complete"  # written last: a directory without it is rebuilt
+
+
+def kind_of_method(method: str) -> str:
+    """The kind of model a run of `method` keeps: the workflows keep their own, every direct method a causal LM."""
+    return method if method in {"reward_model", "embedding_retriever"} else "causal_lm"
+
+
+def run_model_spec(run: dict[str, Any], *, version_id: str, model_id: str) -> ModelVersionSpec:
+    """A completed run's kept model as a model version: its files by digest, its lineage, its kind."""
+    if run["status"] != "completed":
+        raise RuleRejected(
+            f"Run {run['run_id']} is {run['status']}; only a completed run's model can be registered.",
+            hint="Wait for it to complete (bashgym training status RUN).",
+        )
+    if not run.get("artifacts"):
+        raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to register.")
+    prefix = f"{RUNS}{run['run_id']}/"
+    return ModelVersionSpec.model_validate(
+        {
+            "model_version_id": version_id[:128],
+            "model_id": model_id,
+            "source_uri": f"{RUNS}{run['run_id']}",
+            "parent_version_id": run.get("model_version_id"),
+            "kind": kind_of_method(str(run.get("method"))),
+            "files": [
+                {"path": a["uri"].removeprefix(prefix), "sha256": a["sha256"], "size_bytes": a["size_bytes"]}
+                for a in run["artifacts"]
+            ],
+        }
+    )
 
 
 def run_model_dir(settings: Settings, run_id: str) -> Path:

@@ -27,7 +27,7 @@ READ_ONLY = {
 RESEARCHER_MORE = {
     "start_training", "plan_training", "pause_run", "resume_run", "run_evaluation", "compare_results",
     "create_runcard", "create_campaign", "campaign_action", "cancel_campaign", "propose_candidate",
-    "create_campaign_report",
+    "create_campaign_report", "register_run_model",
 }  # fmt: skip
 ADMIN_MORE = {"stop_run", "promote_decide", "conclude_campaign", "amend_budget", "preflight_device"}
 

@@ -7,13 +7,14 @@ A missing file raises FileNotFoundError (it is not a report error): there is not
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from bashgym.trainers.contracts.request import METHODS, Method
+from bashgym.trainers.contracts.request import METHODS, Method, TrainingRequest
 from pydantic import BaseModel, ConfigDict
 
 ErrorCode = Literal[
@@ -37,6 +38,9 @@ ErrorCode = Literal[
     "nondeterministic_verifier",
     "not_a_training_task",
     "missing_teacher",
+    "unknown_field",
+    "same_text",
+    "leaked_pair",
 ]
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -47,6 +51,10 @@ SPAN_POLICY = "target_span_only"
 # Below 200 characters on the longer side the ratio is noise ("Yes." vs a one-line answer), so it is not checked.
 LENGTH_RATIO_MAX = 20.0
 LENGTH_RATIO_MIN_CHARS = 200
+# A strict reward example: the pair and an optional `source`, the slice the evaluation reports accuracy by.
+REWARD_FIELDS: tuple[str, ...] = ("prompt", "chosen", "rejected", "source")
+# A retrieval example; ids and family are kept for evaluation slices, `source` like a reward example's.
+RETRIEVAL_FIELDS: tuple[str, ...] = ("query", "positive", "negative", "query_id", "positive_id", "family", "source")
 
 # (field, code, message) of one problem in one row; the line and file are added when it is reported.
 Issue = tuple[str, ErrorCode, str]
@@ -80,7 +88,12 @@ class ContractReport(BaseModel):
 
 
 def validate_dataset(
-    method: str, path: Path, *, teacher_model: str | None = None, max_errors: int = 1000
+    method: str,
+    path: Path,
+    *,
+    teacher_model: str | None = None,
+    reward_source: str = "verifier",
+    max_errors: int = 1000,
 ) -> ContractReport:
     """Check every row of a JSONL dataset against the contract of `method`.
 
@@ -88,7 +101,7 @@ def validate_dataset(
         ValueError: `method` is not one of METHODS.
         FileNotFoundError: `path` does not exist or is not a file.
     """
-    check = row_check(method, teacher_model=teacher_model)
+    check = row_check(method, teacher_model=teacher_model, reward_source=reward_source)
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise FileNotFoundError(f"Dataset {path} {what}. Check the path, or write the JSONL file first.")
@@ -107,8 +120,21 @@ def validate_dataset(
     return collector.report(method, valid)
 
 
-def row_check(method: str, *, teacher_model: str | None = None) -> RowCheck:
+def validate_request_data(request: TrainingRequest, path: Path, *, max_errors: int = 1000) -> ContractReport:
+    """The contract of the data `request` trains on, read as that request reads it (its teacher, its rewards)."""
+    return validate_dataset(
+        request.method,
+        path,
+        teacher_model=request.teacher_model,
+        reward_source=request.grpo_reward_source,
+        max_errors=max_errors,
+    )
+
+
+def row_check(method: str, *, teacher_model: str | None = None, reward_source: str = "verifier") -> RowCheck:
     """The row checker of one method; raises ValueError for an unknown method."""
+    if method == "grpo" and reward_source == "reward_model":
+        return check_prompt  # the reward model scores every completion: a row needs its prompt only
     match method:
         case "sft":
             return check_sft
@@ -123,6 +149,10 @@ def row_check(method: str, *, teacher_model: str | None = None) -> RowCheck:
             return lambda row: check_distillation(row, has_teacher_model=has_teacher)
         case "session_distillation":
             return check_session_distillation
+        case "reward_model":
+            return check_reward_example
+        case "embedding_retriever":
+            return check_retrieval_example
     raise ValueError(f"Unknown method {method!r}; use one of {', '.join(METHODS)}.")
 
 
@@ -163,6 +193,102 @@ def check_dpo(row: dict[str, Any]) -> list[Issue]:
     if not (isinstance(chosen, str) and isinstance(rejected, str) and chosen.strip() and rejected.strip()):
         return issues
     return issues + check_pair(chosen.strip(), rejected.strip())
+
+
+def check_reward_example(row: dict[str, Any]) -> list[Issue]:
+    """reward_model: a strict example, a string prompt with a chosen and a rejected answer to that same prompt.
+
+    Strict because the reward model scores `prompt + answer` as one text: a conversational or implicit-prompt row
+    would score a prompt the pair does not share. Unknown keys are refused, since a misspelt `source` would
+    silently drop the row from its evaluation slice."""
+    issues = _unknown_fields(row, REWARD_FIELDS)
+    for name in ("prompt", "chosen", "rejected"):
+        if isinstance(row.get(name), list):
+            issues.append(
+                (name, "wrong_type", f"`{name}` is a messages list; a reward example's {name} is one string.")
+            )
+        else:
+            issues += check_text(row, name)
+    if "source" in row:
+        issues += check_text(row, "source")
+    chosen, rejected = row.get("chosen"), row.get("rejected")
+    if isinstance(chosen, str) and isinstance(rejected, str) and chosen.strip() and rejected.strip():
+        issues += check_pair(chosen.strip(), rejected.strip())
+    return issues
+
+
+def check_retrieval_example(row: dict[str, Any]) -> list[Issue]:
+    """embedding_retriever: a query, the passage it should find, and optionally a passage it should not."""
+    issues = _unknown_fields(row, RETRIEVAL_FIELDS)
+    issues += check_text(row, "query") + check_text(row, "positive")
+    if "negative" in row:
+        issues += check_text(row, "negative")
+    for name in ("query_id", "positive_id", "family", "source"):
+        if name in row:
+            issues += check_text(row, name)
+    texts = {name: " ".join(row[name].split()) for name in ("query", "positive", "negative") if _filled(row, name)}
+    if "query" in texts and texts.get("positive") == texts["query"]:
+        issues.append(
+            ("positive", "same_text", "`positive` repeats `query`; pair the query with the passage it seeks.")
+        )
+    if "negative" in texts and texts.get("positive") == texts["negative"]:
+        issues.append(("negative", "same_text", "`negative` equals `positive`; give a passage that does not answer."))
+    return issues
+
+
+def _filled(row: dict[str, Any], name: str) -> bool:
+    value = row.get(name)
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _unknown_fields(row: dict[str, Any], known: tuple[str, ...]) -> list[Issue]:
+    issues: list[Issue] = []
+    for key in row:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f"did you mean `{close[0]}`?" if close else f"the fields are {', '.join(known)}."
+            issues.append((str(key), "unknown_field", f"`{key}` is not a field of this contract; {hint}"))
+    return issues
+
+
+def leaked_pairs(train: Path, held_out: Path, *, max_errors: int = 1000) -> ContractReport:
+    """Held-out reward pairs that also appear in the training pairs (same prompt, chosen and rejected, whitespace
+    and case aside), line-numbered in the held-out file: such a pair measures memory, not preference."""
+    seen = {_pair_key(row) for row in _rows(train)}
+    collector = _Collector(str(held_out), max_errors)
+    clean = 0
+    for number, row in enumerate(_rows_numbered(held_out), start=1):
+        if row is None:
+            continue
+        if _pair_key(row) in seen:
+            collector.add(
+                number,
+                [("", "leaked_pair", f"This pair is also in the training data {train.name}; drop it from one side.")],
+            )
+        else:
+            clean += 1
+    return collector.report("reward_model", clean)
+
+
+def _pair_key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(" ".join(str(row.get(name, "")).lower().split()) for name in ("prompt", "chosen", "rejected"))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [row for row in _rows_numbered(path) if row is not None]
+
+
+def _rows_numbered(path: Path) -> list[dict[str, Any] | None]:
+    """Every line of a JSONL file as its object, None for a blank or unreadable line (the contract reports those)."""
+    rows: list[dict[str, Any] | None] = []
+    with path.open("rb") as lines:
+        for raw in lines:
+            try:
+                row = json.loads(raw.decode("utf-8-sig")) if raw.strip() else None
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                row = None
+            rows.append(row if isinstance(row, dict) else None)
+    return rows
 
 
 def check_pair(chosen: str, rejected: str) -> list[Issue]:

@@ -13,8 +13,13 @@ GOLD = "gold"
 class EvalRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     model: str  # a model or adapter directory, or "gold" for the suite's own solutions
-    kind: Literal["terminal_tasks", "heldout"] = "terminal_tasks"
-    dataset_path: str | None = None  # held-out rows, for kind "heldout"
+    # terminal_tasks: a policy on the task suite; heldout: a policy on its method's held-out rows; reward_pairs: a
+    # reward model on held-out pairs; retrieval: a retriever on queries against a corpus.
+    kind: Literal["terminal_tasks", "heldout", "reward_pairs", "retrieval"] = "terminal_tasks"
+    dataset_path: str | None = None  # held-out rows (heldout, reward_pairs) or queries (retrieval)
+    # The subject's training data, for the leakage (reward_pairs) and contamination (retrieval) checks.
+    train_dataset_path: str | None = None
+    corpus_path: str | None = None  # retrieval: the documents the queries are answered from
     # The frozen model a full-weights policy's preference margin is measured against (its base model): DPO's
     # implicit reward is a log-ratio to the reference. An adapter's reference is its base, adapter disabled.
     reference_model: str | None = None

@@ -15,22 +15,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bashgym.trainers.contracts.request import InvalidRequest, TrainingRequest
+from bashgym.trainers.contracts.request import DIRECT_METHODS, InvalidRequest, TrainingRequest
 
 GRPO_LIKE = frozenset({"grpo", "rlvr"})
+REWARD_MODEL = frozenset({"reward_model"})
+RETRIEVER = frozenset({"embedding_retriever"})
 DISTILLATION = frozenset({"distillation"})
 SESSION = frozenset({"session_distillation"})
 
-# Fields one method (or a few) reads; every other field is read by all six.
+# Fields one method (or a few) reads; every other field is read by every method.
 READ_BY: dict[str, frozenset[str]] = {
     # Distillation and session distillation take the SFT fields too (../shared/RECIPES.md).
     "sft_backend": frozenset({"sft", "distillation", "session_distillation"}),
     "dpo_beta": frozenset({"dpo"}),
     "dpo_backend": frozenset({"dpo"}),
-    # Only SFT and DPO evaluate while they train (eval.loss every save_steps).
-    "eval_dataset_path": frozenset({"sft", "dpo"}),
+    # SFT, DPO and reward models evaluate while they train (eval.loss every save_steps); a reward model's held-out
+    # pairs are also checked for leakage from its training pairs before it trains.
+    "eval_dataset_path": frozenset({"sft", "dpo", "reward_model"}),
     # GRPO bounds what it generates instead (grpo_max_completion_length).
-    "max_seq_length": frozenset({"sft", "dpo", "distillation", "session_distillation"}),
+    "max_seq_length": frozenset(
+        {"sft", "dpo", "distillation", "session_distillation", "reward_model", "embedding_retriever"}
+    ),
+    # A retriever is a small encoder: no 4-bit loading, and no Hub publication of a causal LM's artifacts.
+    "load_in_4bit": frozenset({*DIRECT_METHODS, "reward_model"}),
     # Speed settings that only SFT's path applies (trainers/speed.py); "auto" is accepted everywhere.
     "compile": frozenset({"sft"}),
     "packing": frozenset({"sft"}),
@@ -49,6 +56,8 @@ READ_BY: dict[str, frozenset[str]] = {
             "active_sampling",
             "token_level_loss",
             "lm_head_fp32",
+            "grpo_reward_source",
+            "grpo_reward_model",
         ),
         GRPO_LIKE,
     ),
@@ -370,7 +379,9 @@ def lora_args(request: TrainingRequest) -> dict[str, Any] | None:
         "lora_alpha": request.lora_alpha,
         "lora_dropout": request.lora_dropout,
         "target_modules": "all-linear",
-        "task_type": "CAUSAL_LM",
+        # A reward model's scalar head starts untrained, so it trains in full beside the adapter (peft's SEQ_CLS
+        # task keeps the `score` module trainable and saved).
+        "task_type": "SEQ_CLS" if request.method == "reward_model" else "CAUSAL_LM",
     }
 
 
@@ -390,7 +401,11 @@ def method_args(request: TrainingRequest) -> dict[str, Any]:
             args = {
                 "backend": BACKENDS[request.grpo_backend],
                 "profile": request.training_profile,
-                "reward": "each row's verifier, 1.0 passed and 0.0 failed",
+                "reward": (
+                    f"reward model {request.grpo_reward_model}: its scalar score of each prompt and completion"
+                    if request.grpo_reward_source == "reward_model"
+                    else "each row's verifier, 1.0 passed and 0.0 failed"
+                ),
                 "num_generations": values["grpo_num_generations"],
                 "temperature": values["grpo_temperature"],
                 "max_completion_length": values["grpo_max_completion_length"],
@@ -431,6 +446,18 @@ def method_args(request: TrainingRequest) -> dict[str, Any]:
                 "teacher_context": request.session_distillation_context_mode,
                 "reader": request.session_distillation_reader,  # whose reader_confidence the records carry
             }
+        case "reward_model":
+            return {
+                "objective": "Bradley-Terry pairwise loss: -log sigmoid(r(chosen) - r(rejected))",
+                "head": "one scalar (sequence classification, num_labels 1) over the base model",
+                "max_length": request.max_seq_length,
+            }
+        case "embedding_retriever":
+            return {
+                "loss": "MultipleNegativesRankingLoss (in-batch negatives, plus each row's negative when given)",
+                "batch_sampler": "no duplicates within a batch",
+                "max_length": request.max_seq_length,
+            }
     raise AssertionError(request.method)
 
 
@@ -445,6 +472,8 @@ def trainer_name(request: TrainingRequest) -> str:
         "grpo": "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
         "rlvr": "trl.GRPOTrainer (bashgym FilteringGRPOTrainer)",
         "session_distillation": "bashgym SessionDistillationTrainer (transformers.Trainer)",
+        "reward_model": "trl.RewardTrainer",
+        "embedding_retriever": "sentence_transformers.SentenceTransformerTrainer",
     }[request.method]
 
 

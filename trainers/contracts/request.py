@@ -12,21 +12,44 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Method = Literal["sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation"]
-METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
-
-# Methods BashGym knows of but does not start directly, and where they run instead.
-SEPARATE_WORKFLOWS: dict[str, str] = {
-    "dppo": "DPPO replay and its backends run as a separate method-specific workflow, not a direct launch.",
-    "reward_model": "Reward-model training is a separate workflow, not a direct launch.",
-    "reward-model": "Reward-model training is a separate workflow, not a direct launch.",
-    "rm": "Reward-model training is a separate workflow, not a direct launch.",
-    "cascade": "Cascade (MOPD) training is a separate workflow, not a direct launch.",
-    "mopd": "Cascade (MOPD) training is a separate workflow, not a direct launch.",
-    "echo": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
-    "rwml": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
-    "echo_rwml": "ECHO/RWML diagnostics are a separate workflow, not a direct launch.",
+Method = Literal[
+    "sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation", "reward_model", "embedding_retriever"
+]  # fmt: skip
+# The six methods that train the policy itself (a causal LM), judged on the terminal-task suite.
+DIRECT_METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
+# Workflows that train something next to the policy, each with evidence of its own (daemon/evidence/promotion.py):
+# a reward model (a scalar head over a causal LM, TRL's RewardTrainer) and an embedding retriever
+# (sentence-transformers), the latter only in a project whose profile is `embedding_retrieval`.
+WORKFLOW_METHODS: tuple[str, ...] = ("reward_model", "embedding_retriever")
+METHODS: tuple[str, ...] = (*DIRECT_METHODS, *WORKFLOW_METHODS)
+# A retriever's batch when the request leaves it out: each query is contrasted with the batch's other positives.
+RETRIEVER_BATCH_SIZE = 16
+# The names users already send for the workflows; a request is stored under the canonical name.
+METHOD_ALIASES: dict[str, str] = {
+    "reward-model": "reward_model",
+    "rm": "reward_model",
+    "reward": "reward_model",
+    "embedding": "embedding_retriever",
+    "embedding-retriever": "embedding_retriever",
+    "retriever": "embedding_retriever",
 }
+
+# Methods BashGym knows of but does not train, and what to do instead.
+REFUSED_METHODS: dict[str, str] = {
+    "dppo": "BashGym does not train DPPO replay. Train on-policy with `grpo`, or replay stored pairs offline with "
+    "`dpo`; a DPPO run trained elsewhere can be recorded with its metrics through `POST /v1/runs`.",
+    "cascade": "A cascade is a sequence of runs, not one: declare its stages (for example sft, then dpo, then grpo) in "
+    "a campaign spec with `kind: cascade` and start it with `bashgym campaign create`.",
+    "mopd": "BashGym does not train multi-objective (MOPD) cascades beyond declared stages. Declare the stages as a "
+    "`kind: cascade` campaign (bashgym campaign create), each stage a method of its own.",
+    "echo": "BashGym does not compute ECHO/RWML diagnostics. Judge a policy with `bashgym eval run` (pass@k, holdout, "
+    "canaries, unsafe actions) and its reward signal with the GRPO run's reward diagnostics (bashgym training "
+    "metrics).",
+    "rwml": "BashGym does not compute ECHO/RWML diagnostics. Judge a policy with `bashgym eval run` (pass@k, holdout, "
+    "canaries, unsafe actions) and its reward signal with the GRPO run's reward diagnostics (bashgym training "
+    "metrics).",
+}
+REFUSED_METHODS["echo_rwml"] = REFUSED_METHODS["echo"]
 
 REFUSED_TARGETS: dict[str, str] = {
     "cloud": "Bare `cloud` names no lane; use `cloud:nemo-customizer`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
@@ -173,6 +196,11 @@ class TrainingRequest(BaseModel):
     active_sampling: bool = False
     token_level_loss: bool = True
     lm_head_fp32: bool = False
+    # Where GRPO's rewards come from: `verifier` runs each row's verifier; `reward_model` scores each completion with
+    # a trained reward model (grpo_reward_model: a model version of kind reward_model in the run's project, which
+    # the daemon resolves to its directory). rlvr's rewards are verifiable by definition, so it takes verifier only.
+    grpo_reward_source: Literal["verifier", "reward_model"] = "verifier"
+    grpo_reward_model: Annotated[str, Field(min_length=1, max_length=4000)] | None = None
     # Teacher distillation
     teacher_model: str | None = None
     teacher_temperature: Annotated[float, Field(gt=0, le=10)] = 0.7
@@ -218,8 +246,15 @@ class TrainingRequest(BaseModel):
             # Requests stored before the speed fields said null for "the trainer's default"; auto replaces it.
             data = {**data, "gradient_checkpointing": "auto"}
         method = str(data.get("method", "")).lower()
-        if method in SEPARATE_WORKFLOWS:
-            raise InvalidRequest(f"method `{method}` is not started directly. {SEPARATE_WORKFLOWS[method]}")
+        if method in METHOD_ALIASES:
+            data = {**data, "method": METHOD_ALIASES[method]}
+            method = METHOD_ALIASES[method]
+        if method == "embedding_retriever":
+            # In-batch negatives need company: the default batch of 1 would refuse every request that left it out.
+            # A small encoder trains in full unless LoRA is asked for (it needs a newer peft: methods/retriever.py).
+            data = {"batch_size": RETRIEVER_BATCH_SIZE, "use_lora": False, **data}
+        if method in REFUSED_METHODS:
+            raise InvalidRequest(f"method `{method}` is refused. {REFUSED_METHODS[method]}")
         if method and method not in METHODS:
             raise InvalidRequest(f"method `{method}` is unknown; use one of {', '.join(METHODS)}.")
         return data
@@ -266,12 +301,46 @@ class TrainingRequest(BaseModel):
                 f"`{self.grpo_loss_type}` averages {averaging}; "
                 "use dapo/bnpo/dr_grpo for token-level loss, grpo for sequence-level."
             )
+        self._check_reward_source()
+        if self.method == "embedding_retriever" and self.batch_size < 2:
+            raise InvalidRequest(
+                "embedding_retriever learns from in-batch negatives (each query against the other rows' positives), "
+                "so a batch of 1 teaches nothing; set batch_size 2 or more."
+            )
         if self.method == "rlvr" and self.grpo_reward_mode != "verification":
             raise InvalidRequest(
                 "rlvr rewards come from a deterministic verifier; set grpo_reward_mode "
                 "`verification` or use method `grpo`."
             )
         return self
+
+    def _check_reward_source(self) -> None:
+        if self.grpo_reward_source == "reward_model":
+            if self.method == "rlvr":
+                raise InvalidRequest(
+                    "rlvr rewards come from a deterministic verifier, never a learned reward model; use method `grpo` "
+                    "with grpo_reward_source `reward_model`, or drop grpo_reward_source."
+                )
+            if not self.grpo_reward_model:
+                raise InvalidRequest(
+                    "grpo_reward_source `reward_model` needs grpo_reward_model: the model version id of a trained "
+                    "reward model in this project (bashgym ledger context lists them)."
+                )
+            if self.lane != "local":
+                raise InvalidRequest(
+                    "grpo_reward_source `reward_model` trains on `local`: the reward model's files are on the "
+                    "daemon's host. Use compute_target `local`, or reward with each row's verifier."
+                )
+        elif self.grpo_reward_model is not None:
+            raise InvalidRequest(
+                "grpo_reward_model is read only with grpo_reward_source `reward_model`; set that too, or drop "
+                "grpo_reward_model to reward with each row's verifier."
+            )
+        if self.method in WORKFLOW_METHODS and self.lane in {"nemo", "ssh-group"}:
+            raise InvalidRequest(
+                f"method `{self.method}` trains on compute_target `local` or `ssh:<device_id>`; NeMo Customizer "
+                "and device groups train the policy methods only."
+            )
 
     def _check_scale_out(self, lane: str) -> None:
         if self.num_processes % self.num_machines:

@@ -41,6 +41,11 @@ CANONICAL_METRICS = {
     "rewards/accuracies": "train.dpo_accuracy",
     "entropy": "train.entropy",
     "mean_token_accuracy": "train.mean_token_accuracy",
+    # RewardTrainer: the share of a batch's pairs scored the right way round, and the mean score gap.
+    "accuracy": "train.pair_accuracy",
+    "margin": "train.pair_margin",
+    "eval_accuracy": "eval.pair_accuracy",
+    "eval_margin": "eval.pair_margin",
 }
 
 

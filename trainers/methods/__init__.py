@@ -1,4 +1,4 @@
-"""The six methods; each builds a TRL (or TRL-derived) trainer for one request."""
+"""The methods; each builds a TRL (or TRL-derived, or sentence-transformers) trainer for one request."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
     plan = plan_speed(
         request,
         machine,
-        ModelShape.of(model, use_lora=request.use_lora),
+        ModelShape.of(_transformer_of(model), use_lora=request.use_lora),
         lengths=_sample_lengths(rows(), request.seed, tokenizer) if _needs_lengths(request, machine) else (),
         steps=_most_steps(request, machine, rows),
     )
@@ -63,6 +63,10 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
             from bashgym.trainers.methods.distillation import build
         case "session_distillation":
             from bashgym.trainers.methods.session import build
+        case "reward_model":
+            from bashgym.trainers.methods.reward import build
+        case "embedding_retriever":
+            from bashgym.trainers.methods.retriever import build
     trainer = build(request, model, tokenizer, run, args)
     if plan.uses("liger"):
         _print(apply_liger(trainer.model))
@@ -71,6 +75,13 @@ def build_trainer(request: TrainingRequest, model: Any, tokenizer: Any, run: Run
     print(plan.log_line(), flush=True)
     trainer.add_callback(ReportingCallback(run))
     return trainer, plan
+
+
+def _transformer_of(model: Any) -> Any:
+    """The transformers model whose shape the speed plan reads: a SentenceTransformer's first module wraps it."""
+    if hasattr(model, "config"):
+        return model
+    return model[0].auto_model
 
 
 def _renamed_for_transformers(args: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""GRPO and RLVR with TRL's GRPOTrainer; rewards come from executing each row's verifier."""
+"""GRPO and RLVR with TRL's GRPOTrainer; rewards come from executing each row's verifier, or (GRPO only) from a
+trained reward model's score of each prompt and completion."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bashgym.trainers.contracts.fields import method_args
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 from bashgym.trainers.environments.verifiers import reward_function
-from bashgym.trainers.loading import load_rows, lora_config
+from bashgym.trainers.loading import load_reward_model, load_rows, lora_config
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
@@ -80,11 +81,18 @@ def taught_rows(advantages: torch.Tensor, group_size: int) -> torch.Tensor:
 
 def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirectory, args: dict[str, Any]) -> Any:
     settings = method_args(request)
-    dataset = Dataset.from_list([_row(row) for row in load_rows(request.dataset_path)])
     config = GRPOConfig(**args, **{key: settings[key] for key in GRPO_CONFIG_KEYS})
+    rows = load_rows(request.dataset_path)
+    if request.grpo_reward_source == "reward_model":
+        scorer, scorer_tokenizer = load_reward_model(str(request.grpo_reward_model))
+        dataset = Dataset.from_list([{"prompt": row["prompt"]} for row in rows])
+        rewards: dict[str, Any] = {"reward_funcs": [scorer], "reward_processing_classes": [scorer_tokenizer]}
+    else:
+        dataset = Dataset.from_list([_row(row) for row in rows])
+        rewards = {"reward_funcs": [reward_function]}
     return FilteringGRPOTrainer(
         model=model,
-        reward_funcs=[reward_function],
+        **rewards,
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,

@@ -106,3 +106,18 @@ async def test_campaign_run_control_and_device_tools_answer_or_refuse_by_the_dae
         assert devices["devices"] == []
         failed, said = await call(opened, "preflight_device", {"device_id": "gpu-nowhere"})
         assert failed and "gpu-nowhere" in said
+
+
+async def test_a_runs_model_is_kept_as_a_version_only_when_the_run_kept_one(
+    seeded: tuple[RunningDaemon, dict[str, Any]],
+) -> None:
+    """register_run_model answers the daemon's refusal for a run that kept no model (registered, not trained),
+    and a viewer, who lacks ledger.write, is not offered it at all."""
+    daemon, made = seeded
+    arguments = {"project": PROJECT, "run_id": made["run"], "model_version_id": "kept-v1", "model_id": "tiny"}
+    async with session(daemon, made["tokens"]["researcher"]) as opened:
+        failed, said = await call(opened, "register_run_model", arguments)
+        assert failed and "registered no artifacts" in said
+    async with session(daemon, made["tokens"]["viewer"]) as opened:
+        failed, said = await call(opened, "register_run_model", arguments)
+        assert failed and "Unknown tool: register_run_model" in said

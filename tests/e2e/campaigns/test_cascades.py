@@ -191,7 +191,7 @@ def test_a_cascade_keeps_the_campaign_authority_and_its_project(daemon: RunningD
 TRAINED_STEPS = 1000
 
 
-@pytest.mark.slow  # about 8 minutes on 2 cores: 1000 + 100 training steps and four whole-suite evaluations
+@pytest.mark.slow  # about 5 minutes on 2 cores: 1000 + 100 training steps and four whole-suite evaluations
 @pytest.mark.timeout(1800)
 def test_a_three_stage_cascade_ships_its_first_stage_and_stops_where_its_gate_blocks(tmp_path: Path) -> None:
     traces = tmp_path / "traces.jsonl"

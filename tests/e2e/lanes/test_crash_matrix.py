@@ -21,11 +21,14 @@ from typing import Any
 import httpx
 import pytest
 from bashgym.trainers.contracts.rundir import CHECKPOINT_COMPLETE
+from bashgym.trainers.environments.retrieval import shipped_retrieval_split
+from bashgym.trainers.retrieval.tiny import build_tiny_retriever
 from bashgym.trainers.tiny import build_tiny
 
 from tests.support.discord_standin import CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
-from tests.support.factories import grpo_data, sft_data, training_request
+from tests.support.factories import grpo_data, sft_data, tracking_context, training_request
 from tests.support.helpers import RunningDaemon, cli, cli_async, running_daemon, start_daemon
+from tests.support.reward_pairs import reward_pairs, write_jsonl
 
 TERMINAL = {"completed", "failed", "cancelled"}
 CONSUMERS = ("console-notifier", "discord-notifier", "curator")
@@ -124,13 +127,17 @@ def poll(what: str, probe: Callable[[], Any], timeout_s: float = 240) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def run_of(daemon: RunningDaemon, run_id: str) -> dict[str, Any]:
+def run_of(daemon: RunningDaemon, run_id: str, project: str = "nightly") -> dict[str, Any]:
     with daemon.client() as client:
-        return dict(client.get(f"/v1/projects/nightly/runs/{run_id}").json())
+        return dict(client.get(f"/v1/projects/{project}/runs/{run_id}").json())
 
 
-def wait_status(daemon: RunningDaemon, run_id: str, statuses: set[str], timeout_s: float = 240) -> dict[str, Any]:
-    return dict(poll(f"{run_id} in {statuses}", lambda: (r := run_of(daemon, run_id))["status"] in statuses and r))
+def wait_status(
+    daemon: RunningDaemon, run_id: str, statuses: set[str], timeout_s: float = 240, project: str = "nightly"
+) -> dict[str, Any]:
+    return dict(
+        poll(f"{run_id} in {statuses}", lambda: (r := run_of(daemon, run_id, project))["status"] in statuses and r)
+    )
 
 
 def start_run(daemon: RunningDaemon, request: dict[str, Any]) -> str:
@@ -265,6 +272,62 @@ def test_a_grpo_run_pauses_resumes_outlives_a_daemon_kill_and_stops(tiny: Path, 
         run = wait_status(second, run_id, TERMINAL)
         events = check_invariants(second, before)
     assert run["status"] == "cancelled"
+    assert events_of(events, run_id).count("run.started") == 1, "followed after the restart, never relaunched"
+    assert events_of(events, run_id).count("run.paused") == 1 and events_of(events, run_id).count("run.resumed") == 1
+    poll("the trainer gone", lambda: not is_alive(pid), timeout_s=60)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["reward_model", "embedding_retriever"])
+def test_a_workflow_run_pauses_resumes_outlives_a_daemon_kill_and_stops(
+    tiny: Path, home: Path, tmp_path: Path, method: str
+) -> None:
+    """The workflows run under the same supervisor as the direct methods: a reward model and a retriever pause
+    (checkpointed) and resume, outlive a kill -9 of their daemon (followed, never relaunched) and stop."""
+    first = start_daemon(home)
+    if method == "reward_model":
+        data = write_jsonl(tmp_path / "pairs.jsonl", reward_pairs(seed=1, n=64))
+        request = training_request(tiny, data, method=method, max_steps=5000, save_steps=1000)
+    else:  # a retriever trains in a project of its own profile, from a retriever
+        with first.client() as admin:
+            project = {"project_id": "search", "name": "Search", "profile": "embedding_retrieval"}
+            assert admin.post("/v1/projects", json=project).status_code == 201
+        split = shipped_retrieval_split(tmp_path / "retrieval")
+        base = tracking_context(
+            project_id="search",
+            project_display_name="Search",
+            model_id="tiny-retriever",
+            model_version_id="retriever-v1",
+        )
+        request = training_request(
+            build_tiny_retriever(tmp_path / "retriever"),
+            split.train,
+            method=method,
+            max_steps=5000,
+            save_steps=1000,
+            tracking_context=base,
+        )
+    run_id = start_run(first, request)
+    env, project = first.env(), request["tracking_context"]["project_id"]
+    wait_status(first, run_id, {"running"}, project=project)
+    poll("a step", lambda: run_of(first, run_id, project)["metric_summary"])
+    assert cli(env, "training", "pause", run_id, "--project", project).code == 0
+    wait_status(first, run_id, {"paused"}, project=project)
+    assert list((home / "runs" / run_id).glob("checkpoint-*")), f"a paused {method} run checkpointed"
+    assert cli(env, "training", "resume", run_id, "--project", project).code == 0
+    wait_status(first, run_id, {"running"}, project=project)
+    pid = trainer_pid(first, run_id)
+    before = acknowledged(first)
+    sigkill(first)
+    assert is_alive(pid), "the trainer outlives its daemon"
+    with running_daemon(home) as second:
+        assert run_of(second, run_id, project)["status"] == "running"
+        stopped = cli(second.env(), "training", "stop", run_id, "--project", project, "--yes", "--json")
+        assert stopped.code == 0, stopped.stderr
+        run = wait_status(second, run_id, TERMINAL, project=project)
+        events = check_invariants(second, before)
+    assert run["status"] == "cancelled" and run["method"] == method
     assert events_of(events, run_id).count("run.started") == 1, "followed after the restart, never relaunched"
     assert events_of(events, run_id).count("run.paused") == 1 and events_of(events, run_id).count("run.resumed") == 1
     poll("the trainer gone", lambda: not is_alive(pid), timeout_s=60)

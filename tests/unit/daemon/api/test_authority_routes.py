@@ -361,6 +361,7 @@ BEYOND_AUTHORITY = {
     ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): 422,  # the gate blocks a run without evidence
     ("POST", "/v1/projects/{project}/model-versions/{version}/export"): 422,  # its files are not on this host
     ("POST", "/v1/projects/{project}/model-versions/import"): 422,  # no bundle at that path
+    ("POST", "/v1/projects/{project}/runs/{run_id}/model-version"): 422,  # the run has not completed
 }
 
 
@@ -470,6 +471,12 @@ async def case_evaluation_compare(h: Harness) -> tuple[str, dict[str, Any]]:
 async def case_runcard_create(h: Harness) -> tuple[str, dict[str, Any]]:
     project, run = await _run(h)
     return f"/v1/projects/{project}/runs/{run}/runcards", {"json": {"known_limitations": ["no evidence yet"]}}
+
+
+async def case_run_model_version(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    body = {"model_version_id": f"mv-{next(_counter)}", "model_id": "m"}
+    return f"/v1/projects/{project}/runs/{run}/model-version", {"json": body}
 
 
 async def case_promote(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -590,6 +597,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/evaluations"): case_evaluation_start,
     ("POST", "/v1/projects/{project}/evaluations/compare"): case_evaluation_compare,
     ("POST", "/v1/projects/{project}/runs/{run_id}/runcards"): case_runcard_create,
+    ("POST", "/v1/projects/{project}/runs/{run_id}/model-version"): case_run_model_version,
     ("POST", "/v1/projects/{project}/runs/{run_id}/promote"): case_promote,
     ("POST", "/v1/projects/{project}/model-versions/{version}/export"): case_model_export,
     ("POST", "/v1/projects/{project}/model-versions/import"): case_model_import,

@@ -124,10 +124,56 @@ def test_a_misspelt_field_is_refused_with_the_closest_name() -> None:
         request_from_recipe(payload)
 
 
-@pytest.mark.parametrize("strategy", ["dppo", "reward_model", "cascade", "echo", "rwml"])
-def test_separate_workflows_are_refused_with_a_sentence(strategy: str) -> None:
-    with pytest.raises(ValidationError, match="separate"):
+@pytest.mark.parametrize(
+    ("strategy", "instead"),
+    [
+        ("dppo", "Train on-policy with `grpo`"),
+        ("cascade", "`kind: cascade`"),
+        ("mopd", "`kind: cascade`"),
+        ("echo", "bashgym eval run"),
+        ("rwml", "bashgym eval run"),
+        ("echo_rwml", "bashgym eval run"),
+    ],
+)
+def test_methods_bashgym_does_not_train_are_refused_saying_what_to_do_instead(strategy: str, instead: str) -> None:
+    with pytest.raises(ValidationError, match=f"method `{strategy}` is refused") as refused:
         TrainingRequest.model_validate({**recipe("sft"), "strategy": strategy})
+    assert instead in str(refused.value)
+    assert "surface" not in str(refused.value) and "separate" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("sent", "method"),
+    [
+        ("reward_model", "reward_model"),
+        ("reward-model", "reward_model"),
+        ("rm", "reward_model"),
+        ("embedding", "embedding_retriever"),
+        ("retriever", "embedding_retriever"),
+    ],
+)
+def test_the_workflows_are_methods_under_the_names_users_send(sent: str, method: str) -> None:
+    sent_request = {"strategy": sent, "base_model": "org/model-1b", "dataset_path": "/data/train.jsonl"}
+    request = TrainingRequest.model_validate(sent_request)
+    assert request.method == method
+    if method == "embedding_retriever":
+        assert request.batch_size == 16  # in-batch negatives need a batch; 1 is refused when sent
+        with pytest.raises(ValidationError, match="set batch_size 2 or more"):
+            TrainingRequest.model_validate({**sent_request, "batch_size": 1})
+
+
+def test_grpo_rewarded_by_a_reward_model_names_it_trains_locally_and_rlvr_refuses_it() -> None:
+    fields = {"grpo_reward_source": "reward_model", "grpo_reward_model": "mv-reward"}
+    request = request_from_recipe(recipe("grpo", **fields))
+    assert request.grpo_reward_model == "mv-reward"
+    with pytest.raises(ValidationError, match="needs grpo_reward_model"):
+        request_from_recipe(recipe("grpo", grpo_reward_source="reward_model"))
+    with pytest.raises(ValidationError, match="rlvr rewards come from a deterministic verifier"):
+        request_from_recipe(recipe("rlvr", **fields))
+    with pytest.raises(ValidationError, match="trains on `local`"):
+        request_from_recipe(recipe("grpo", **fields, compute_target="ssh:gpu1"))
+    with pytest.raises(ValidationError, match="grpo_reward_model is read only with grpo_reward_source"):
+        request_from_recipe(recipe("grpo", grpo_reward_model="mv-reward"))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""The embedding-retriever workflow: the shipped retrieval corpus, its tiny model and its evaluation."""
