@@ -28,6 +28,7 @@ from bashgym.client.validation import canonical_json, check_identifier, sha256_t
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.sources import local_model_dir
+from bashgym.daemon.failpoints import reach
 from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python_facts
 from bashgym.daemon.lanes.group import GroupSupervisor
 from bashgym.daemon.lanes.nemo import LANE_CAPABILITIES, PAUSE_REFUSED, NemoCustomizer, NemoError
@@ -79,12 +80,16 @@ class TrainingService:
         Nothing that ran is relaunched."""
         for run in await self.ledger.active_runs():
             run_dir = self.settings.runs_dir / run["run_id"]
-            if not (run_dir / "request.json").exists():
-                continue  # registered through the ledger API by another system; not ours to resolve
             handle = RunHandle(
                 run["workspace_id"], run["project_id"], run["run_id"], run["attempt_id"], run_dir, run["method"]
             )
             actor = Actor(actor_id="system:reconcile", correlation_id="")
+            if not (run_dir / "request.json").exists():
+                if _launched_here(run) and run["status"] == "queued":
+                    # Recorded by a launch here that died before writing the trainer's request: nothing ran, and
+                    # nothing can, so the run ends saying so instead of waiting queued for ever.
+                    await self._settle(handle, actor, "failed", NEVER_WRITTEN)
+                continue  # otherwise registered through the ledger API by another system; not ours to resolve
             state = await asyncio.to_thread(_read_state, run_dir)
             lane = await asyncio.to_thread(LaneState, run_dir)
             if lane.lane != "local":
@@ -269,6 +274,7 @@ class TrainingService:
             if job is not None:
                 await asyncio.shield(self._cancel_orphan(job["id"]))
             raise
+        reach(self.settings.failpoint, "training.start.registered")
         run = written.record
         handle = RunHandle(
             workspace,
@@ -816,6 +822,18 @@ def stopped_by(actor: Actor) -> str:
     """Who stopped a run and with which command, for its end's reason (and so the "Run cancelled" notice)."""
     via = "/run stop in Discord" if (actor.correlation_id or "").startswith("discord-") else "training stop"
     return f"{actor.actor_id} ({via})"
+
+
+NEVER_WRITTEN = (
+    "The daemon stopped after recording this run and before writing its trainer's request: nothing trained. "
+    "Launch it again (bashgym training start)."
+)
+
+
+def _launched_here(run: dict[str, Any]) -> bool:
+    """A run this daemon's launch recorded (a training request's digest and data digest), not one another system
+    registered through the ledger API to report its own training."""
+    return bool(run.get("recipe_digest")) and bool(run.get("dataset_sha256"))
 
 
 def _write_request(run_dir: Path, request: TrainingRequest) -> None:

@@ -205,6 +205,27 @@ def test_run_queued_the_daemon_killed_while_a_run_waits_for_a_slot_starts_it_onc
     assert holder_run["metric_summary"]["train.loss"]["count"] == 12, "the holder was followed, not relaunched"
 
 
+def test_run_recorded_the_daemon_killed_before_its_request_was_written_ends_failed_saying_so(
+    tiny: Path, home: Path, tmp_path: Path
+) -> None:
+    """A launch recorded in the ledger whose trainer request was never written cannot start: after the restart
+    it ends `failed` with the reason and what to do, instead of waiting `queued` for ever."""
+    first = start_daemon(home, env={"BASHGYM_FAILPOINT": "training.start.registered"})
+    with first.client() as client, pytest.raises(httpx.TransportError):
+        client.post("/v1/training/start", json=training_request(tiny, sft_data(tmp_path), max_steps=2))
+    first.proc.wait(timeout=10)
+    first.close()
+    with running_daemon(home) as second:
+        with second.client() as client:
+            runs = client.get("/v1/projects/nightly/runs").json()
+        assert len(runs) == 1
+        run = wait_status(second, runs[0]["run_id"], TERMINAL)
+        assert cli(second.env(), "ledger", "verify").code == 0
+    assert run["status"] == "failed"
+    assert "before writing its trainer's request: nothing trained" in run["attempts"][-1]["status_reason"]
+    assert not (home / "runs" / run["run_id"] / "request.json").exists()
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("killed", ["daemon", "daemon-while-the-trainer-finishes", "trainer", "both"])
 def test_trainer_running_a_kill_resolves_the_run_exactly_once(
