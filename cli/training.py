@@ -13,7 +13,7 @@ from bashgym.cli.registry import Ctx, command, command_group, done, read_json_fi
 from bashgym.cli.usage import UsageError, input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
 from bashgym.client.specs import run_project
-from bashgym.trainers.contracts.datasets import format_report, validate_dataset, validate_request_data
+from bashgym.trainers.contracts.datasets import format_report, leaked_pairs, validate_dataset, validate_request_data
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import METHODS, InvalidRequest, TrainingRequest, merge_config_file
 
@@ -160,8 +160,35 @@ async def _request_body(ctx: Ctx) -> dict[str, object]:
         context = body.get("tracking_context")
         workspace = ctx.workspace or ctx.settings.default_workspace
         project = run_project(context if isinstance(context, dict) else None, workspace)
+        held_out = _local_file(body.get("eval_dataset_path"))
+        if held_out is not None:  # --config's held-out rows, a file here: checked, then uploaded like the data
+            _check_locally(parsed, held_out)
+            _check_leakage(parsed, dataset, held_out)
+            body["eval_dataset_path"] = await upload_for(ctx, held_out, project)
         body["dataset_path"] = await upload_for(ctx, dataset, project)
     return body
+
+
+def _local_file(value: object) -> Path | None:
+    """A path naming a file on this machine (a blob reference or a path only the daemon's host has is sent as
+    it is, for the daemon to confine)."""
+    if not isinstance(value, str) or value.startswith("bashgym://"):
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_file() else None
+
+
+def _check_leakage(request: TrainingRequest, dataset: Path, held_out: Path) -> None:
+    """A reward model's held-out pairs may not be training pairs: said here, by line, before anything is sent."""
+    if request.method != "reward_model":
+        return
+    leaks = leaked_pairs(dataset, held_out)
+    if not leaks.ok:
+        raise RuleRejected(
+            "The held-out pairs leak from the training pairs; nothing was uploaded or launched.\n"
+            + format_report(leaks),
+            hint="Drop the leaked pairs from one of the files.",
+        )
 
 
 def _check_locally(request: TrainingRequest, dataset: Path) -> None:
