@@ -33,10 +33,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -p randomly --randomly-seed=$(TEST_SEED)
 
 # Acceptance checks that train for minutes (CI runs them after the suite), one test file per worker as `test` does:
-# each process trains with one torch thread (tests/conftest.py), so two files at once use both cores: 13 to 18
-# minutes on 2 cores (13:04 and 17:50 on 2026-12-05; it was 17:50 to 34:17 one file at a time).
+# each process trains with one torch thread (tests/conftest.py), so two files at once use both cores. The files go
+# in tests/conftest.py's SLOW_ORDER (--no-loadscope-reorder keeps it): 14:18 on 2 cores on 2026-12-05, where xdist's
+# own order (most tests first) took 18:08 by queueing the demo and the cascade on one worker.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10 -p no:randomly
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 -p no:randomly
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

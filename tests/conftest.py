@@ -23,24 +23,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", help="also run the tests marked slow (make test-slow)")
 
 
-# The slow suite's longest files, longest first, as measured on 2 cores (CI on 2026-12-05): two workers take whole
-# files in collection order, two at a time to start with, so the longest go first and to different workers, the
-# rest filling in behind (longest processing time first). Left in path order, the full demo (8.8 min) started
-# last on a worker that had already run the cascade (5 min): 17.6 min of wall time for 13 min of work per worker.
-LONGEST_FIRST = (
-    "tests/e2e/cli/test_demo.py",  # 528 s: the full demo, twice
-    "tests/e2e/workflows/test_retrieval_demo.py",  # 34 s: shares the first worker's start with the demo
-    "tests/e2e/campaigns/test_cascades.py",  # 335 s
-    "tests/e2e/campaigns/test_campaign_learning.py",  # 255 s
-    "tests/e2e/bench/test_gpu_sft_bench.py",  # 87 s
+# The slow suite's order (make test-slow passes --no-loadscope-reorder, so xdist keeps it): two workers take whole
+# files from the front of the queue, each taking the next file while it has 2 tests or fewer left. The full demo
+# goes first (worker 1), a file of many short tests second (worker 2, which then takes the cascade and the campaign
+# as it drains), the short retrieval demo third (worker 1, behind the demo); the rest follow longest first. Left
+# to xdist's default (files with the most tests first), the demo (9.5 min) and the cascade (5.4 min) queued on one
+# worker: test-slow took 18 min of wall time for 13 min of work per worker (CI, 2026-12-05).
+SLOW_ORDER = (
+    "tests/e2e/cli/test_demo.py",  # 569 s: the full demo, twice
+    "tests/e2e/trainers/test_methods_through_the_daemon.py",  # 46 s over 6 tests
+    "tests/e2e/workflows/test_retrieval_demo.py",  # 37 s
+    "tests/e2e/campaigns/test_cascades.py",  # 323 s
+    "tests/e2e/campaigns/test_campaign_learning.py",  # 226 s
+    "tests/e2e/bench/test_gpu_sft_bench.py",  # 98 s
+    "tests/e2e/trainers/test_compile_bench.py",  # 70 s
+    "tests/e2e/campaigns/test_campaign_runner.py",  # 64 s
+    "tests/e2e/evidence/test_eval_repeats.py",  # 55 s
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked slow (minutes of training) run with --slow or -m slow, never in the default suite; there, the
-    longest files are scheduled first (LONGEST_FIRST)."""
+    files are queued in SLOW_ORDER, the rest after them in path order."""
     if config.getoption("--slow") or "slow" in (config.getoption("-m") or ""):
-        rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+        rank = {path: index for index, path in enumerate(SLOW_ORDER)}
         items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep order
         return
     skip = pytest.mark.skip(reason="slow: run with make test-slow (pytest -m slow)")
