@@ -421,8 +421,11 @@ class EvaluationService:
         files: dict[str, Path] = {}
         if request["model"] != GOLD:
             files["model"], request["model"] = Path(request["model"]), "model"
-        if request.get("dataset_path"):
-            files["dataset.jsonl"], request["dataset_path"] = Path(request["dataset_path"]), "dataset.jsonl"
+        # The rows, a retriever's corpus and the subject's training data (leakage, contamination) travel with it.
+        for field, name in (("dataset_path", "dataset.jsonl"), ("corpus_path", "corpus.jsonl"),
+                            ("train_dataset_path", "train.jsonl")):  # fmt: skip
+            if request.get(field):
+                files[name], request[field] = Path(request[field]), name
         remote = RemoteRun(device, job["evaluation_id"], eval_dir)
         await remote.open()
         try:
