@@ -134,14 +134,14 @@ def _demo_args(parser: argparse.ArgumentParser) -> None:
         choices=("campaign", "retrieval"),
         default="campaign",
         help="campaign: the SFT campaign loop (default); retrieval: train an embedding retriever on the shipped "
-        "corpus and judge it against its untrained baseline (about 1 min)",
+        "corpus and judge it against its untrained baseline (under a minute)",
     )
 
 
 @command(
     "demo",
     help="the whole loop on a tiny model: campaign, evidence, gate, promotion, report (3-6 min, 2 cores); "
-    "--workflow retrieval trains a retriever instead (1 min)",
+    "--workflow retrieval trains a retriever instead (under a minute)",
 )(_demo_args)
 async def demo(ctx: Ctx) -> int:
     a = ctx.args
@@ -191,7 +191,7 @@ async def _retrieval_demo(ctx: Ctx, home: Path) -> int:
 
     display = Display(sys.stderr if ctx.as_json else sys.stdout, sys.stderr)
     display.say(f"BashGym retrieval demo home: {home}")
-    display.say("Expected: about 1 min on 2 idle cores.")
+    display.say("Expected: under a minute on 2 idle cores.")
     options = DemoOptions(home=home)
     async with demo_services(options, ctx.environ) as services, DaemonClient(services.api, services.token) as client:
         display.say(f"Daemon: {services.api} (log: {home / DAEMON_LOG})")
