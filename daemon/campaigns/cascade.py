@@ -23,22 +23,17 @@ A stage that does not ship stops the cascade in `blocked`, its blockers on the i
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Protocol
 
-from bashgym.client.errors import BashGymError, RuleRejected
+from bashgym.client.errors import RuleRejected
 from bashgym.client.specs import Actor
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.evaluations import CompareBody, EvaluationService
 from bashgym.daemon.evidence.gathering import gather_evidence, record_gate, register_run_model
 from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate
-from bashgym.daemon.evidence.sources import base_model_of
-from bashgym.daemon.launch_context import environment_id, registered_context
-from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.campaigns import add_stages
 from bashgym.ledger.store import Ledger
-from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import TrainingRequest
 
 STAGE_DECISIONS = frozenset({"ship", "blocked", "failed"})
@@ -130,6 +125,15 @@ class Runner(Protocol):
 
     async def owner_may(self, campaign: dict[str, Any], it: dict[str, Any], capability: str) -> bool: ...
 
+    async def pinned_request(
+        self,
+        campaign: dict[str, Any],
+        it: dict[str, Any],
+        model_version: str,
+        dataset_version: str,
+        recipe: dict[str, Any],
+    ) -> TrainingRequest: ...
+
 
 class CascadeSteps:
     """The steps of a cascade that differ from a search campaign's, run by the campaign runner."""
@@ -166,44 +170,7 @@ class CascadeSteps:
         if not version:
             raise RuleRejected(f"Stage {previous['iteration_id']} kept no model version for {it['iteration_id']}.")
         declared = spec["stages"][it["number"] - 1]
-        # Looked up in the campaign's project only: another project's model or data is missing here.
-        model = await ledger.get_model_version(ws, project, version)
-        data = await ledger.get_dataset_version(ws, project, declared["dataset_version_id"])
-        if not runner.blobs.has(data["content_digest"]):
-            raise BashGymError(
-                f"Dataset version {declared['dataset_version_id']} has no stored content to train on.",
-                hint="Register it with bashgym dataset register.",
-            )
-        experiment = {
-            "experiment_id": f"campaign-{campaign['campaign_id']}"[:128],
-            "name": campaign["title"][:200],
-            "objective": spec["objective"],
-            "task_type": "campaign",
-        }
-        context = await registered_context(
-            ledger,
-            ws,
-            project,
-            model=model,
-            dataset=data,
-            experiment=experiment,
-            environment=environment_id(spec["compute_target"], prefix="campaign-"),
-        )
-        context["campaign_id"] = campaign["campaign_id"]
-        reach = Reach(runner.settings, ledger, runner.blobs, ws)
-        await check_model_source(reach, project, model)
-        source = await asyncio.to_thread(base_model_of, runner.settings, runner.blobs, ws, project, model)
-        # A stage recipe comes from people: its paths and models are confined like a launch's.
-        chosen = await confine_request(reach, dict(declared["recipe"]), project, skip=("base_model", "dataset_path"))
-        recipe = {
-            **chosen,
-            "base_model": source,
-            "dataset_path": str(runner.blobs.path_for(data["content_digest"])),
-            "compute_target": spec["compute_target"],
-            "tracking_context": context,
-            "correlation_id": it["iteration_id"],
-        }
-        return request_from_recipe(recipe)
+        return await runner.pinned_request(campaign, it, version, declared["dataset_version_id"], declared["recipe"])
 
     async def keep_model(self, campaign: dict[str, Any], it: dict[str, Any]) -> str:
         """Register the stage run's kept model as a model version whose parent is the version it trained from."""

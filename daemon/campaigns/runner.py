@@ -409,12 +409,26 @@ class CampaignRunner(BackgroundLoop):
         return False
 
     async def _request(self, campaign: dict[str, Any], it: dict[str, Any]) -> TrainingRequest:
-        """The candidate's training request: the base recipe with its one change, on pinned model and data,
-        with a complete tracking context so the run is official and lands in the campaign's project."""
-        ws, project, spec = campaign["workspace_id"], campaign["project_id"], campaign["spec"]
+        """The candidate's training request: the base recipe with its one change, on pinned model and data."""
+        spec = campaign["spec"]
         change = dict(it["recipe_change"])
         dataset_version = change.pop("dataset_version_id", spec["dataset_version_ids"][0])
-        model = await self.ledger.get_model_version(ws, project, spec["starting_model_version_id"])
+        recipe = {**spec["base_recipe"], **change}
+        return await self.pinned_request(campaign, it, spec["starting_model_version_id"], dataset_version, recipe)
+
+    async def pinned_request(
+        self,
+        campaign: dict[str, Any],
+        it: dict[str, Any],
+        model_version: str,
+        dataset_version: str,
+        recipe: dict[str, Any],
+    ) -> TrainingRequest:
+        """An iteration's training request: `recipe` on a model and dataset version of the campaign's project, with
+        a complete tracking context so the run is official and lands there (a candidate's, a cascade stage's)."""
+        ws, project, spec = campaign["workspace_id"], campaign["project_id"], campaign["spec"]
+        # Looked up in the campaign's project only: another project's model or data is missing here.
+        model = await self.ledger.get_model_version(ws, project, model_version)
         data = await self.ledger.get_dataset_version(ws, project, dataset_version)
         if not self.blobs.has(data["content_digest"]):
             raise BashGymError(
@@ -440,16 +454,15 @@ class CampaignRunner(BackgroundLoop):
         reach = Reach(self.settings, self.ledger, self.blobs, ws)
         await check_model_source(reach, project, model)
         source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
-        # The recipe and its change come from people: their paths and models are confined like a launch's.
-        chosen = await confine_request(
-            reach, {**spec["base_recipe"], **change}, project, skip=("base_model", "dataset_path")
+        # The recipe comes from people: its paths and models are confined like a launch's.
+        chosen = await confine_request(reach, dict(recipe), project, skip=("base_model", "dataset_path"))
+        return request_from_recipe(
+            {
+                **chosen,
+                "base_model": source,
+                "dataset_path": str(self.blobs.path_for(data["content_digest"])),
+                "compute_target": spec["compute_target"],
+                "tracking_context": context,
+                "correlation_id": it["iteration_id"],
+            }
         )
-        recipe = {
-            **chosen,
-            "base_model": source,
-            "dataset_path": str(self.blobs.path_for(data["content_digest"])),
-            "compute_target": spec["compute_target"],
-            "tracking_context": context,
-            "correlation_id": it["iteration_id"],
-        }
-        return request_from_recipe(recipe)
