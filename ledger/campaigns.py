@@ -193,19 +193,11 @@ def add_iterations(
     for offset, proposal in enumerate(proposals, start=1):
         number = last + offset
         iteration_id = f"{campaign_id}.i{number}"
-        tx.conn.execute(
-            "INSERT INTO campaign_iterations (workspace_id, project_id, campaign_id, iteration_id, number, kind, "
-            "stage, primary_variable, recipe_change_json, rationale, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, 'candidate', 'queued', ?, ?, ?, ?, ?)",
-            (ws, project, campaign_id, iteration_id, number, proposal["primary_variable"],
-             canonical_json({proposal["primary_variable"]: proposal["value"]}), proposal["rationale"], tx.now, tx.now),
+        change = {proposal["primary_variable"]: proposal["value"]}
+        _insert_iteration(
+            tx, ws, project, campaign_id, iteration_id, number, "candidate", proposal["primary_variable"], change,
+            proposal["rationale"],
         )  # fmt: skip
-        tx.append_event(
-            "campaign.iteration_added",
-            workspace_id=ws,
-            project_id=project,
-            payload={"entity": "campaign_iteration", "entity_id": iteration_id, "campaign_id": campaign_id},
-        )
         added.append(iteration_id)
     return {
         "campaign_id": campaign_id,
@@ -379,17 +371,36 @@ def add_stages(tx: Tx, ws: str, project: str, campaign_id: str) -> tuple[dict[st
     stages = campaign["spec"].get("stages") or []
     for number, stage in enumerate(stages, start=1):
         iteration_id = f"{campaign_id}.i{number}"
-        tx.conn.execute(
-            "INSERT INTO campaign_iterations (workspace_id, project_id, campaign_id, iteration_id, number, kind, "
-            "stage, primary_variable, recipe_change_json, rationale, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, 'stage', 'queued', ?, ?, ?, ?, ?)",
-            (ws, project, campaign_id, iteration_id, number, stage["name"], canonical_json(stage["recipe"]),
-             f"cascade stage {number} of {len(stages)}", tx.now, tx.now),
+        _insert_iteration(
+            tx, ws, project, campaign_id, iteration_id, number, "stage", stage["name"], stage["recipe"],
+            f"cascade stage {number} of {len(stages)}",
         )  # fmt: skip
-        tx.append_event(
-            "campaign.iteration_added",
-            workspace_id=ws,
-            project_id=project,
-            payload={"entity": "campaign_iteration", "entity_id": iteration_id, "campaign_id": campaign_id},
-        )
     return {"campaign_id": campaign_id, "stages": len(stages)}, False
+
+
+def _insert_iteration(
+    tx: Tx,
+    ws: str,
+    project: str,
+    campaign_id: str,
+    iteration_id: str,
+    number: int,
+    kind: str,
+    variable: str,
+    recipe: dict[str, Any],
+    rationale: str,
+) -> None:
+    """A queued iteration (a search candidate or a cascade stage) and its `campaign.iteration_added` event."""
+    tx.conn.execute(
+        "INSERT INTO campaign_iterations (workspace_id, project_id, campaign_id, iteration_id, number, kind, "
+        "stage, primary_variable, recipe_change_json, rationale, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+        (ws, project, campaign_id, iteration_id, number, kind, variable, canonical_json(recipe), rationale, tx.now,
+         tx.now),
+    )  # fmt: skip
+    tx.append_event(
+        "campaign.iteration_added",
+        workspace_id=ws,
+        project_id=project,
+        payload={"entity": "campaign_iteration", "entity_id": iteration_id, "campaign_id": campaign_id},
+    )
