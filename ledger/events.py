@@ -158,6 +158,17 @@ class NoticeFailed(_Payload):
     message: str = ""
 
 
+class ExternalJobChanged(_Payload):
+    """An external job was accepted, submitted, or moved to a state its upstream reported."""
+
+    entity: str
+    entity_id: str
+    state: str
+    upstream_job_id: str = ""
+    upstream_state: str = ""
+    reason: str = ""
+
+
 # Every event type the ledger accepts, with the payload model it must validate against.
 EVENT_TYPES: dict[str, type[_Payload]] = {
     "project.created": EntityRegistered,
@@ -215,6 +226,11 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "blob.held": EntityRegistered,
     "consumer.cursor_moved": ConsumerCursorMoved,
     "notice.failed": NoticeFailed,
+    **{
+        f"external_job.{state}": ExternalJobChanged
+        for state in ("accepted", "submitted", "running", "completed", "failed", "cancelled", "unknown")
+    },
+    "compute_plan.recorded": EntityRegistered,
 }
 
 

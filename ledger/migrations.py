@@ -22,6 +22,7 @@ from bashgym.ledger.schema import (
     v11,
     v12,
     v13,
+    v14,
 )
 
 
@@ -53,6 +54,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "consumer_leases", v11.SQL),
     Migration(12, "cascade_stages", v12.SQL, rebuilds_tables=True),
     Migration(13, "model_kinds_and_project_profiles", v13.SQL),
+    Migration(14, "external_jobs_and_compute_plans", v14.SQL),
 )
 
 _RECORD_TABLE = """

@@ -698,6 +698,7 @@ def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT r.workspace_id, r.project_id, r.run_id, r.status, r.method, r.recipe_digest, "
         "json_extract(r.config_json, '$.dataset_sha256') AS dataset_sha256, "
+        "json_extract(r.config_json, '$.external_job_id') AS external_job_id, "
         "(SELECT a.attempt_id FROM attempts a WHERE a.workspace_id = r.workspace_id AND a.project_id = r.project_id "
         "AND a.run_id = r.run_id ORDER BY a.attempt_number DESC LIMIT 1) AS attempt_id "
         f"FROM runs r WHERE r.status IN ({', '.join('?' * len(owned))}) ORDER BY r.created_at, r.run_id",

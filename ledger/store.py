@@ -28,6 +28,7 @@ from bashgym.ledger import (
     device_groups,
     devices,
     evidence,
+    external_jobs,
     ids,
     integrity,
     leases,
@@ -451,6 +452,21 @@ class Ledger:
     get_device_group = reads(device_groups.get_device_group)
 
     list_device_groups = reads(device_groups.list_device_groups)
+
+    # -- external jobs and compute plans ---------------------------------------------------------------------------
+    begin_external_job = puts(external_jobs.begin_external_job)
+    record_external_submission = puts(external_jobs.record_submission)
+    observe_external_job = puts(external_jobs.observe_external_job)
+    record_external_result = puts(external_jobs.record_result)
+    record_external_cancel = puts(external_jobs.record_cancel_request)
+    get_external_job = reads(external_jobs.get_external_job)
+    external_job_of_run = reads(external_jobs.external_job_of_run)
+    list_external_jobs = reads(external_jobs.list_external_jobs)
+    open_external_jobs = reads(external_jobs.open_external_jobs)
+    external_job_observations = reads(external_jobs.job_observations)
+    record_compute_plan = puts(external_jobs.record_plan)
+    mark_plan_launched = puts(external_jobs.mark_plan_launched)
+    get_compute_plan = reads(external_jobs.get_plan)
 
     # -- consumers -------------------------------------------------------------------------------
 
