@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from bashgym.agents import external_jobs
 from bashgym.agents.daemon import Daemon, refusal
 from bashgym.agents.tools import Tool, build
 from bashgym.client.errors import ApiError
@@ -25,8 +26,8 @@ list_experiment_projects, then get_experiment_context for the project you work o
 plan_training before start_training, and give start_training a tracking_context (without one the run is recorded
 under `unassigned`) and an idempotency_key. A loss curve or a smoke run is never a quality claim: promotion_gate
 decides from evaluations against a pinned baseline. Destructive tools (stop_run, cancel_campaign,
-conclude_campaign, promote_decide, amend_budget) ask for confirmation or need confirm: true. The skills
-(resources under bashgym://skills/) say how the team works."""
+conclude_campaign, promote_decide, amend_budget, cancel_external_job) ask for confirmation or need confirm: true.
+The skills (resources under bashgym://skills/) say how the team works."""
 
 
 async def serve(client: DaemonClient, workspace: str | None) -> None:
@@ -42,7 +43,8 @@ async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
     except ApiError as exc:
         raise SystemExit(f"bashgym mcp: the daemon refused this token: {refusal(exc)}") from exc
     held = set(principal.capabilities)
-    offered = [tool for tool in build(daemon) if tool.capability is None or tool.capability in held]
+    every = [*build(daemon), *external_jobs.build(daemon)]
+    offered = [tool for tool in every if tool.capability is None or tool.capability in held]
     server: MCPServer = MCPServer(
         name="bashgym",
         instructions=INSTRUCTIONS + f"\nThis server acts as {principal.actor_id}.",

@@ -28,6 +28,7 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns.runner import CampaignRunner
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.daemon.evidence.evaluations import EvaluationService
+from bashgym.daemon.external.service import ExternalJobs
 from bashgym.daemon.host_paths import secure_home
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.notices.render import ConsoleNotifier, NoticeRenderer
@@ -172,6 +173,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             CampaignRunner(settings, ledger, training, evaluations),
             _console_channel(settings, ledger, environ),
             SinkForwarder(ledger, environ) as sinks,
+            ExternalJobs(settings, ledger, environ) as external,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             if environ.get(settings.discord_token_env):
@@ -197,6 +199,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 evaluations=evaluations,
                 scheduler=scheduler,
                 sinks=sinks,
+                external=external,
                 discord_configured=bool(environ.get(settings.discord_token_env)),
                 nemo_key_set=bool(environ.get(settings.nemo_api_key_env)),
             )

@@ -9,6 +9,7 @@ from bashgym.daemon.authority import RateLimiter, WaitSlots
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.daemon.evidence.evaluations import EvaluationService
+from bashgym.daemon.external.service import ExternalJobs
 from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -29,6 +30,7 @@ class Services:
     evaluations: EvaluationService | None = None
     scheduler: ReportScheduler | None = None
     sinks: SinkForwarder | None = None
+    external: ExternalJobs | None = None  # Hugging Face Jobs and managed providers (daemon/external/)
     # When a principal holding delegate.discord (the bot) last asked for notices: the bot is connected
     # while it keeps long-polling them.
     bot_polled_at: float | None = None

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.client.errors import InvalidInput
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORT = 8321
 DAEMON_LOG = Path("logs", "daemon.log")  # under the home
+
+
+class ProviderSettings(BaseModel):
+    """A managed fine-tuning provider: where its API is and which environment variable holds its key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base_url: str = Field(pattern=r"^https?://\S+$")
+    api_key_env: str = Field(pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")
 
 
 class Settings(BaseSettings):
@@ -64,6 +73,23 @@ class Settings(BaseSettings):
     nemo_namespace: str = Field("default", description="NeMo Data Store namespace of datasets named by digest.")
     nemo_poll_s: float = Field(5.0, gt=0, description="Seconds between status polls of a NeMo Customizer job.")
     nemo_gpus: int = Field(1, ge=0, le=1024, description="GPUs a NeMo Customizer job occupies, for GPU-hours.")
+    hf_jobs_token_env: str = Field(
+        "HF_TOKEN", description="Name of the environment variable holding the Hub token Hugging Face Jobs run with."
+    )
+    hf_endpoint: str = Field("", description="Hugging Face Hub endpoint for jobs (default: huggingface_hub's).")
+    hf_jobs_image: str = Field(
+        "ghcr.io/astral-sh/uv:python3.12-bookworm", description="Container image a Hugging Face Job runs in."
+    )
+    hf_jobs_install: str = Field(
+        "",
+        description="Shell command that installs BashGym inside a Hugging Face Job (default: pip install of "
+        "bashgym[train] at this daemon's version).",
+    )
+    external_poll_s: float = Field(5.0, gt=0, description="Seconds between polls of an external job's upstream.")
+    providers: dict[str, ProviderSettings] = Field(
+        default_factory=dict,
+        description="Managed fine-tuning providers (OpenAI-compatible API), by name: {base_url, api_key_env}.",
+    )
     discord_token_env: str = Field(
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
@@ -164,6 +190,17 @@ class Settings(BaseSettings):
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _providers_json(cls, value: object) -> object:
+        """BASHGYM_PROVIDERS is JSON: {"name": {"base_url": ..., "api_key_env": ...}}; bashgym.toml uses tables."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON ({exc.msg})") from exc
         return value
 
     @property

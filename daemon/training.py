@@ -79,6 +79,8 @@ class TrainingService:
         the outcome a finished one left, start one that never started, and mark the unprovable `unknown`.
         Nothing that ran is relaunched."""
         for run in await self.ledger.active_runs():
+            if run.get("external_job_id"):
+                continue  # its compute is someone else's: daemon/external/ follows it by asking the upstream
             run_dir = self.settings.runs_dir / run["run_id"]
             handle = RunHandle(
                 run["workspace_id"], run["project_id"], run["run_id"], run["attempt_id"], run_dir, run["method"]

@@ -12,16 +12,15 @@ limited the namespace to those the operator allows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+from bashgym.trainers.contracts.external_job import owner_marker
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.rundir import RunDirectory
 
 TOKEN_ENV = "HF_TOKEN"
-OWNER_MARKER_PREFIX = ".bashgym-owner-"
 
 
 class UploadFailed(RuntimeError):
@@ -42,11 +41,6 @@ def choose_artifact(run: RunDirectory, request: TrainingRequest) -> tuple[str, P
             return "adapter", run.final_dir
         case _:
             return ("merged", run.merged_dir) if run.merged_dir.exists() else ("adapter", run.final_dir)
-
-
-def owner_marker(owner: str) -> str:
-    """The file a repository created for project `owner` (`<workspace>/<project>`) holds: its name says whose."""
-    return OWNER_MARKER_PREFIX + hashlib.sha256(owner.encode()).hexdigest()[:24]
 
 
 def push_to_hub(run: RunDirectory, request: TrainingRequest, env: dict[str, str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from bashgym.bot.commands.budget import BudgetGroup
 from bashgym.bot.commands.campaign import CampaignGroup
 from bashgym.bot.commands.device import DeviceGroup
 from bashgym.bot.commands.eval import EvalGroup
+from bashgym.bot.commands.jobs import JobsGroup
 from bashgym.bot.commands.ledger import LedgerGroup
 from bashgym.bot.commands.project import ProjectGroup
 from bashgym.bot.commands.promote import PromoteGroup
@@ -37,6 +38,7 @@ GROUPS: tuple[Callable[[], app_commands.Group], ...] = tuple(
         LedgerGroup,
         BudgetGroup,
         DeviceGroup,
+        JobsGroup,
         AuthGroup,
     )
 )

@@ -28,6 +28,7 @@ from starlette.responses import Response
 BOT_SILENT_AFTER_S = 60.0  # the bot long-polls notices every ~10 s; a minute without a poll means it is gone
 NOTICE_FAILURES_WINDOW = timedelta(hours=24)  # a refusal fixed a day ago no longer needs anyone's attention
 NOTICE_FAILURES_SHOWN = 3
+SURFACES_TIMEOUT_S = 10.0  # asking the Hub who the token is crosses the internet; doctor must still answer
 
 
 def check(name: str, ready: bool, detail: str, *, required: bool = True, **facts: Any) -> dict[str, Any]:
@@ -108,6 +109,7 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         checks.append(check("lane cloud:nemo-customizer", ready, detail, base_url=settings.nemo_base_url))
     else:
         checks.append(check("lane cloud:nemo-customizer", True, "not configured (optional)", required=False))
+    checks += await _external_surface_checks(services)
     if services.discord_configured:
         polled = services.bot_polled_at
         connected = polled is not None and time.monotonic() - polled < BOT_SILENT_AFTER_S
@@ -130,6 +132,36 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
         detail = f"{state.get('delivered', 0)} events delivered" if healthy else str(state["last_error"])
         checks.append(check(f"sink {sink['name']}", healthy, detail, required=False, url=redact_url(sink["url"])))
     return checks
+
+
+async def _external_surface_checks(services: Services) -> list[dict[str, Any]]:
+    """Hugging Face Jobs and each configured provider: informational, since a surface nobody set up is no fault."""
+    if services.external is None:
+        return []
+    try:
+        async with asyncio.timeout(SURFACES_TIMEOUT_S):
+            surfaces = await services.external.surfaces()
+    except TimeoutError:
+        detail = f"the Hub did not say who the token is within {SURFACES_TIMEOUT_S:.0f} s"
+        return [check("surface hf-jobs", False, detail, required=False)]
+    hub = surfaces["hf_jobs"]
+    is_usable = not hub["token_set"] or not hub.get("problem")  # unset is "not configured", like the NeMo lane
+    facts = {key: value for key, value in hub.items() if key != "problem"}
+    checks = [check("surface hf-jobs", is_usable, _hub_detail(hub), required=False, **facts)]
+    for name, provider in sorted(surfaces["providers"].items()):
+        is_set = bool(provider["key_set"])
+        detail = "key set" if is_set else f"${provider['api_key_env']} is not set in the daemon's environment"
+        checks.append(check(f"surface managed:{name}", is_set, detail, required=False, **provider))
+    return checks
+
+
+def _hub_detail(hub: dict[str, Any]) -> str:
+    if not hub.get("token_set"):
+        return f"not configured (optional): ${hub['token_env']} is not set in the daemon's environment"
+    if hub.get("problem"):
+        return f"${hub['token_env']} is set, but {hub['problem']}"
+    role = f", role {hub['role']}" if hub.get("role") else ""
+    return f"${hub['token_env']} verified as {hub.get('verified_as')}{role}"
 
 
 async def _notice_failures_check(services: Services) -> dict[str, Any] | None:

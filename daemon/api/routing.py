@@ -36,7 +36,7 @@ class Call:
 AUTHENTICATED = "authenticated"  # the declared "capability" of routes any valid principal may call
 
 
-async def _authenticate(request: Request, workspace: str | None) -> tuple[Services, str, Principal]:
+async def authenticate(request: Request, workspace: str | None) -> tuple[Services, str, Principal]:
     """Who calls, in which workspace; changes are rate-limited per principal here."""
     services: Services = request.app.state.services
     ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
@@ -57,7 +57,7 @@ async def _authenticate(request: Request, workspace: str | None) -> tuple[Servic
     return services, ws, principal
 
 
-def _call(request: Request, services: Services, ws: str, principal: Principal, capability: str) -> Call:
+def call_of(request: Request, services: Services, ws: str, principal: Principal, capability: str) -> Call:
     correlation = request.scope.get("state", {}).get("correlation_id", "")
     return Call(services, principal, ws, principal.actor(capability, correlation))
 
@@ -66,10 +66,10 @@ def requires(capability: str) -> Any:
     """Dependency that authenticates, rate-limits changes and checks `capability` before the handler runs."""
 
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
-        services, ws, principal = await _authenticate(request, workspace)
+        services, ws, principal = await authenticate(request, workspace)
         if capability != AUTHENTICATED:
             principal.require(capability, workspace_id=ws, project_id=request.path_params.get("project"))
-        return _call(request, services, ws, principal, capability)
+        return call_of(request, services, ws, principal, capability)
 
     authorise.capability = capability  # type: ignore[attr-defined]
     return Depends(authorise)
@@ -81,10 +81,10 @@ def requires_somewhere(capability: str) -> Any:
     request names, with `authorise(call, project)`."""
 
     async def authorise_later(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
-        services, ws, principal = await _authenticate(request, workspace)
+        services, ws, principal = await authenticate(request, workspace)
         if (principal.workspace_id and principal.workspace_id != ws) or not principal.holds_anywhere(capability):
             principal.require(capability, workspace_id=ws)  # raises, naming the capability and the scope
-        return _call(request, services, ws, principal, capability)
+        return call_of(request, services, ws, principal, capability)
 
     authorise_later.capability = capability  # type: ignore[attr-defined]
     return Depends(authorise_later)
@@ -113,10 +113,10 @@ def requires_run_control(capability: str) -> Any:
     run for a principal who also holds `training.stop` ("own" = launched by the caller)."""
 
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
-        services, ws, principal = await _authenticate(request, workspace)
+        services, ws, principal = await authenticate(request, workspace)
         project, run_id = request.path_params["project"], request.path_params["run_id"]
         await check_run_control(services.ledger, principal, capability, ws, project, run_id)
-        return _call(request, services, ws, principal, capability)
+        return call_of(request, services, ws, principal, capability)
 
     authorise.capability = capability  # type: ignore[attr-defined]
     return Depends(authorise)

@@ -256,6 +256,12 @@ async def training_resume(call: ControlCall, project: str, run_id: str) -> Respo
 
 @router.post("/projects/{project}/runs/{run_id}/stop")
 async def training_stop(call: StopCall, project: str, run_id: str) -> Response:
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    job_id = (run.get("config") or {}).get("external_job_id")
+    if job_id and call.services.external is not None:
+        # Its compute is someone else's: stopping it is cancelling the upstream job (recorded with the actor).
+        job = await call.services.external.cancel(call.actor, call.workspace, project, str(job_id))
+        return json_response({"run_id": run_id, "status": run["status"], "external_job": job})
     return json_response(await _service(call).stop(call.principal, call.actor, call.workspace, project, run_id))
 
 

@@ -304,7 +304,7 @@ class Supervisor:
         profile = json.loads(await asyncio.to_thread(profile_path.read_text))
         h = self.handle
         for entry in profile["files"]:
-            kind = _artifact_kind(entry["path"], use_lora=bool(profile["use_lora"]))
+            kind = artifact_kind(entry["path"], use_lora=bool(profile["use_lora"]))
             spec = ArtifactSpec(
                 run_id=h.run_id,
                 attempt_id=h.attempt_id,
@@ -464,7 +464,7 @@ def read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _artifact_kind(path: str, *, use_lora: bool) -> str:
+def artifact_kind(path: str, *, use_lora: bool) -> str:
     top = path.split("/")[0]
     if top == EFFECTIVE_CONFIG:
         return "config"

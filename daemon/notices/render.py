@@ -21,6 +21,7 @@ from bashgym.client.models import Notice, NoticeField, NoticeFile, NoticeOutcome
 from bashgym.client.render import notice_text, sentences
 from bashgym.client.specs import Event
 from bashgym.daemon.background import BackgroundLoop
+from bashgym.daemon.notices.external_jobs import EXTERNAL_JOB_OUTCOMES, render_external_job
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.notices")
@@ -79,6 +80,8 @@ class NoticeRenderer:
         built: Rendered | None
         if kind in RUN_OUTCOMES:
             built = await self._run(event)
+        elif kind in EXTERNAL_JOB_OUTCOMES:
+            built = await render_external_job(self.ledger, event)
         else:
             handler = _HANDLERS.get(kind)
             built = await handler(self, event) if handler else None

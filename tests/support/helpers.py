@@ -191,6 +191,7 @@ async def inprocess_daemon(
     from bashgym.daemon.api.app import create_app
     from bashgym.daemon.authority import RateLimiter
     from bashgym.daemon.blobs import BlobStore
+    from bashgym.daemon.external.service import ExternalJobs
     from bashgym.daemon.server import ensure_admin_token
     from bashgym.daemon.services import Services
     from bashgym.daemon.settings import load_settings
@@ -201,10 +202,14 @@ async def inprocess_daemon(
     # The daemon's own first-start step: the admin token file, registered in the ledger.
     await ensure_admin_token(ledger, config.admin_token_path)
     admin = config.admin_token_path.read_text().strip()
-    async with TrainingService(config, ledger, environ or {}) as training:
+    async with (
+        TrainingService(config, ledger, environ or {}) as training,
+        ExternalJobs(config, ledger, environ or {}) as external,
+    ):
         services = Services(
             config, ledger, BlobStore(config.artifacts_dir), "test", 0.0, RateLimiter(10_000, 10_000), training
         )
+        services.external = external
         transport = httpx.ASGITransport(app=create_app(services))
         headers = {"Authorization": f"Bearer {admin}"}
         async with httpx.AsyncClient(transport=transport, base_url="http://daemon", headers=headers) as api:

@@ -22,14 +22,16 @@ READ_ONLY = {
     "list_experiment_projects", "get_experiment_context", "get_experiment_run", "validate_training_data",
     "list_runs", "get_run_log", "get_metric_trend", "list_events", "list_evaluations", "show_runcards",
     "promotion_gate", "list_campaigns", "get_campaign", "campaign_doctor", "research_state", "research_wait",
-    "budget_show", "list_devices", "doctor", "whoami",
+    "budget_show", "list_devices", "doctor", "whoami", "list_external_jobs", "show_external_job",
 }  # fmt: skip
 RESEARCHER_MORE = {
     "start_training", "plan_training", "pause_run", "resume_run", "run_evaluation", "compare_results",
     "create_runcard", "create_campaign", "campaign_action", "cancel_campaign", "propose_candidate",
     "create_campaign_report", "register_run_model",
 }  # fmt: skip
-ADMIN_MORE = {"stop_run", "promote_decide", "conclude_campaign", "amend_budget", "preflight_device"}
+ADMIN_MORE = {
+    "stop_run", "promote_decide", "conclude_campaign", "amend_budget", "preflight_device", "cancel_external_job",
+}  # fmt: skip
 
 
 @contextlib.contextmanager

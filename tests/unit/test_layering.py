@@ -29,6 +29,7 @@ VOCABULARY = (
     "bashgym.client.validation",
     "bashgym.client.states",
     "bashgym.client.redaction",
+    "bashgym.client.external",  # the specs of external jobs and plans
 )
 # The API's request and response models, and notices as text: what the daemon serves and adapters read.
 CONTRACT = (*VOCABULARY, "bashgym.client.models", "bashgym.client.render")
@@ -89,7 +90,7 @@ def test_the_daemon_root_holds_the_wiring_and_subjects_are_folders(imports: Impo
     root = sorted(name for name, path in imports.modules.items() if path.parent == ROOT / "daemon")
     assert len(root) <= 15, root
     subjects = sorted(p.name for p in (ROOT / "daemon").iterdir() if (p / "__init__.py").is_file())
-    assert subjects == ["api", "campaigns", "evidence", "lanes", "notices"]
+    assert subjects == ["api", "campaigns", "evidence", "external", "lanes", "notices"]
     # Within the daemon, a subject never reaches into the HTTP surface: api/ sits on top of the others.
     up = [
         a
@@ -147,12 +148,13 @@ def test_no_module_but_an_entry_point_reads_the_environment() -> None:
     # CLI (and so the daemon) through load_settings, a trainer through run_training, the bot through
     # load_bot_settings. A scaled-out run's launcher is a trainer's entry point too: it hands its pid to the
     # ranks accelerate starts, through the environment they inherit. The evaluator's entry point sets its torch
-    # threads there before torch loads.
+    # threads there before torch loads. A job on rented compute reads its request and Hub token there too.
     assert sorted(readers) == [
         "bot/__main__.py",
         "cli/main.py",
         "trainers/__main__.py",
         "trainers/evaluate.py",
+        "trainers/external_job.py",
         "trainers/launch.py",
     ]
 

@@ -112,7 +112,7 @@ def test_the_configuration_table_lists_every_setting_with_its_variable_and_defau
         if variable != f"`BASHGYM_{name.upper()}`":
             wrong.append(f"{name}: variable {variable}, expected `BASHGYM_{name.upper()}`")
         expected = code_default(name)
-        empty = expected in (None, "") or expected == []
+        empty = expected in (None, "") or expected in ([], {})
         shown = documented_value(default_cell, expected)
         if (shown is None) != empty or (not empty and shown != expected):
             wrong.append(f"{name}: README says {default_cell!r}, the code's default is {expected!r}")

@@ -54,14 +54,13 @@ REFUSED_METHODS["echo_rwml"] = REFUSED_METHODS["echo"]
 REFUSED_TARGETS: dict[str, str] = {
     "cloud": "Bare `cloud` names no lane; use `cloud:nemo-customizer`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
     "`local`.",
-    "hf-jobs": "Hugging Face Jobs run through their own surface and keep their job identity; use `local`, "
-    "`ssh:<device_id>`, `ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
-    "managed": "Managed provider fine-tunes run through their own surface; use `local`, `ssh:<device_id>`, "
-    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
-    "skypilot": "SkyPilot plans run through their own surface; use `local`, `ssh:<device_id>`, "
-    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
-    "dstack": "dstack plans run through their own surface; use `local`, `ssh:<device_id>`, "
-    "`ssh-group:<group_id>` or `cloud:nemo-customizer` here.",
+    "hf-jobs": "Hugging Face Jobs run through their own surface and keep their job identity: use `bashgym jobs hf "
+    "submit` (POST /v1/jobs/hf).",
+    "managed": "Managed provider fine-tunes run through their own surface: use `bashgym jobs provider submit` "
+    "(POST /v1/jobs/providers/NAME).",
+    "skypilot": "SkyPilot runs from a plan: `bashgym compute plan --engine skypilot` renders (and with --launch "
+    "submits) it.",
+    "dstack": "dstack runs from a plan: `bashgym compute plan --engine dstack` renders (and with --launch submits) it.",
 }
 
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

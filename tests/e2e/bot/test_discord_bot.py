@@ -36,7 +36,10 @@ from tests.support.helpers import RunningDaemon, cli_async, start_daemon
 
 pytestmark = pytest.mark.anyio
 
-GROUPS = {"project", "run", "eval", "runcard", "promote", "campaign", "research", "ledger", "budget", "device", "auth"}
+GROUPS = {
+    "project", "run", "eval", "runcard", "promote", "campaign", "research", "ledger", "budget", "device", "auth",
+    "jobs",
+}  # fmt: skip
 
 
 @dataclass

@@ -316,7 +316,7 @@ API_CASES = [
     Api("unknown-strategy", "POST", "/v1/training/plan", 422, "use one of sft, dpo, grpo",
         json={**PLAN, "strategy": "ppo"}),
     Api("target-that-is-no-lane", "POST", "/v1/training/plan", 422,
-        "use `local`, `ssh:<device_id>`, `ssh-group:<group_id>` or", json={**PLAN, "compute_target": "skypilot"}),
+        "bashgym compute plan --engine skypilot", json={**PLAN, "compute_target": "skypilot"}),
     Api("ssh-target-of-an-unknown-device", "POST", "/v1/training/start", 422, "No device 'nowhere'",
         json={**PLAN, "compute_target": "ssh:nowhere"}),
     # scale-out settings that cannot run

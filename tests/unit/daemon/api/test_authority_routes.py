@@ -10,12 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
+from bashgym.client.external import ExternalJobSpec
 from bashgym.client.specs import Actor
 from bashgym.daemon.api.app import create_app
 from bashgym.daemon.api.responses import MUTATING
 from bashgym.daemon.api.routing import AUTHENTICATED
 from bashgym.daemon.authority import CAPABILITIES, hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.external.service import ExternalJobs
 from bashgym.daemon.services import Services
 from bashgym.daemon.settings import load_settings
 from bashgym.daemon.training import TrainingService
@@ -94,8 +96,9 @@ async def harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]:
         allow_private_device_hosts=True,
     )
     training = TrainingService(settings, ledger)
+    external = ExternalJobs(settings, ledger, {})
     blobs = BlobStore(settings.artifacts_dir)
-    app = create_app(Services(settings, ledger, blobs, "test", 0.0, training=training))
+    app = create_app(Services(settings, ledger, blobs, "test", 0.0, training=training, external=external))
     admin = new_token()
     await ledger.insert_token(
         Actor(actor_id="system"),
@@ -109,7 +112,7 @@ async def harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]:
         expires_at=None,
     )
     transport = httpx.ASGITransport(app=app)
-    async with training, httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
+    async with training, external, httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
         yield Harness(client, ledger, admin, tmp_path, app)
 
 
@@ -314,6 +317,43 @@ async def case_training_start(h: Harness) -> tuple[str, dict[str, Any]]:
     }
 
 
+async def case_hf_job(h: Harness) -> tuple[str, dict[str, Any]]:
+    request = {"method": "sft", "base_model": "org/tiny", "tracking_context": tracking_context(project_id="p-hf")}
+    return "/v1/jobs/hf", {"json": {"request": request, "dataset": {"repo": "org/data"}, "output_repo": "org/out"}}
+
+
+async def case_provider_job(h: Harness) -> tuple[str, dict[str, Any]]:
+    data = h.tmp / f"sft-{next(_counter)}.jsonl"
+    data.write_text('{"text": "wc -l notes.txt"}\n')
+    request = {"method": "sft", "base_model": "gpt-4o-mini", "dataset_path": str(data)}
+    return "/v1/jobs/providers/acme", {"json": {"request": request, "cost_ceiling_usd": 5.0}}
+
+
+async def case_compute_plan(h: Harness) -> tuple[str, dict[str, Any]]:
+    data = h.tmp / f"sft-{next(_counter)}.jsonl"
+    data.write_text('{"text": "wc -l notes.txt"}\n')
+    request = {"method": "sft", "base_model": "org/tiny", "dataset_path": str(data)}
+    return "/v1/compute/plans", {"json": {"engine": "dstack", "request": request}}
+
+
+async def case_job_cancel(h: Harness) -> tuple[str, dict[str, Any]]:
+    project, run = await _run(h)
+    job = ExternalJobSpec(
+        job_id=f"ext-{next(_counter)}",
+        project_id=project,
+        run_id=run,
+        surface="managed",
+        provider="acme",
+        flavor="managed",
+        request={},
+        request_digest=digest("request"),
+        lineage={},
+        destination="managed://acme",
+    )
+    await h.ledger.begin_external_job(Actor(actor_id="admin"), "default", job)
+    return f"/v1/projects/{project}/jobs/{job.job_id}/cancel", {}
+
+
 OWNER = "run-owner"  # the actor of the capability-holding token in the table test
 
 
@@ -354,6 +394,9 @@ async def case_stop(h: Harness) -> tuple[str, dict[str, Any]]:
 # Past the capability check these answer from state, not success: the pause targets a run no trainer runs,
 # and the bootstrap a device nothing listens for.
 BEYOND_AUTHORITY = {
+    ("POST", "/v1/jobs/hf"): 403,  # a Hub job also publishes to a private repo: artifact.publish_private
+    ("POST", "/v1/jobs/providers/{provider}"): 404,  # no provider is configured here
+    ("POST", "/v1/projects/{project}/jobs/{job_id}/cancel"): 409,  # never submitted: nothing to cancel upstream
     ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): 409,
     ("POST", "/v1/devices/{device_id}/bootstrap"): 503,
     ("POST", "/v1/projects/{project}/evaluations"): 409,  # the run has not completed
@@ -613,6 +656,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/consumers/{name}/failures"): case_notice_failure,
     ("POST", "/v1/consumers/{name}/lease"): case_lease_take,
     ("DELETE", "/v1/consumers/{name}/lease"): case_lease_release,
+    ("POST", "/v1/jobs/hf"): case_hf_job,
+    ("POST", "/v1/compute/plans"): case_compute_plan,
+    ("POST", "/v1/jobs/providers/{provider}"): case_provider_job,
+    ("POST", "/v1/projects/{project}/jobs/{job_id}/cancel"): case_job_cancel,
 }
 
 

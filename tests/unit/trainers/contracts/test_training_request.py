@@ -211,7 +211,7 @@ def test_a_config_file_may_not_set_what_the_command_line_owns() -> None:
     ("target", "says"),
     [
         ("cloud:hf-jobs", "Hugging Face Jobs run through their own surface"),
-        ("cloud:skypilot", "SkyPilot plans run through their own surface"),
+        ("cloud:skypilot", "bashgym compute plan --engine skypilot"),
         ("cloud:managed:openai", "Managed provider fine-tunes"),
         ("cloud:nemo", "did you mean `cloud:nemo-customizer`"),
         ("cloud", "Bare `cloud` names no lane"),

@@ -1,0 +1,1 @@
+"""Training that runs elsewhere: Hugging Face Jobs, managed providers, SkyPilot/dstack plans."""
