@@ -119,7 +119,14 @@ async def plan_compute(call: LaunchCall, body: PlanSubmission) -> Response:
     request = request.model_copy(update=await confine_request(call.reach, paths, project))
     service = _service(call)
     answer = await submit_plan(
-        call.services.settings, call.services.ledger, call.actor, call.workspace, request, body, service.plan_secrets()
+        call.services.settings,
+        call.services.ledger,
+        call.actor,
+        call.workspace,
+        request,
+        body,
+        service.plan_secrets(),
+        may_exceed_budget=call.principal.holds("budget.amend", project),
     )
     return json_response(answer, 201)
 

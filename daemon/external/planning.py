@@ -15,9 +15,10 @@ from typing import Any
 
 from bashgym.client.errors import RuleRejected
 from bashgym.client.external import ExternalJobSpec, PlanRecord, PlanSubmission
-from bashgym.client.specs import UNASSIGNED, Actor, RunRegistration, context_in_workspace
+from bashgym.client.specs import UNASSIGNED, Actor, BudgetEntrySpec, RunRegistration, context_in_workspace
 from bashgym.daemon.external.engines import launch_plan, validate
-from bashgym.daemon.external.plans import PlanOptions, RenderedPlan, render_plan, write_plan
+from bashgym.daemon.external.plans import PlanOptions, RenderedPlan, gpu_count, render_plan, write_plan
+from bashgym.daemon.external.service import check_budget
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
@@ -38,6 +39,8 @@ async def submit_plan(
     request: TrainingRequest,
     body: PlanSubmission,
     secrets: dict[str, str],
+    *,
+    may_exceed_budget: bool = False,
 ) -> dict[str, Any]:
     """Render, check with the engine's library, record; with `launch`, submit through the engine's client."""
     context, _ = context_in_workspace(request.tracking_context, ws)
@@ -60,11 +63,27 @@ async def submit_plan(
     answer = {**stored, **_shown(plan, path), "launched": False}
     if not body.launch:
         return {**answer, "reason": "a plan is only a plan: nothing ran (send launch to submit it)"}
+    ceiling_hours = _ceiling_hours(body)
+    if not may_exceed_budget:
+        await check_budget(ledger, ws, project, ceiling_hours)
     try:
         launched = await asyncio.to_thread(launch_plan, plan, plan_path=path, secrets=secrets)
     except RuleRejected as exc:
         return {**answer, "reason": exc.message, "hint": exc.hint}
     job = await _record_launch(ledger, actor, ws, project, request, plan, plan_id, launched)
+    await ledger.add_budget_entry(
+        actor,
+        ws,
+        project,
+        BudgetEntrySpec(
+            entry_id=f"{job['run_id']}.reserve",
+            kind="reserve",
+            runs=1,
+            gpu_hours=ceiling_hours,
+            run_id=job["run_id"],
+            reason=f"reserved at launch of plan {plan_id} (ceiling {ceiling_hours:g} GPU-hours: timeout times GPUs)",
+        ),
+    )
     await ledger.mark_plan_launched(actor, ws, plan_id, job["job_id"])
     return {**answer, "launched": True, "job": job}
 
@@ -109,6 +128,12 @@ async def _record_launch(
     await ledger.begin_external_job(actor, ws, spec)
     written = await ledger.record_external_submission(actor, ws, spec.job_id, launched["engine_job_id"], launched)
     return dict(written.record)
+
+
+def _ceiling_hours(body: PlanSubmission) -> float:
+    """A launched plan's most GPU-hours: its timeout times its GPUs (none without a timeout: the engine's own)."""
+    minutes = body.options.timeout_minutes
+    return round(minutes / 60 * gpu_count(body.options.accelerators), 4) if minutes else 0.0
 
 
 def _shown(plan: RenderedPlan, path: Path) -> dict[str, Any]:

@@ -244,7 +244,7 @@ def _check_topology(request: TrainingRequest, options: PlanOptions) -> None:
             "starts one trainer there); send num_machines 1 with up to one process per GPU of that machine, or train "
             "across machines with compute_target `ssh-group:<group_id>`."
         )
-    gpus = _gpu_count(options.accelerators)
+    gpus = gpu_count(options.accelerators)
     if gpus and request.num_processes > gpus:
         raise InvalidInput(
             f"num_processes {request.num_processes} exceeds the {gpus} GPU(s) of accelerators "
@@ -389,7 +389,7 @@ def _dstack_resources(options: PlanOptions) -> Document:
         sized = _GPU_MEMORY.match(gpu)
         if sized:
             gpu = f"{sized['name']}:{sized['gb']}GB"
-        resources["gpu"] = f"{gpu}:{_gpu_count(options.accelerators)}"
+        resources["gpu"] = f"{gpu}:{gpu_count(options.accelerators)}"
     if options.cpus is not None:
         resources["cpu"] = options.cpus.replace("+", "..")
     if options.memory is not None:
@@ -403,7 +403,7 @@ def _gpu_name(accelerators: str | None) -> str:
     return (accelerators or "").partition(":")[0]
 
 
-def _gpu_count(accelerators: str | None) -> int:
+def gpu_count(accelerators: str | None) -> int:
     """GPUs asked for: SkyPilot reads a bare name as one."""
     if accelerators is None:
         return 0

@@ -148,7 +148,7 @@ class ExternalJobs:
         timeout_s, cost_usd = _timeout_within_ceiling(body, flavor.usd_per_hour)
         ceiling_hours = round(timeout_s / 3600 * flavor.gpus, 4)
         if not may_exceed_budget:
-            await _check_budget(self.ledger, ws, project, ceiling_hours)
+            await check_budget(self.ledger, ws, project, ceiling_hours)
         sent = request.model_dump(mode="json", exclude={"tracking_context", "correlation_id"})
         sent.update(dataset_path=JOB_DATA_PATH, eval_dataset_path=None, compute_target="local")
         sent.update(hf_repo_owner=f"{ws}/{project}", auto_push_hf=False)
@@ -310,7 +310,7 @@ class ExternalJobs:
         except ValueError as exc:
             raise InvalidInput(f"The dataset cannot be sent to {name}: {exc}.") from exc
         if not may_exceed_budget:
-            await _check_budget(self.ledger, ws, project, 0.0)
+            await check_budget(self.ledger, ws, project, 0.0)
         provider = Provider(name, settings.base_url, key)
         sha256 = hashlib.sha256(rows).hexdigest()
         file_id = await _asked(lambda: provider.upload(f"bashgym-{sha256[:12]}.jsonl", rows), "The upload failed")
@@ -428,7 +428,7 @@ class ExternalJobs:
         return await self.ledger.get_external_job(ws, job_id)
 
 
-async def _check_budget(ledger: Ledger, ws: str, project: str, ceiling_hours: float) -> None:
+async def check_budget(ledger: Ledger, ws: str, project: str, ceiling_hours: float) -> None:
     """The job's ceiling must fit what the project has left; refused before anything is recorded."""
     try:
         budget = await ledger.budget_summary(ws, project)
