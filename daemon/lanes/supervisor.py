@@ -135,6 +135,8 @@ class Supervisor:
         self._pid: int | None = None
         self._is_running = False
         self._is_stopping = False
+        # Set once run() has spawned the trainer or settled that it never will: a stop waits for that (_wait_gone).
+        self._starting: asyncio.Event | None = None
         self.stopped_by: str | None = None  # who asked for the stop, and how: the end's reason names them
         self._last_error = ""
         self._metrics_seen = False
@@ -152,22 +154,33 @@ class Supervisor:
 
     async def run(self, *, resume: bool) -> str:
         """Spawn, follow to the end, record the outcome; return the final status."""
-        request = await asyncio.to_thread(read_request, self.handle.run_dir)
-        command = [*self.command(request), "--resume"] if resume else self.command(request)
-        if not resume:
-            # A resumed run stays `paused` until its first progress line moves it to running.
-            await self._transition("preparing", reason="trainer starting")
-            if request.is_distributed:
-                await self._append("run.topology", topology_record(request))
-        log.info("Starting trainer for %s: %s", self.handle.run_id, " ".join(command))
-        self.proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdout=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self._pid = self.proc.pid
+        # A stop can come at any await below, while there is no process to signal yet: it is acted on here.
+        self._starting = asyncio.Event()
+        try:
+            request = await asyncio.to_thread(read_request, self.handle.run_dir)
+            command = [*self.command(request), "--resume"] if resume else self.command(request)
+            if not resume:
+                # A resumed run stays `paused` until its first progress line moves it to running.
+                await self._transition("preparing", reason="trainer starting")
+                if request.is_distributed:
+                    await self._append("run.topology", topology_record(request))
+            if self._is_stopping:  # stopped while it was being prepared: nothing to start, nothing trained
+                return await asyncio.shield(
+                    until_stored(self._record_never_started, what=f"the end of run {self.handle.run_id}")
+                )
+            log.info("Starting trainer for %s: %s", self.handle.run_id, " ".join(command))
+            self.proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self._pid = self.proc.pid
+            if self._is_stopping:  # stopped while the process was being created, before it had a pid to signal
+                self._signal(signal.SIGTERM)
+        finally:
+            self._starting.set()
         # Recorded at once: a daemon killed before the trainer writes its own state still finds it.
         await asyncio.to_thread(_write_pid, self.handle.run_dir, self.proc.pid)
         flusher = asyncio.create_task(self._flush_metrics())
@@ -290,6 +303,12 @@ class Supervisor:
         await self._transition(status, reason=reason, error_summary=error)
         return status
 
+    async def _record_never_started(self) -> str:
+        """Record a run stopped before its trainer was spawned: cancelled, saying by whom."""
+        by = f"stopped by {self.stopped_by}" if self.stopped_by else "stopped"
+        await self._transition("cancelled", reason=f"{by} before its trainer started; nothing trained")
+        return "cancelled"
+
     async def _collect_outputs(self) -> None:
         """Bring the kept artifacts into the run directory, verified; the local lane wrote them there already."""
 
@@ -392,7 +411,9 @@ class Supervisor:
         self._signal(signal.SIGUSR1)
 
     async def stop(self) -> None:
-        """SIGTERM the trainer's process group; SIGKILL it after grace_s if it ignores that."""
+        """SIGTERM the trainer's process group; SIGKILL it after grace_s if it ignores that. A stop that comes while
+        run() is still starting the trainer is acted on there (nothing is spawned, or the trainer is signalled as
+        soon as it has a pid), and this waits for that."""
         self._is_stopping = True
         self._signal(signal.SIGTERM)
         try:
@@ -403,6 +424,8 @@ class Supervisor:
             await self._wait_gone()
 
     async def _wait_gone(self) -> None:
+        if self._starting is not None:
+            await self._starting.wait()
         if self.proc is not None:
             await self.proc.wait()
             return
