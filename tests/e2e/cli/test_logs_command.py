@@ -7,10 +7,22 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
-from tests.support.helpers import BASHGYM, RunningDaemon, cli
+from tests.support.helpers import RunningDaemon, cli
+
+# `bashgym` as a terminal starts it in the foreground: SIGINT at its default, which Python makes KeyboardInterrupt.
+# Where the suite itself runs with SIGINT ignored (started in the background by a non-interactive shell, as in
+# `make test &`), the command inherits it ignored and Python leaves it so: no Ctrl-C reaches it and --follow rightly
+# runs on (wait() timed out after 30 s). So the command restores what a terminal gives it, then runs the entry point.
+IN_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from bashgym.cli.main import main; main()",
+]
 
 
 def home_env(home: Path) -> dict[str, str]:
@@ -38,7 +50,7 @@ def test_logs_prints_the_last_lines_of_the_homes_daemon_log(daemon: RunningDaemo
 
 def test_logs_follow_prints_the_lines_the_daemon_writes_later(daemon: RunningDaemon) -> None:
     follow = subprocess.Popen(
-        [*BASHGYM, "logs", "--follow", "--lines", "1"],
+        [*IN_A_TERMINAL, "logs", "--follow", "--lines", "1"],
         env=home_env(daemon.home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
