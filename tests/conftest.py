@@ -30,7 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # to xdist's default (files with the most tests first), the demo (9.5 min) and the cascade (5.4 min) queued on one
 # worker: test-slow took 18 min of wall time for 13 min of work per worker (CI, 2026-12-05).
 SLOW_ORDER = (
-    "tests/e2e/cli/test_demo.py",  # 569 s: the full demo, twice
+    "tests/e2e/cli/test_demo.py",  # 569 s: the full demo, twice; 49 s: the demo posting to Discord
     "tests/e2e/trainers/test_methods_through_the_daemon.py",  # 46 s over 6 tests
     "tests/e2e/workflows/test_retrieval_demo.py",  # 37 s
     "tests/e2e/campaigns/test_cascades.py",  # 323 s

@@ -58,6 +58,7 @@ def assert_agrees_with_the_ledger(home: Path, summary: dict[str, Any]) -> None:
     assert summary["ledger_verified"]
 
 
+@pytest.mark.slow  # 49 s of training and posting: with the full demo in make test-slow, so make test stays under 10 min
 @pytest.mark.timeout(600)
 async def test_the_demo_posts_its_loop_to_discord_and_its_summary_is_the_ledgers(tmp_path: Path) -> None:
     async with discord_standin() as standin:

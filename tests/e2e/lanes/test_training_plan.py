@@ -81,7 +81,7 @@ def test_a_refused_target_says_what_to_use(daemon: RunningDaemon, tmp_path: Path
         "hf-jobs",
     )
     assert result.code == 7
-    assert "cloud:nemo-customizer" in result.stderr
+    assert "bashgym jobs hf submit" in result.stderr
 
 
 def test_public_upload_needs_explicit_authority(tmp_path: Path) -> None:
