@@ -15,7 +15,7 @@ from typing import Any
 
 import discord
 import yarl
-from bashgym.bot.commands import GROUPS
+from bashgym.bot.commands import COMMANDS, GROUPS
 from bashgym.bot.core import Daemon, Reply, answer_stale_confirmation, send, unexpected_reply
 from bashgym.bot.notifier import DiscordNotifier
 from bashgym.bot.settings import BotConfigError, BotSettings, load_bot_settings
@@ -59,6 +59,8 @@ class BashGymBot(discord.Client):
         self.tree = CommandTree(self)
         for group in GROUPS:
             self.tree.add_command(group())
+        for command in COMMANDS:
+            self.tree.add_command(command)
         self.api = AioDaemonClient(settings.api, settings.api_token, timeout_s=60.0)
         self.daemon = Daemon(self.api)
         self.notifier = DiscordNotifier(

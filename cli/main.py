@@ -26,6 +26,7 @@ from bashgym.cli import (  # noqa: F401
     processes,
     skills,
     training,
+    ui,
 )
 from bashgym.cli.ids import resolve_prefixes
 from bashgym.cli.output import error

@@ -13,6 +13,7 @@ from bashgym.daemon.external.service import ExternalJobs
 from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
+from bashgym.daemon.ui.sessions import SignIns
 from bashgym.ledger.store import Ledger
 
 
@@ -40,6 +41,7 @@ class Services:
     # Keyed by client address: requests whose token is unknown, revoked, expired or malformed.
     bad_token_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(60, 20, what="failed sign-ins"))
     waits: WaitSlots = field(default_factory=lambda: WaitSlots(8))
+    sign_ins: SignIns = field(default_factory=SignIns)  # the web view's one-time codes and sessions (memory only)
 
     @property
     def evaluator(self) -> EvaluationService:

@@ -85,6 +85,11 @@ class Settings(BaseSettings):
         description="Shell command that installs BashGym inside a Hugging Face Job (default: pip install of "
         "bashgym[train] at this daemon's version).",
     )
+    public_url: str = Field(
+        "",
+        description="Base URL people's browsers reach the daemon at, for web view links (default: the URL the "
+        "request for the link came to).",
+    )
     external_poll_s: float = Field(5.0, gt=0, description="Seconds between polls of an external job's upstream.")
     providers: dict[str, ProviderSettings] = Field(
         default_factory=dict,

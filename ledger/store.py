@@ -23,6 +23,7 @@ from bashgym.client.states import TERMINAL
 from bashgym.ledger import (
     access,
     blob_holders,
+    browse,
     campaigns,
     channels,
     device_groups,
@@ -452,6 +453,11 @@ class Ledger:
     get_device_group = reads(device_groups.get_device_group)
 
     list_device_groups = reads(device_groups.list_device_groups)
+
+    # -- the web view's reads (browse.py) ----------------------------------------------------------------------------
+    runs_page = reads(browse.runs_page)
+    run_metrics = reads(browse.run_metrics)
+    metric_series = reads(browse.series)
 
     # -- external jobs and compute plans ---------------------------------------------------------------------------
     begin_external_job = puts(external_jobs.begin_external_job)

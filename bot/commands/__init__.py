@@ -4,6 +4,7 @@ daemon checks their authority and the bot shows its answer. Consequential ones a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from bashgym.bot.commands.auth import AuthGroup
 from bashgym.bot.commands.budget import BudgetGroup
@@ -18,6 +19,7 @@ from bashgym.bot.commands.research import ResearchGroup
 from bashgym.bot.commands.run import RunGroup
 from bashgym.bot.commands.runcard import RunCardGroup
 from bashgym.bot.commands.shared import describe_options
+from bashgym.bot.commands.ui import ui
 from discord import app_commands
 
 
@@ -42,3 +44,6 @@ GROUPS: tuple[Callable[[], app_commands.Group], ...] = tuple(
         AuthGroup,
     )
 )
+
+# Commands of their own, not in a group.
+COMMANDS: tuple[app_commands.Command[Any, Any, Any], ...] = (ui,)

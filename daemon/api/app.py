@@ -25,6 +25,7 @@ from bashgym.daemon.api import (
     runs,
     system,
     training,
+    ui,
 )
 from bashgym.daemon.api.middleware import EdgeMiddleware, IdempotencyMiddleware, RefusedBody
 from bashgym.daemon.api.responses import error_response
@@ -57,6 +58,7 @@ ROUTERS = (
     notices,
     consumers,
     operator,
+    ui,  # last: its catch-all answers any other /ui path with a page
 )
 
 

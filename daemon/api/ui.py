@@ -1,0 +1,274 @@
+"""The web view's routes under /ui, and the API route that makes a sign-in link (`POST /v1/ui/links`).
+
+A page is served to a session (sessions.py) whose identity resolves, on each request, through the same authority as
+the API: the page shows only what that principal may read (ledger.read in the page's project), in the workspace the
+link was made for. What a page cannot show says so in a page, never in a stack trace or another record's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Any
+
+from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFound, Unauthenticated
+from bashgym.client.validation import check_identifier, check_metric_name
+from bashgym.daemon.api.responses import json_response
+from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires
+from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.daemon.services import Services
+from bashgym.daemon.ui import pages
+from bashgym.daemon.ui.html import message_page
+from bashgym.daemon.ui.sessions import COOKIE, SESSION_TTL_S
+from fastapi import APIRouter, Query, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+
+router = APIRouter(tags=["web view"])
+STATIC = {
+    "ui.css": "text/css",
+    "ui.js": "text/javascript",
+    "uplot-1.6.32.min.js": "text/javascript",
+    "uplot-1.6.32.min.css": "text/css",
+    "LICENSE.uplot": "text/plain",
+}
+# The pages load only their own scripts and styles, and may not be framed.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+LIVE_FOR_S = 600.0  # a live page's stream ends after this; the browser reconnects by itself
+
+
+@dataclass(frozen=True)
+class Viewer:
+    services: Services
+    principal: Principal
+    workspace: str
+
+    def may_read(self, project: str) -> bool:
+        return self.principal.holds("ledger.read", project) and (
+            not self.principal.workspace_id or self.principal.workspace_id == self.workspace
+        )
+
+    def require(self, project: str) -> str:
+        check_identifier(project, field="project")
+        self.principal.require("ledger.read", workspace_id=self.workspace, project_id=project)
+        return project
+
+
+@router.post("/v1/ui/links", status_code=201)
+async def ui_link(call: Annotated[Call, requires(AUTHENTICATED)], request: Request) -> Response:
+    """A one-time sign-in link to the web view for whoever asks (its code is good once, for two minutes)."""
+    code, ttl = call.services.sign_ins.issue_code(
+        {k.lower(): v for k, v in request.headers.items()}, call.workspace, call.principal.actor_id
+    )
+    base = (call.services.settings.public_url or str(request.base_url)).rstrip("/")
+    return json_response({"url": f"{base}/ui/signin?code={code}", "expires_in_s": ttl}, 201)
+
+
+@router.get("/ui/signin", include_in_schema=False)
+async def sign_in(request: Request, code: str = "") -> Response:
+    exchanged = request.app.state.services.sign_ins.exchange(code) if code else None
+    if exchanged is None:
+        text = "This sign-in link is unknown, already used or expired."
+        return _html(message_page("Sign-in refused", text, status_hint=_SIGN_IN_HINT), 401)
+    session, _ = exchanged
+    answer = RedirectResponse("/ui", status_code=303, headers=HEADERS)
+    answer.set_cookie(
+        COOKIE, session, max_age=int(SESSION_TTL_S), httponly=True, samesite="strict", path="/ui",
+        secure=request.url.scheme == "https",
+    )  # fmt: skip
+    return answer
+
+
+@router.post("/ui/signout", include_in_schema=False)
+async def sign_out(request: Request) -> Response:
+    request.app.state.services.sign_ins.end(request.cookies.get(COOKIE))
+    answer = _html(message_page("Signed out", "The session has ended.", status_hint=_SIGN_IN_HINT), 200)
+    answer.delete_cookie(COOKIE, path="/ui")
+    return answer
+
+
+@router.get("/ui/static/{name}", include_in_schema=False)
+async def static(name: str) -> Response:
+    if name not in STATIC:
+        return _html(message_page("Not found", "No such file."), 404)
+    data = (resources.files("bashgym.daemon.ui") / "static" / name).read_bytes()
+    return Response(data, media_type=STATIC[name], headers={"Cache-Control": "public, max-age=86400"})
+
+
+@router.get("/ui", include_in_schema=False)
+async def home(request: Request) -> Response:
+    async def build(viewer: Viewer) -> str:
+        listed = await viewer.services.ledger.list_projects(viewer.workspace)
+        readable = [p for p in listed if viewer.may_read(p["project_id"])]
+        return await pages.projects(
+            viewer.services.ledger, viewer.workspace, readable, _who(viewer), viewer.services.settings.stale_after_s
+        )
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}", include_in_schema=False)
+async def project_page(request: Request, project: str) -> Response:
+    query = {k: v for k, v in request.query_params.items() if k in (*pages.RUN_FILTERS, "after")}
+
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        stale = viewer.services.settings.stale_after_s
+        return await pages.project(viewer.services.ledger, viewer.workspace, name, query, _who(viewer), stale)
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/runs/{run_id}", include_in_schema=False)
+async def run_page(request: Request, project: str, run_id: str) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        check_identifier(run_id, field="run")
+        return await pages.run(viewer.services.ledger, viewer.workspace, name, run_id, _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/compare", include_in_schema=False)
+async def compare_page(request: Request, project: str, run: Annotated[list[str] | None, Query()] = None) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        chosen = list(dict.fromkeys(run or []))
+        if not 2 <= len(chosen) <= pages.MAX_COMPARED:
+            raise InvalidInput(
+                f"Compare takes 2 to {pages.MAX_COMPARED} runs; {len(chosen)} were chosen.",
+                hint="Tick the runs to compare in the project's runs table.",
+            )
+        for run_id in chosen:
+            check_identifier(run_id, field="run")
+        return await pages.compare(viewer.services.ledger, viewer.workspace, name, chosen, _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/evaluations", include_in_schema=False)
+async def evaluations_page(request: Request, project: str) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        return await pages.evaluations(viewer.services.ledger, viewer.workspace, name, _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/events", include_in_schema=False)
+async def events_page(request: Request, project: str, after: int = 0) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        return await pages.events(viewer.services.ledger, viewer.workspace, name, max(0, after), _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/data/p/{project}/runs/{run_id}/series", include_in_schema=False)
+async def series_data(
+    request: Request, project: str, run_id: str, metric: str, lo: int | None = None, hi: int | None = None,
+    points: int = 1000,
+) -> Response:  # fmt: skip
+    """A chart's points for the visible range: thinned on the server to what `points` pixels can show."""
+    try:
+        viewer = await _viewer(request)
+        name = viewer.require(project)
+        check_identifier(run_id, field="run")
+        check_metric_name(metric)
+        await viewer.services.ledger.get_run(viewer.workspace, name, run_id)  # 404 for a run not in the project
+        found = await viewer.services.ledger.metric_series(
+            viewer.workspace, name, run_id, metric, lo=lo, hi=hi, buckets=max(10, min(points, 4000)) // 4
+        )
+    except BashGymError as exc:
+        return Response(json.dumps({"error": exc.message}), status_code=exc.status, media_type="application/json")
+    return Response(json.dumps(found), media_type="application/json", headers=HEADERS)
+
+
+@router.get("/ui/live/p/{project}/runs/{run_id}", include_in_schema=False)
+async def live(request: Request, project: str, run_id: str) -> Response:
+    """Server-sent events: `points` when the run's metrics grow, `status` when it moves; the page refetches."""
+    try:
+        viewer = await _viewer(request)
+        name = viewer.require(project)
+        check_identifier(run_id, field="run")
+        await viewer.services.ledger.get_run(viewer.workspace, name, run_id)
+    except BashGymError as exc:
+        return Response(json.dumps({"error": exc.message}), status_code=exc.status, media_type="application/json")
+    ledger = viewer.services.ledger
+
+    async def stream() -> AsyncIterator[bytes]:
+        cursor = ledger.last_cursor
+        deadline = asyncio.get_running_loop().time() + LIVE_FOR_S
+        yield b": live\n\n"
+        while asyncio.get_running_loop().time() < deadline:
+            await ledger.wait_for_events(cursor, 15.0)
+            head = ledger.last_cursor  # taken before the read: every event up to it is in the page (or has_more)
+            page = await ledger.events_page(viewer.workspace, name, after_cursor=cursor, limit=500, types=None)
+            for event in page.events:
+                if event.run_id == run_id:
+                    kind = "points" if event.event_type == "metrics.ingested" else "status"
+                    data = json.dumps({"cursor": event.cursor, "type": event.event_type})
+                    yield f"event: {kind}\ndata: {data}\n\n".encode()
+            # Past this project's events read, and past the workspace's others: the next wait is for new ones.
+            cursor = page.next_cursor if page.has_more else max(page.next_cursor, head)
+            yield b": keep-alive\n\n"
+
+    headers = {**HEADERS, "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+@router.get("/ui/{rest:path}", include_in_schema=False)
+async def not_a_page(rest: str) -> Response:
+    return _html(message_page("Not found", "There is no such page.", status_hint="Start from /ui."), 404)
+
+
+_SIGN_IN_HINT = "Run `bashgym ui` (or /ui in Discord) for a new link; it works once, within two minutes."
+
+
+async def _viewer(request: Request) -> Viewer:
+    """The signed-in viewer, resolved afresh; Unauthenticated when there is no live session or its token died."""
+    services: Services = request.app.state.services
+    identity = services.sign_ins.identity(request.cookies.get(COOKIE))
+    if identity is None:
+        raise Unauthenticated("You are not signed in to the web view.", hint=_SIGN_IN_HINT)
+    workspace = request.query_params.get("workspace") or identity.workspace
+    check_identifier(workspace, field="workspace")
+    principal = await resolve_request(
+        services.ledger,
+        identity.headers,
+        now=services.ledger.now(),
+        workspace_id=workspace,
+        allowed_guilds=frozenset(services.settings.discord_guild_ids),
+    )
+    services.read_limiter.check(principal.actor_id)
+    return Viewer(services, principal, workspace)
+
+
+async def _serve(request: Request, build: Any) -> Response:
+    """A page, or a page saying why not: not signed in (401), not yours (403), not there (404), not valid (422)."""
+    try:
+        return _html(await build(await _viewer(request)), 200)
+    except Unauthenticated as exc:
+        return _html(message_page("Sign in", exc.message, status_hint=exc.hint or _SIGN_IN_HINT), 401)
+    except Forbidden:
+        text = "Your token's grants do not let you read this project."
+        return _html(message_page("Not yours to read", text, status_hint="Ask a lead for ledger.read there."), 403)
+    except NotFound as exc:
+        return _html(message_page("Not found", exc.message), 404)
+    except BashGymError as exc:
+        return _html(message_page("Refused", exc.message, status_hint=exc.hint), exc.status)
+
+
+def _html(text: str, status: int) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status, headers=HEADERS)
+
+
+def _who(viewer: Viewer) -> str:
+    return f"{viewer.principal.actor_id} · {viewer.workspace}"

@@ -1,0 +1,228 @@
+"""The web view's pages, each built from the ledger through the same reads the API uses, for one viewer.
+
+Every builder takes the ledger, the workspace and what the route checked the viewer may read, and answers a whole
+HTML document. Nothing here decides authority: routes.py does, before a builder runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bashgym.client.states import TERMINAL
+from bashgym.daemon.ui.html import chart, checkbox, facts, href, link, page, select, table, text_input
+from bashgym.ledger.store import Ledger
+
+STATUSES = ("queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled")
+LANES = ("local", "ssh", "ssh-group", "cloud", "hf-jobs", "managed", "skypilot", "dstack")
+RUN_FILTERS = ("status", "method", "lane", "model_version", "dataset_version", "since", "until")
+MAX_COMPARED = 20
+
+
+async def projects(ledger: Ledger, ws: str, readable: list[dict[str, Any]], who: str, stale_after_s: float) -> str:
+    rows = []
+    for project in readable:
+        context = await ledger.project_context(ws, project["project_id"], stale_after_s=stale_after_s)
+        signals = context["signals"]
+        rows.append(
+            {
+                "project": project["project_id"],
+                "name": project.get("name"),
+                "runs": context["inventory"]["runs"],
+                "active": sum(n for s, n in context["inventory"]["runs_by_status"].items() if s not in TERMINAL),
+                "failed": _count(signals["failed_runs"]),
+                "stale": _count(signals["stale_active_runs"]),
+                "unevaluated": _count(signals["completed_without_evaluation"]),
+            }
+        )
+    body = table(
+        rows,
+        ["project", "name", "runs", "active", "failed", "stale", "unevaluated"],
+        links={"project": lambda r: href("p", r["project"])},
+        caption="Projects you may read, with their health signals",
+    )
+    return page("Projects", body, who=who)
+
+
+async def project(ledger: Ledger, ws: str, name: str, query: dict[str, str], who: str, stale_after_s: float) -> str:
+    context = await ledger.project_context(ws, name, stale_after_s=stale_after_s)
+    filters = {key: query.get(key) or None for key in RUN_FILTERS}
+    after = _cursor(query.get("after"))
+    listed = await ledger.runs_page(ws, name, filters=filters, after=after, limit=50)
+    signals = {key: _listed(found) for key, found in context["signals"].items()}
+    form = (
+        f'<form method="get" action="{href("p", name)}" class="filters">'
+        + select("status", STATUSES, filters["status"], label="Status")
+        + text_input("method", filters["method"], label="Method", placeholder="sft")
+        + select("lane", LANES, filters["lane"], label="Lane")
+        + text_input("model_version", filters["model_version"], label="Model version")
+        + text_input("dataset_version", filters["dataset_version"], label="Dataset version")
+        + text_input("since", filters["since"], label="Since", placeholder="2026-12-01")
+        + text_input("until", filters["until"], label="Until", placeholder="2026-12-31")
+        + "<button>Filter</button></form>"
+    )
+    picks = [{**r, "compare": checkbox("run", r["run_id"], label=f"compare {r['run_id']}")} for r in listed["runs"]]
+    compare = (
+        f'<form method="get" action="{href("p", name, "compare")}">'
+        + table(
+            picks,
+            ["compare", "run_id", "status", "method", "compute_target", "model_version_id", "dataset_version_id",
+             "created_at"],
+            links={"run_id": lambda r: href("p", name, "runs", r["run_id"])},
+            caption="Runs, newest first",
+            raw=frozenset({"compare"}),
+        )
+        + f"<button>Compare selected (2 to {MAX_COMPARED})</button></form>"
+    )  # fmt: skip
+    nav = ""
+    if listed["next"]:
+        nav = f"<p>{link('Next page', href('p', name, after='|'.join(listed['next']), **_kept(filters)))}</p>"
+    inventory = context["inventory"]
+    body = (
+        facts(
+            [
+                ("runs", inventory["runs"]),
+                ("by status", inventory["runs_by_status"]),
+                *[(k.replace("_", " "), v) for k, v in signals.items()],
+            ],
+            caption="Health",
+        )
+        + f"<p>{link('Evaluations and comparisons', href('p', name, 'evaluations'))} · "
+        + f"{link('Event log', href('p', name, 'events'))}</p>"
+        + "<h2>Runs</h2>"
+        + form
+        + compare
+        + nav
+    )
+    return page(f"Project {name}", body, who=who, crumbs=[(name, href("p", name))])
+
+
+async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
+    record = await ledger.get_run(ws, name, run_id)
+    metrics = await ledger.run_metrics(ws, name, run_id)
+    live = record["status"] not in TERMINAL
+    charts = "".join(chart(name, [run_id], m["metric"], live=live) for m in metrics)
+    events = await ledger.events_page(ws, name, after_cursor=0, limit=200, types=None)
+    lifecycle = [
+        {"cursor": ev.cursor, "event": ev.event_type, "at": ev.created_at, "actor": ev.actor,
+         "detail": _payload(ev.payload)}
+        for ev in events.events if ev.run_id == run_id
+    ]  # fmt: skip
+    config = record.get("config") or {}
+    body = (
+        facts(
+            [
+                ("status", record["status"]),
+                ("method", record.get("method")),
+                ("lane", config.get("compute_target")),
+                ("experiment", record.get("experiment_id")),
+                ("model version", record.get("model_version_id")),
+                ("dataset version", record.get("dataset_version_id")),
+                ("environment", record.get("environment_id")),
+                ("context", record.get("context_status")),
+                ("source", f"{record.get('source_system')} {record.get('source_run_id') or ''}".strip()),
+                ("correlation id", record.get("correlation_id")),
+                ("launched by", record.get("launched_by")),
+                ("created", record.get("created_at")),
+            ],
+            caption="Run",
+        )
+        + ("<h2>Metrics</h2>" + charts if metrics else "<p>No metrics yet.</p>")
+        + table(metrics, ["metric", "points", "first_step", "last_step"], caption="Series")
+        + table(
+            record.get("attempts") or [],
+            ["attempt_id", "status", "status_reason", "started_at", "ended_at"],
+            caption="Attempts",
+        )
+        + table(record.get("artifacts") or [], ["kind", "uri", "sha256", "size_bytes"], caption="Artifacts")
+        + table(record.get("evaluations") or [], ["result_id", "suite_id", "status", "metrics"], caption="Evaluations")
+        + table(lifecycle, ["cursor", "event", "at", "actor", "detail"], caption="Lifecycle events (latest 200)")
+        + table(
+            [{"key": k, "value": v} for k, v in sorted(config.items()) if k != "tracking_context"],
+            ["key", "value"],
+            caption="Settings",
+        )
+    )
+    crumbs = [(name, href("p", name)), (run_id, href("p", name, "runs", run_id))]
+    return page(f"Run {run_id}", body, who=who, crumbs=crumbs, charts=True)
+
+
+async def compare(ledger: Ledger, ws: str, name: str, run_ids: list[str], who: str) -> str:
+    records = [await ledger.get_run(ws, name, run_id) for run_id in run_ids]
+    names = sorted({m["metric"] for r in run_ids for m in await ledger.run_metrics(ws, name, r)})
+    charts = "".join(chart(name, run_ids, metric) for metric in names)
+    configs = [r.get("config") or {} for r in records]
+    keys = sorted({k for c in configs for k in c if k != "tracking_context"})
+    rows, differs = [], set()
+    for key in keys:
+        values = [configs[i].get(key) for i in range(len(records))]
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1:
+            differs.add(key)
+        rows.append({"key": key, **{r["run_id"]: v for r, v in zip(records, values, strict=True)}})
+    rows.sort(key=lambda row: row["key"] not in differs)  # the differences first
+    marked = {r["run_id"]: differs for r in records} | {"key": differs}
+    settings = table(rows, ["key", *run_ids], caption="Settings (differences first, marked)", marked=marked)
+    status = table(
+        [{"run_id": r["run_id"], "status": r["status"], "method": r.get("method")} for r in records],
+        ["run_id", "status", "method"],
+        links={"run_id": lambda r: href("p", name, "runs", r["run_id"])},
+    )
+    body = status + ("<h2>Curves</h2>" + charts if charts else "<p>No metrics to overlay.</p>") + settings
+    return page(f"Compare {len(run_ids)} runs", body, who=who, crumbs=[(name, href("p", name))], charts=True)
+
+
+async def evaluations(ledger: Ledger, ws: str, name: str, who: str) -> str:
+    listing = await ledger.list_evaluations(ws, name)
+    results = table(
+        listing["results"],
+        ["result_id", "suite_id", "run_id", "status", "metrics", "created_at"],
+        links={"run_id": lambda r: href("p", name, "runs", r["run_id"]) if r.get("run_id") else href("p", name)},
+        caption="Results",
+    )
+    comparisons = table(
+        listing["comparisons"],
+        ["comparison_id", "suite_id", "primary_metric", "delta", "ci_low", "ci_high", "baseline_result_id",
+         "candidate_result_id"],
+        caption="Comparisons: paired delta of the candidate over the baseline, with its 95% CI",
+    )  # fmt: skip
+    return page(f"Evaluations of {name}", results + comparisons, who=who, crumbs=[(name, href("p", name))])
+
+
+async def events(ledger: Ledger, ws: str, name: str, after: int, who: str) -> str:
+    listed = await ledger.events_page(ws, name, after_cursor=after, limit=100, types=None)
+    rows = [
+        {"cursor": ev.cursor, "event": ev.event_type, "run": ev.run_id, "actor": ev.actor, "at": ev.created_at,
+         "detail": _payload(ev.payload)}
+        for ev in listed.events
+    ]  # fmt: skip
+    runs = {"run": lambda r: href("p", name, "runs", r["run"]) if r.get("run") else href("p", name, "events")}
+    body = table(rows, ["cursor", "event", "run", "actor", "at", "detail"], links=runs, caption="Events, oldest first")
+    if rows:
+        body += f"<p>{link('Later events', href('p', name, 'events', after=rows[-1]['cursor']))}</p>"
+    return page(f"Events of {name}", body, who=who, crumbs=[(name, href("p", name))])
+
+
+def _listed(found: dict[str, Any]) -> str:
+    """A signal's runs: the first five ids, and a mark when there are more."""
+    ids = list(found["ids"])
+    return ", ".join(ids[:5]) + (" …" if len(ids) > 5 or found["truncated"] else "") if ids else "none"
+
+
+def _count(found: dict[str, Any]) -> str:
+    return f"{len(found['ids'])}{'+' if found['truncated'] else ''}"
+
+
+def _cursor(raw: str | None) -> tuple[str, str] | None:
+    if not raw or "|" not in raw:
+        return None
+    created, _, run_id = raw.partition("|")
+    return created, run_id
+
+
+def _kept(filters: dict[str, str | None]) -> dict[str, str]:
+    return {k: v for k, v in filters.items() if v}
+
+
+def _payload(payload: dict[str, Any]) -> str:
+    shown = {k: v for k, v in payload.items() if k not in {"entity"}}
+    return json.dumps(shown, sort_keys=True, default=str)[:300]

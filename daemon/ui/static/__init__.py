@@ -1,0 +1,1 @@
+"""The web view's static assets (package data)."""
