@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         # The digest of the request as the job was given it: the daemon recorded the same digest at submission.
         request_digest = _digest_text(_canonical(request))
         run_dir = args.workdir.resolve() / "run"
-        run_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh run directory: a machine that ran an earlier job keeps its files, and metrics.jsonl appends.
+        for stale in (run_dir, run_dir.parent / "data"):
+            shutil.rmtree(stale, ignore_errors=True)
+        run_dir.mkdir(parents=True)
         request = _with_data(request, run_dir, env)
     except (OSError, ValueError) as exc:
         print(f"bashgym: the job cannot start: {exc}", flush=True)

@@ -15,7 +15,7 @@ import logging
 import math
 from typing import Any
 
-from bashgym.client.errors import RuleRejected
+from bashgym.client.errors import BashGymError, RuleRejected
 from bashgym.client.external import ENDED_STATES, ExternalObservation
 from bashgym.client.specs import Actor, ArtifactSpec, MetricBatch, MetricPoint, RunTransition
 from bashgym.client.states import is_allowed
@@ -189,7 +189,7 @@ class Followers:
         saying why; the job's own state stays the upstream's)."""
         try:
             result = await self._import(job, look)
-        except ImportRefused as exc:
+        except (ImportRefused, BashGymError) as exc:  # a result the ledger cannot take fails the run, saying why
             job = await self.observe(
                 job,
                 ExternalObservation(kind="state", state="completed", upstream_state=look.upstream_state, reason=reason),

@@ -234,7 +234,7 @@ def job_spec(
 ) -> dict[str, Any]:
     """The arguments of `run_job`: our trainer as the command, the request in the environment, the token only as
     a secret (never in the command or the environment)."""
-    script = f"set -e; {install}; exec python -u -m bashgym.trainers.external_job --workdir /tmp/bashgym"
+    script = f"set -e; {install}; exec python -u -m bashgym.trainers.external_job --workdir bashgym-job"
     return {
         "image": image,
         "command": ["bash", "-c", script],

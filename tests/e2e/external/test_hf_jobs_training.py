@@ -26,7 +26,9 @@ TOKEN = "hf_job_secret_token"
 def hub(tmp_path: Path) -> Iterator[HubStandIn]:
     tiny = build_tiny(tmp_path / "tiny")
     files = {str(p.relative_to(tiny)): p.read_bytes() for p in tiny.rglob("*") if p.is_file()}
-    with HubStandIn(tokens={TOKEN: TokenInfo(user="alice", orgs=("acme",))}, job_mode="execute") as server:
+    tokens = {TOKEN: TokenInfo(user="alice", orgs=("acme",))}
+    # A log read of a running job ends after 0.3 s of quiet, where the Hub's client would wait out its 5 s timeout.
+    with HubStandIn(tokens=tokens, job_mode="execute", stream_idle_close_s=0.3) as server:
         server.add_repo("acme/tiny", files=files)
         server.add_repo("acme/data", repo_type="dataset", files={"train.jsonl": sft_data(tmp_path).read_bytes()})
         yield server
@@ -42,6 +44,7 @@ def until(client: httpx.Client, path: str, done: Any, timeout_s: float = 400) ->
         time.sleep(0.5)
 
 
+@pytest.mark.timeout(600)  # 20 s alone; beside the demo in test-slow, its trainer and evaluator wait for cores
 def test_a_job_trains_pushes_and_its_imported_model_is_evaluated_and_gated(hub: HubStandIn, tmp_path: Path) -> None:
     env = {
         "HF_TOKEN": TOKEN,
