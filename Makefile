@@ -11,6 +11,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev,train]'
+	@# The web view's browser tests use Debian's chromium and chromium-driver: installed here where root can.
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium chromium-driver; } || \
+		echo "no chromium and chromium-driver here: the web view's browser tests (make test-slow) skip" >&2
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -67,6 +71,7 @@ bench-env: $(BENCH_STAMP)
 # BashGym's ledger against MLflow 3 in one run, about 4 minutes; BENCH_ARGS="--points 2000 --runs 1000" scales down.
 bench-peers: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/ledger_ingest.py $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python bench/ui_bench.py
 
 # Re-resolve the benchmarks' pins at today's newest releases (their header kept), as `constraints` does for .venv.
 bench-constraints:

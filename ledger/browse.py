@@ -55,8 +55,8 @@ def runs_page(
         clauses.append("created_at < ?")
         args.append(str(filters["until"]))
     if after is not None:
-        clauses.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
-        args.extend([after[0], after[0], after[1]])
+        clauses.append("(created_at, run_id) < (?, ?)")  # a row value: the index walks straight to the cursor
+        args.extend([after[0], after[1]])
     size = max(1, min(limit, MAX_PAGE))
     rows = conn.execute(
         f"SELECT {', '.join(RUN_COLUMNS)}, json_extract(config_json, '$.compute_target') AS compute_target "

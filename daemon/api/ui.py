@@ -162,6 +162,25 @@ async def evaluations_page(request: Request, project: str) -> Response:
     return await _serve(request, build)
 
 
+@router.get("/ui/p/{project}/campaigns", include_in_schema=False)
+async def campaigns_page(request: Request, project: str) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        return await pages.campaigns(viewer.services.ledger, viewer.workspace, name, _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/campaigns/{campaign_id}", include_in_schema=False)
+async def campaign_page(request: Request, project: str, campaign_id: str) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        check_identifier(campaign_id, field="campaign")
+        return await pages.campaign(viewer.services.ledger, viewer.workspace, name, campaign_id, _who(viewer))
+
+    return await _serve(request, build)
+
+
 @router.get("/ui/p/{project}/events", include_in_schema=False)
 async def events_page(request: Request, project: str, after: int = 0) -> Response:
     async def build(viewer: Viewer) -> str:

@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 from bashgym.client.states import TERMINAL
+from bashgym.daemon.evidence.gathering import gather_evidence
+from bashgym.daemon.evidence.promotion import gate
 from bashgym.daemon.ui.html import chart, checkbox, facts, href, link, page, select, table, text_input
 from bashgym.ledger.store import Ledger
 
@@ -17,6 +19,7 @@ STATUSES = ("queued", "preparing", "running", "paused", "unknown", "completed", 
 LANES = ("local", "ssh", "ssh-group", "cloud", "hf-jobs", "managed", "skypilot", "dstack")
 RUN_FILTERS = ("status", "method", "lane", "model_version", "dataset_version", "since", "until")
 MAX_COMPARED = 20
+HIDDEN_CAMPAIGN_KEYS = {"spec", "workspace_id", "project_id"}
 
 
 async def projects(ledger: Ledger, ws: str, readable: list[dict[str, Any]], who: str, stale_after_s: float) -> str:
@@ -88,7 +91,7 @@ async def project(ledger: Ledger, ws: str, name: str, query: dict[str, str], who
             caption="Health",
         )
         + f"<p>{link('Evaluations and comparisons', href('p', name, 'evaluations'))} · "
-        + f"{link('Event log', href('p', name, 'events'))}</p>"
+        + f"{link('Campaigns', href('p', name, 'campaigns'))} · {link('Event log', href('p', name, 'events'))}</p>"
         + "<h2>Runs</h2>"
         + form
         + compare
@@ -109,6 +112,16 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
         for ev in events.events if ev.run_id == run_id
     ]  # fmt: skip
     config = record.get("config") or {}
+    evidence = await gather_evidence(ledger, ws, name, run_id)
+    verdict = gate(evidence)  # read only: the API's gate route is where a verdict is recorded
+    cards = [
+        {"card_id": c["card_id"], "created_at": c["created_at"], "decision": c["card"].get("decision"),
+         "evaluations": c["card"].get("evaluation_result_ids"), "limitations": c["card"].get("known_limitations")}
+        for c in evidence.runcards
+    ]  # fmt: skip
+    findings = [{**f, "severity": "blocker"} for f in verdict["blockers"]] + [
+        {**f, "severity": "warning"} for f in verdict["warnings"]
+    ]
     body = (
         facts(
             [
@@ -136,6 +149,9 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
         )
         + table(record.get("artifacts") or [], ["kind", "uri", "sha256", "size_bytes"], caption="Artifacts")
         + table(record.get("evaluations") or [], ["result_id", "suite_id", "status", "metrics"], caption="Evaluations")
+        + f"<h2>Gate: {'ships' if verdict['ship'] else 'does not ship'}</h2>"
+        + table(findings, ["severity", "code", "message", "next_action"], caption="What the gate found")
+        + table(cards, ["card_id", "created_at", "decision", "evaluations", "limitations"], caption="RunCards")
         + table(lifecycle, ["cursor", "event", "at", "actor", "detail"], caption="Lifecycle events (latest 200)")
         + table(
             [{"key": k, "value": v} for k, v in sorted(config.items()) if k != "tracking_context"],
@@ -186,6 +202,48 @@ async def evaluations(ledger: Ledger, ws: str, name: str, who: str) -> str:
         caption="Comparisons: paired delta of the candidate over the baseline, with its 95% CI",
     )  # fmt: skip
     return page(f"Evaluations of {name}", results + comparisons, who=who, crumbs=[(name, href("p", name))])
+
+
+async def campaigns(ledger: Ledger, ws: str, name: str, who: str) -> str:
+    listed = await ledger.list_campaigns(ws, name)
+    body = table(
+        listed,
+        ["campaign_id", "title", "status", "status_reason", "created_by", "created_at"],
+        links={"campaign_id": lambda c: href("p", name, "campaigns", c["campaign_id"])},
+        caption="Campaigns",
+    )
+    return page(f"Campaigns of {name}", body, who=who, crumbs=[(name, href("p", name))])
+
+
+async def campaign(ledger: Ledger, ws: str, name: str, campaign_id: str, who: str) -> str:
+    record = await ledger.get_campaign(ws, name, campaign_id)
+    iterations = await ledger.list_iterations(ws, name, campaign_id)
+    budget = await ledger.budget_entries(ws, name, f"campaign-{campaign_id}")
+    run_link = {"run_id": lambda r: href("p", name, "runs", r["run_id"]) if r.get("run_id") else href("p", name)}
+    body = (
+        facts(
+            [(k, v) for k, v in record.items() if k not in {"spec", "workspace_id", "project_id"}], caption="Campaign"
+        )
+        + table(
+            iterations,
+            [
+                "number",
+                "kind",
+                "stage",
+                "primary_variable",
+                "run_id",
+                "comparison_id",
+                "decision",
+                "reason_code",
+                "rationale",
+            ],
+            links=run_link,
+            caption="Iterations and their decisions",
+        )
+        + table(budget, ["kind", "gpu_hours", "runs", "created_at"], caption="Budget entries")
+    )
+    crumbs = [(name, href("p", name)), ("campaigns", href("p", name, "campaigns"))]
+    return page(f"Campaign {campaign_id}", body, who=who, crumbs=crumbs)
 
 
 async def events(ledger: Ledger, ws: str, name: str, after: int, who: str) -> str:

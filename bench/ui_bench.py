@@ -1,0 +1,238 @@
+"""Web view benchmark: the runs table over 100,000 runs and a run's curve of 100,000 points, server time, beside
+MLflow's UI endpoints over the same data where MLflow is installed (make bench-peers' .venv-bench).
+
+Measures (issue 42 targets in brackets), each the median of its requests over one keep-alive connection:
+  - the runs table's data: a page of 50 runs, first, deep (after 50,000) and filtered   [< 50 ms]
+  - the project page (HTML: health and the first runs page)
+  - the curve's data: 100,000 points thinned to a 1,000-pixel chart, and a zoomed range at full resolution
+  - the run page (HTML)
+  MLflow peer: `runs/search` (max_results 50) and `metrics/get-history-bulk-interval` (max_results 1,000), the calls
+  its UI makes for a runs table and a chart, against `mlflow server` on its SQLite store with the same counts.
+
+Run: python bench/ui_bench.py [--runs 100000 --points 100000] (MLflow's share: make bench-env first, then
+.venv-bench/bin/python bench/ui_bench.py; building MLflow's runs one by one takes minutes, --mlflow-runs scales it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bashgym.client.specs import Actor, MetricBatch, MetricPoint
+from bashgym.ledger.store import Ledger
+from ledger_ingest import build_big_ledger
+
+from tests.support.helpers import running_daemon
+
+UNLIMITED_READS = {"BASHGYM_READ_RATE_PER_MINUTE": "1000000", "BASHGYM_READ_RATE_BURST": "1000000"}
+
+
+def timed_ms(host: str, port: int, path: str, params: dict[str, Any], n: int, headers: dict[str, str]) -> list[float]:
+    conn = http.client.HTTPConnection(host, port)
+    samples = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            conn.request("GET", f"{path}?{urllib.parse.urlencode(params, doseq=True)}", headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            samples.append((time.perf_counter() - start) * 1000)
+            assert response.status == 200, body[:300]
+    finally:
+        conn.close()
+    return samples
+
+
+async def add_points(path: Path, points: int) -> str:
+    """A run of the big ledger gets `points` points of train.loss through the ledger's own write code."""
+    async with await Ledger.open(path, synchronous="NORMAL") as ledger:
+        run_id = str((await ledger.runs_page("default", "nightly", filters={}, limit=1))["runs"][0]["run_id"])
+        actor = Actor(actor_id="bench")
+        for first in range(0, points, 10_000):
+            batch = MetricBatch(
+                run_id=run_id,
+                attempt_id=f"{run_id}.a1",
+                points=[
+                    MetricPoint(metric="train.loss", step=s, value=1.0 / (s + 1) + (0.5 if s % 997 == 0 else 0.0))
+                    for s in range(first, min(points, first + 10_000))
+                ],
+            )
+            await ledger.ingest_metrics(actor, "default", "nightly", batch)
+        return run_id
+
+
+def bashgym_reads(home: Path, run_id: str, deep_cursor: str) -> dict[str, float]:
+    with running_daemon(home, env=UNLIMITED_READS) as daemon, daemon.client() as client:
+        link = client.post("/v1/ui/links").json()["url"]
+        with httpx.Client(follow_redirects=False) as browser:
+            signed = browser.get(link)
+            cookie = signed.headers["set-cookie"].split(";", 1)[0]
+        url = urllib.parse.urlsplit(daemon.url)
+        host, port = url.hostname or "127.0.0.1", int(url.port or 80)
+        h = {"Cookie": cookie}
+        project = "/ui/p/nightly"
+        figures = {
+            "project_page_ms": timed_ms(host, port, project, {}, 20, h),
+            "project_page_deep_ms": timed_ms(host, port, project, {"after": deep_cursor}, 20, h),
+            "project_page_filtered_ms": timed_ms(host, port, project, {"status": "completed", "method": "sft"}, 20, h),
+            "series_100k_to_1000px_ms": timed_ms(
+                host, port, f"/ui/data/p/nightly/runs/{run_id}/series", {"metric": "train.loss", "points": 1000}, 20, h
+            ),
+            "series_zoomed_2000_points_ms": timed_ms(
+                host,
+                port,
+                f"/ui/data/p/nightly/runs/{run_id}/series",
+                {"metric": "train.loss", "points": 1000, "lo": 40_000, "hi": 41_999},
+                20,
+                h,
+            ),
+            "run_page_ms": timed_ms(host, port, f"/ui/p/nightly/runs/{run_id}", {}, 10, h),
+        }
+    return {name: statistics.median(samples) for name, samples in figures.items()}
+
+
+def runs_page_query_ms(path: Path) -> tuple[dict[str, float], str]:
+    """The runs table's query alone (the ledger, no HTTP), first page, deep page and filtered; and the deep cursor."""
+
+    async def measure() -> tuple[dict[str, float], str]:
+        async with await Ledger.open(path, synchronous="NORMAL") as ledger:
+            first = await ledger.runs_page("default", "nightly", filters={}, limit=50)
+            cursor = first["next"]
+            for _ in range(1000):  # 50,000 runs deep
+                cursor = (await ledger.runs_page("default", "nightly", filters={}, after=tuple(cursor), limit=50))[
+                    "next"
+                ]
+            out = {}
+            for name, kwargs in (
+                ("runs_page_first_ms", {"filters": {}}),
+                ("runs_page_deep_ms", {"filters": {}, "after": tuple(cursor)}),
+                ("runs_page_filtered_ms", {"filters": {"status": "completed", "method": "sft"}}),
+            ):
+                samples = []
+                for _ in range(30):
+                    start = time.perf_counter()
+                    await ledger.runs_page("default", "nightly", limit=50, **kwargs)
+                    samples.append((time.perf_counter() - start) * 1000)
+                out[name] = statistics.median(samples)
+            return out, "|".join(cursor)
+
+    return asyncio.run(measure())
+
+
+def mlflow_reads(root: Path, runs: int, points: int) -> dict[str, float] | None:
+    try:
+        from mlflow.entities import Metric
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        print("MLflow is not installed here (.venv-bench has it): its figures are skipped", file=sys.stderr)
+        return None
+    store = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=store)
+    experiment = client.create_experiment("bench", artifact_location=str(root / "artifacts"))
+    run_ids = [client.create_run(experiment).info.run_id for _ in range(runs)]
+    now = int(time.time() * 1000)
+    for first in range(0, points, 1000):
+        client.log_batch(
+            run_ids[0],
+            metrics=[Metric("train.loss", 1.0 / (s + 1), now, s) for s in range(first, min(points, first + 1000))],
+        )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store, "--host", "127.0.0.1", "--port",
+         str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(120):
+            try:
+                http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/health")
+                break
+            except OSError:
+                time.sleep(0.5)
+        search = timed_ms_post(port, "/ajax-api/2.0/mlflow/runs/search",
+                               {"experiment_ids": [experiment], "max_results": 50}, 20)  # fmt: skip
+        history = timed_ms(
+            "127.0.0.1", port, "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval",
+            {"run_ids": run_ids[0], "metric_key": "train.loss", "max_results": 1000}, 20, {},
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return {
+        "mlflow_runs_search_ms": statistics.median(search),
+        "mlflow_history_interval_ms": statistics.median(history),
+    }
+
+
+def timed_ms_post(port: int, path: str, body: dict[str, Any], n: int) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    samples = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+            samples.append((time.perf_counter() - start) * 1000)
+            assert response.status == 200, data[:300]
+    finally:
+        conn.close()
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--points", type=int, default=100_000)
+    parser.add_argument("--mlflow-runs", type=int, default=10_000, help="MLflow creates runs one by one: minutes")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ledger_path = root / "big" / "ledger.sqlite3"
+        asyncio.run(build_big_ledger(ledger_path, args.runs, 1_000))
+        run_id = asyncio.run(add_points(ledger_path, args.points))
+        query, deep = runs_page_query_ms(ledger_path)
+        reads = bashgym_reads(root / "big", run_id, deep)
+        peer = mlflow_reads(root / "mlflow", args.mlflow_runs, args.points)
+        shutil.rmtree(root / "mlflow", ignore_errors=True)
+    result: dict[str, Any] = {
+        **{k: round(v, 2) for k, v in {**query, **reads}.items()},
+        "runs": args.runs,
+        "points": args.points,
+    }
+    if peer:
+        result.update({k: round(v, 2) for k, v in peer.items()})
+        result["mlflow_runs"] = args.mlflow_runs
+        # Both over HTTP: our whole project page (health and the first 50 runs) against MLflow's search of 50 runs.
+        page_ms = reads["project_page_ms"]
+        result["ratio_project_page_vs_mlflow_search"] = round(peer["mlflow_runs_search_ms"] / page_ms, 1)
+        result["ratio_series_vs_mlflow_interval"] = round(
+            peer["mlflow_history_interval_ms"] / reads["series_100k_to_1000px_ms"], 1
+        )
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    main()
