@@ -9,6 +9,7 @@ its spikes included, in at most 4 points a bucket; a range narrow enough comes b
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
@@ -66,6 +67,16 @@ def runs_page(
     runs = [dict(row) for row in rows[:size]]
     last = runs[-1] if len(rows) > size else None
     return {"runs": runs, "next": [last["created_at"], last["run_id"]] if last else None}
+
+
+def run_events(conn: sqlite3.Connection, ws: str, project: str, run_id: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The run's own events, newest first (the events_by_run index): its lifecycle, however busy its project."""
+    rows = conn.execute(
+        "SELECT cursor, event_type, actor, created_at, payload_json FROM events "
+        "WHERE workspace_id = ? AND project_id = ? AND run_id = ? ORDER BY cursor DESC LIMIT ?",
+        (ws, project, run_id, max(1, min(limit, 1000))),
+    ).fetchall()
+    return [{**dict(row), "payload": json.loads(row["payload_json"])} for row in rows]
 
 
 def run_metrics(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:

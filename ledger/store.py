@@ -457,6 +457,7 @@ class Ledger:
     # -- the web view's reads (browse.py) ----------------------------------------------------------------------------
     runs_page = reads(browse.runs_page)
     run_metrics = reads(browse.run_metrics)
+    run_events = reads(browse.run_events)
     metric_series = reads(browse.series)
 
     # -- external jobs and compute plans ---------------------------------------------------------------------------

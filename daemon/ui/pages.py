@@ -13,6 +13,7 @@ from bashgym.client.states import TERMINAL
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
 from bashgym.daemon.ui.html import chart, checkbox, facts, href, link, page, select, table, text_input
+from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_ENDS
 from bashgym.ledger.store import Ledger
 
 STATUSES = ("queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled")
@@ -90,6 +91,20 @@ async def project(ledger: Ledger, ws: str, name: str, query: dict[str, str], who
             ],
             caption="Health",
         )
+        + table(
+            context["lineage"]["aliases"], ["alias", "model_version_id", "updated_at"], caption="Aliases (champion)"
+        )
+        + table(
+            context["recent"]["decisions"],
+            ["decision_id", "decision_type", "outcome", "run_id", "created_at"],
+            caption="Last decisions",
+        )
+        + table(
+            [c for c in await ledger.list_campaigns(ws, name) if c["status"] not in CAMPAIGN_ENDS],
+            ["campaign_id", "title", "status", "created_at"],
+            links={"campaign_id": lambda c: href("p", name, "campaigns", c["campaign_id"])},
+            caption="Open campaigns",
+        )
         + f"<p>{link('Evaluations and comparisons', href('p', name, 'evaluations'))} · "
         + f"{link('Campaigns', href('p', name, 'campaigns'))} · {link('Event log', href('p', name, 'events'))}</p>"
         + "<h2>Runs</h2>"
@@ -105,11 +120,10 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
     metrics = await ledger.run_metrics(ws, name, run_id)
     live = record["status"] not in TERMINAL
     charts = "".join(chart(name, [run_id], m["metric"], live=live) for m in metrics)
-    events = await ledger.events_page(ws, name, after_cursor=0, limit=200, types=None)
     lifecycle = [
-        {"cursor": ev.cursor, "event": ev.event_type, "at": ev.created_at, "actor": ev.actor,
-         "detail": _payload(ev.payload)}
-        for ev in events.events if ev.run_id == run_id
+        {"cursor": ev["cursor"], "event": ev["event_type"], "at": ev["created_at"], "actor": ev["actor"],
+         "detail": _payload(ev["payload"])}
+        for ev in await ledger.run_events(ws, name, run_id)
     ]  # fmt: skip
     config = record.get("config") or {}
     evidence = await gather_evidence(ledger, ws, name, run_id)
@@ -152,7 +166,11 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
         + f"<h2>Gate: {'ships' if verdict['ship'] else 'does not ship'}</h2>"
         + table(findings, ["severity", "code", "message", "next_action"], caption="What the gate found")
         + table(cards, ["card_id", "created_at", "decision", "evaluations", "limitations"], caption="RunCards")
-        + table(lifecycle, ["cursor", "event", "at", "actor", "detail"], caption="Lifecycle events (latest 200)")
+        + table(
+            lifecycle,
+            ["cursor", "event", "at", "actor", "detail"],
+            caption="Lifecycle events, newest first (latest 200)",
+        )
         + table(
             [{"key": k, "value": v} for k, v in sorted(config.items()) if k != "tracking_context"],
             ["key", "value"],

@@ -84,6 +84,7 @@ async def test_a_link_signs_in_once_and_the_pages_show_the_run_and_its_curve(api
         assert run_id in project.text and "<table>" in project.text
         page = await browser.get(f"/ui/p/nightly/runs/{run_id}")
         assert page.status_code == 200 and "train.loss" in page.text and "data-chart" in page.text
+        assert "run.registered" in page.text and "metrics.ingested" in page.text  # its lifecycle events
         series = (await browser.get(f"/ui/data/p/nightly/runs/{run_id}/series", params={"metric": "train.loss"})).json()
         assert series["steps"] == list(range(50)) and series["decimated"] is False
         token = (api.headers["authorization"]).split()[1]
