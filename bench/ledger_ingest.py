@@ -52,7 +52,8 @@ def timed_ms(client: httpx.Client, path: str, params: Any, n: int) -> list[float
     """
     url = httpx.URL(str(client.base_url))
     conn = http.client.HTTPConnection(url.host, url.port)
-    headers = {"Authorization": client.headers["Authorization"]}
+    # The client's credential, a bearer token or a web view session's cookie.
+    headers = {k: v for k, v in client.headers.items() if k.lower() in {"authorization", "cookie"}}
     samples = []
     try:
         for _ in range(n):

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -37,27 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bashgym.client.specs import Actor, MetricBatch, MetricPoint
 from bashgym.ledger.store import Ledger
-from ledger_ingest import build_big_ledger
+from ledger_ingest import build_big_ledger, timed_ms
 
 from tests.support.helpers import running_daemon
 
 UNLIMITED_READS = {"BASHGYM_READ_RATE_PER_MINUTE": "1000000", "BASHGYM_READ_RATE_BURST": "1000000"}
-
-
-def timed_ms(host: str, port: int, path: str, params: dict[str, Any], n: int, headers: dict[str, str]) -> list[float]:
-    conn = http.client.HTTPConnection(host, port)
-    samples = []
-    try:
-        for _ in range(n):
-            start = time.perf_counter()
-            conn.request("GET", f"{path}?{urllib.parse.urlencode(params, doseq=True)}", headers=headers)
-            response = conn.getresponse()
-            body = response.read()
-            samples.append((time.perf_counter() - start) * 1000)
-            assert response.status == 200, body[:300]
-    finally:
-        conn.close()
-    return samples
 
 
 async def add_points(path: Path, points: int) -> str:
@@ -84,27 +67,19 @@ def bashgym_reads(home: Path, run_id: str, deep_cursor: str) -> dict[str, float]
         with httpx.Client(follow_redirects=False) as browser:
             signed = browser.get(link)
             cookie = signed.headers["set-cookie"].split(";", 1)[0]
-        url = urllib.parse.urlsplit(daemon.url)
-        host, port = url.hostname or "127.0.0.1", int(url.port or 80)
-        h = {"Cookie": cookie}
-        project = "/ui/p/nightly"
-        figures = {
-            "project_page_ms": timed_ms(host, port, project, {}, 20, h),
-            "project_page_deep_ms": timed_ms(host, port, project, {"after": deep_cursor}, 20, h),
-            "project_page_filtered_ms": timed_ms(host, port, project, {"status": "completed", "method": "sft"}, 20, h),
-            "series_100k_to_1000px_ms": timed_ms(
-                host, port, f"/ui/data/p/nightly/runs/{run_id}/series", {"metric": "train.loss", "points": 1000}, 20, h
-            ),
-            "series_zoomed_2000_points_ms": timed_ms(
-                host,
-                port,
-                f"/ui/data/p/nightly/runs/{run_id}/series",
-                {"metric": "train.loss", "points": 1000, "lo": 40_000, "hi": 41_999},
-                20,
-                h,
-            ),
-            "run_page_ms": timed_ms(host, port, f"/ui/p/nightly/runs/{run_id}", {}, 10, h),
-        }
+        series = f"/ui/data/p/nightly/runs/{run_id}/series"
+        zoomed = {"metric": "train.loss", "points": 1000, "lo": 40_000, "hi": 41_999}
+        with httpx.Client(base_url=daemon.url, headers={"Cookie": cookie}) as session:
+            figures = {
+                "project_page_ms": timed_ms(session, "/ui/p/nightly", {}, 20),
+                "project_page_deep_ms": timed_ms(session, "/ui/p/nightly", {"after": deep_cursor}, 20),
+                "project_page_filtered_ms": timed_ms(
+                    session, "/ui/p/nightly", {"status": "completed", "method": "sft"}, 20
+                ),
+                "series_100k_to_1000px_ms": timed_ms(session, series, {"metric": "train.loss", "points": 1000}, 20),
+                "series_zoomed_2000_points_ms": timed_ms(session, series, zoomed, 20),
+                "run_page_ms": timed_ms(session, f"/ui/p/nightly/runs/{run_id}", {}, 10),
+            }
     return {name: statistics.median(samples) for name, samples in figures.items()}
 
 
@@ -115,10 +90,11 @@ def runs_page_query_ms(path: Path) -> tuple[dict[str, float], str]:
         async with await Ledger.open(path, synchronous="NORMAL") as ledger:
             first = await ledger.runs_page("default", "nightly", filters={}, limit=50)
             cursor = first["next"]
-            for _ in range(1000):  # 50,000 runs deep
-                cursor = (await ledger.runs_page("default", "nightly", filters={}, after=tuple(cursor), limit=50))[
-                    "next"
-                ]
+            for _ in range(1000):  # 50,000 runs deep, or the last page of a smaller ledger
+                page = await ledger.runs_page("default", "nightly", filters={}, after=tuple(cursor), limit=50)
+                if page["next"] is None:
+                    break
+                cursor = page["next"]
             out = {}
             for name, kwargs in (
                 ("runs_page_first_ms", {"filters": {}}),
@@ -170,10 +146,9 @@ def mlflow_reads(root: Path, runs: int, points: int) -> dict[str, float] | None:
                 time.sleep(0.5)
         search = timed_ms_post(port, "/ajax-api/2.0/mlflow/runs/search",
                                {"experiment_ids": [experiment], "max_results": 50}, 20)  # fmt: skip
-        history = timed_ms(
-            "127.0.0.1", port, "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval",
-            {"run_ids": run_ids[0], "metric_key": "train.loss", "max_results": 1000}, 20, {},
-        )  # fmt: skip
+        interval = {"run_ids": run_ids[0], "metric_key": "train.loss", "max_results": 1000}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as peer:
+            history = timed_ms(peer, "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval", interval, 20)
     finally:
         server.terminate()
         server.wait(timeout=30)
