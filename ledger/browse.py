@@ -102,7 +102,8 @@ def series(
     buckets: int = 1000,
 ) -> dict[str, Any]:
     """The metric's points between steps lo and hi (inclusive): whole when they fit 4 a bucket, else per bucket its
-    first, last, lowest and highest point. The latest attempt wins a step several attempts logged."""
+    first, last, lowest and highest point. The latest attempt wins a step several attempts logged. `times` holds
+    when each point was logged (Unix seconds), None where that was not recorded."""
     ids = [
         row[0]
         for row in conn.execute(
@@ -112,7 +113,7 @@ def series(
         )
     ]
     if not ids:
-        return {"metric": metric, "steps": [], "values": [], "total": 0, "decimated": False}
+        return _empty(metric)
     marks = ", ".join("?" * len(ids))
     span = conn.execute(
         f"SELECT MIN(step), MAX(step), COUNT(*) FROM metric_points WHERE series_id IN ({marks}) "
@@ -121,54 +122,62 @@ def series(
     ).fetchone()
     first, last, total = span[0], span[1], int(span[2])
     if not total:
-        return {"metric": metric, "steps": [], "values": [], "total": 0, "decimated": False}
+        return _empty(metric)
     buckets = max(1, min(buckets, MAX_BUCKETS))
     if total <= buckets * 4 or len(ids) > 1:
         # Several attempts: read the range whole and let the latest attempt win each step (it is bounded by the
         # same budget below in practice: a resumed run re-logs few steps).
         points = _whole(conn, ids, first, last)
         if len(points) <= buckets * 4:
-            return {
-                "metric": metric,
-                "steps": [step for step, _ in points],
-                "values": [value for _, value in points],
-                "total": total,
-                "decimated": False,
-            }
+            return _answer(metric, points, total, decimated=False)
     width = max(1, (last - first + 1) / buckets)
     # SQLite gives the row an aggregate's MIN or MAX came from for the bare column beside it: per bucket, the first
     # and last step with their values, and the steps of the lowest and highest value.
     rows = conn.execute(
         f"""
         WITH p AS MATERIALIZED (
-            SELECT step, value, CAST((step - ?) / ? AS INTEGER) AS b FROM metric_points
+            SELECT step, value, logged_at, CAST((step - ?) / ? AS INTEGER) AS b FROM metric_points
             WHERE series_id IN ({marks}) AND step BETWEEN ? AND ?
         )
-        SELECT step, value FROM (SELECT MIN(step) AS step, value FROM p GROUP BY b)
-        UNION SELECT step, value FROM (SELECT MAX(step) AS step, value FROM p GROUP BY b)
-        UNION SELECT step, value FROM (SELECT step, MIN(value) AS value FROM p GROUP BY b)
-        UNION SELECT step, value FROM (SELECT step, MAX(value) AS value FROM p GROUP BY b)
+        SELECT step, value, logged_at FROM (SELECT MIN(step) AS step, value, logged_at FROM p GROUP BY b)
+        UNION SELECT step, value, logged_at FROM (SELECT MAX(step) AS step, value, logged_at FROM p GROUP BY b)
+        UNION SELECT step, value, logged_at FROM (SELECT step, MIN(value) AS value, logged_at FROM p GROUP BY b)
+        UNION SELECT step, value, logged_at FROM (SELECT step, MAX(value) AS value, logged_at FROM p GROUP BY b)
         ORDER BY step
         """,
         (first, width, *ids, first, last),
     ).fetchall()
-    steps: list[int] = []
-    values: list[float] = []
-    seen: set[int] = set()
-    for step, value in rows:
-        if step not in seen:  # attempts that logged the same step keep one point for it
-            seen.add(step)
-            steps.append(step)
-            values.append(value)
-    return {"metric": metric, "steps": steps, "values": values, "total": total, "decimated": True}
+    kept: dict[int, tuple[int, float, float | None]] = {}
+    for step, value, logged_at in rows:
+        kept.setdefault(step, (step, value, logged_at))  # attempts that logged the same step keep one point for it
+    return _answer(metric, list(kept.values()), total, decimated=True)
 
 
-def _whole(conn: sqlite3.Connection, ids: list[int], first: int, last: int) -> list[tuple[int, float]]:
-    by_step: dict[int, float] = {}
+Point = tuple[int, float, float | None]  # step, value, when it was logged
+
+
+def _whole(conn: sqlite3.Connection, ids: list[int], first: int, last: int) -> list[Point]:
+    by_step: dict[int, Point] = {}
     for series_id in ids:  # in attempt order: a later attempt's point replaces an earlier one's
-        for step, value in conn.execute(
-            "SELECT step, value FROM metric_points WHERE series_id = ? AND step BETWEEN ? AND ? ORDER BY step",
+        for step, value, logged_at in conn.execute(
+            "SELECT step, value, logged_at FROM metric_points WHERE series_id = ? AND step BETWEEN ? AND ? "
+            "ORDER BY step",
             (series_id, first, last),
         ):
-            by_step[step] = value
-    return sorted(by_step.items())
+            by_step[step] = (step, value, logged_at)
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def _answer(metric: str, points: list[Point], total: int, *, decimated: bool) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "steps": [step for step, _, _ in points],
+        "values": [value for _, value, _ in points],
+        "times": [logged_at for _, _, logged_at in points],
+        "total": total,
+        "decimated": decimated,
+    }
+
+
+def _empty(metric: str) -> dict[str, Any]:
+    return _answer(metric, [], 0, decimated=False)

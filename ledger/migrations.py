@@ -23,6 +23,7 @@ from bashgym.ledger.schema import (
     v12,
     v13,
     v14,
+    v15,
 )
 
 
@@ -55,6 +56,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "cascade_stages", v12.SQL, rebuilds_tables=True),
     Migration(13, "model_kinds_and_project_profiles", v13.SQL),
     Migration(14, "external_jobs_and_compute_plans", v14.SQL),
+    Migration(15, "metric_point_times", v15.SQL),
 )
 
 _RECORD_TABLE = """

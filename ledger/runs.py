@@ -265,6 +265,7 @@ def ingest_metrics(tx: Tx, ws: str, project: str, batch: MetricBatch) -> dict[st
     run = get_run_row(tx.conn, ws, project, batch.run_id)
     attempt = _attempt_for(tx, ws, project, batch.run_id, batch.attempt_id)
     seen: dict[tuple[str, int], float] = {}
+    times: dict[tuple[str, int], float | None] = {}
     for point in batch.points:
         key = (point.metric, point.step)
         if seen.setdefault(key, point.value) != point.value:
@@ -272,11 +273,14 @@ def ingest_metrics(tx: Tx, ws: str, project: str, batch: MetricBatch) -> dict[st
                 f"The batch holds two values for {point.metric} at step {point.step}.",
                 hint="Send one value per metric and step.",
             )
+        times.setdefault(key, point.time)
     series = {metric: _series_id(tx, ws, project, batch, metric) for metric in {m for m, _ in seen}}
-    rows = [(series[metric], step, value) for (metric, step), value in seen.items()]
+    rows = [(series[key[0]], key[1], value, times[key]) for key, value in seen.items()]
     before = tx.conn.total_changes
+    # A replayed point keeps the time it was first recorded with: the time is when it was logged, not sent.
     tx.conn.executemany(
-        "INSERT INTO metric_points (series_id, step, value) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", rows
+        "INSERT INTO metric_points (series_id, step, value, logged_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        rows,
     )
     inserted = tx.conn.total_changes - before
     if inserted < len(rows):

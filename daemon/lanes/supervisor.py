@@ -93,7 +93,7 @@ class MetricsFollower:
         end = data.rfind(b"\n") + 1
         records = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
         points = [
-            MetricPoint(metric=name, step=int(r["step"]), value=value)
+            MetricPoint(metric=name, step=int(r["step"]), value=value, time=_logged_at(r))
             for r in records
             for name, value in r["metrics"].items()
             if math.isfinite(value)
@@ -103,6 +103,12 @@ class MetricsFollower:
             for i in range(0, len(points), MAX_METRIC_BATCH)
         ]
         return batches, [(int(r["step"]), r["metrics"]) for r in records], self.offset + end
+
+
+def _logged_at(record: dict[str, Any]) -> float | None:
+    """The record's wall-clock time, where the trainer wrote a sane one (older trainers wrote none)."""
+    at = record.get("time")
+    return float(at) if isinstance(at, int | float) and math.isfinite(at) and at >= 0 else None
 
 
 class Supervisor:

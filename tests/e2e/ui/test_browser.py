@@ -42,16 +42,18 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def run_with_points(client: httpx.Client, project: str, points: int) -> str:
+def run_with_points(client: httpx.Client, project: str, points: int, *, timed: bool = False) -> str:
     context = tracking_context(project_id=project)
     answer = client.post("/v1/runs", json={"method": "sft", "tracking_context": context})
     run_id = str(answer.json()["record"]["run_id"])
-    add_points(client, project, run_id, range(points))
+    add_points(client, project, run_id, range(points), timed=timed)
     return run_id
 
 
-def add_points(client: httpx.Client, project: str, run_id: str, steps: range) -> None:
-    points = [{"metric": "train.loss", "step": s, "value": 1.0 / (s + 1)} for s in steps]
+def add_points(client: httpx.Client, project: str, run_id: str, steps: range, *, timed: bool = False) -> None:
+    points: list[dict[str, Any]] = [{"metric": "train.loss", "step": s, "value": 1.0 / (s + 1)} for s in steps]
+    for point in points if timed else []:
+        point["time"] = 1_767_225_600.0 + 2.0 * point["step"]  # a point every 2 s from 2026-01-01
     body = {"run_id": run_id, "attempt_id": f"{run_id}.a1", "points": points}
     client.post(f"/v1/projects/{project}/metrics", json=body).raise_for_status()
 
@@ -95,9 +97,10 @@ def test_signed_in_pages_show_runs_curves_and_comparisons_and_nothing_of_another
     browser: Any, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
     with running_daemon(tmp_path / "home") as daemon, daemon.client() as admin:
-        first, second = run_with_points(admin, "nightly", 300), run_with_points(admin, "nightly", 200)
+        first, second = run_with_points(admin, "nightly", 300, timed=True), run_with_points(admin, "nightly", 200)
         hidden = run_with_points(admin, "secret", 10)
         sign_in(browser, daemon)
         shot(browser, tmp_path, "ui-projects")
@@ -109,6 +112,11 @@ def test_signed_in_pages_show_runs_curves_and_comparisons_and_nothing_of_another
         until(lambda: browser.find_elements(By.CSS_SELECTOR, "figure.chart canvas"), "the chart drawn")
         assert until(lambda: note_points(browser) == 300, "the run's 300 points in its chart")
         shot(browser, tmp_path, "ui-run")
+        Select(browser.find_element(By.CSS_SELECTOR, "figure.chart select")).select_by_value("wall")
+        legend = lambda: " ".join(e.text for e in browser.find_elements(By.CSS_SELECTOR, ".u-legend .u-series"))  # noqa: E731
+        assert until(lambda: "wall clock" in legend(), "the wall-clock axis in the legend")
+        assert "no recorded time" not in browser.find_element(By.CSS_SELECTOR, "figure.chart .note").text
+        shot(browser, tmp_path, "ui-run-wall-clock")
 
         browser.get(f"{daemon.url}/ui/p/nightly/compare?run={first}&run={second}")
         until(lambda: browser.find_elements(By.CSS_SELECTOR, "figure.chart canvas"), "the overlay drawn")
@@ -117,6 +125,9 @@ def test_signed_in_pages_show_runs_curves_and_comparisons_and_nothing_of_another
         assert first in labels and second in labels
         assert note_points(browser) == 500
         shot(browser, tmp_path, "ui-compare")
+        Select(browser.find_element(By.CSS_SELECTOR, "figure.chart select")).select_by_value("elapsed")
+        note = browser.find_element(By.CSS_SELECTOR, "figure.chart .note")
+        assert until(lambda: "200 shown have no recorded time" in note.text, "the untimed run's points left off")
 
         scoped = {"actor_id": "rita", "profile": "researcher", "project_id": "secret"}
         issued = admin.post("/v1/auth/tokens", json=scoped)

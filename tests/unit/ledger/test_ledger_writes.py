@@ -202,6 +202,22 @@ async def test_metric_batches_replay_and_refuse_a_changed_value(ledger: Ledger, 
     assert trend["summary"]["count"] == 100
 
 
+async def test_a_point_keeps_the_time_it_was_logged_at_and_a_replay_does_not_move_it(
+    ledger: Ledger, actor: Actor
+) -> None:
+    project, run_id, attempt = await _project_with_run(ledger, actor)
+    timed = [MetricPoint(metric="train.loss", step=s, value=1.0, time=1_700_000_000.0 + s) for s in range(3)]
+    untimed = [MetricPoint(metric="train.loss", step=3, value=1.0)]
+    await ledger.ingest_metrics(actor, WS, project, MetricBatch(run_id=run_id, attempt_id=attempt, points=timed))
+    await ledger.ingest_metrics(actor, WS, project, MetricBatch(run_id=run_id, attempt_id=attempt, points=untimed))
+    late = [MetricPoint(metric="train.loss", step=0, value=1.0, time=1_800_000_000.0)]  # the same point, resent
+    again = await ledger.ingest_metrics(actor, WS, project, MetricBatch(run_id=run_id, attempt_id=attempt, points=late))
+    assert again.record["inserted"] == 0
+    found = await ledger.metric_series(WS, project, run_id, "train.loss")
+    assert found["steps"] == [0, 1, 2, 3]
+    assert found["times"] == [1_700_000_000.0, 1_700_000_001.0, 1_700_000_002.0, None]  # never made up
+
+
 async def test_a_run_without_a_complete_context_is_filed_under_unassigned(ledger: Ledger, actor: Actor) -> None:
     partial = tracking_context()
     del partial["dataset_content_digest"]

@@ -45,3 +45,15 @@ def test_metrics_read_but_not_yet_stored_are_read_again(tmp_path: Path) -> None:
     assert [p.step for p in first[0].points] == [1, 2] and again == first and len(records) == 2
     follower.offset = offset
     assert follower.read_batches()[0] == []  # stored: nothing new until the half line is complete
+
+
+def test_each_point_carries_the_time_its_line_was_logged_at(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [
+        {"step": 1, "time": 1_700_000_000.5, "metrics": {"train.loss": 1.0}},
+        {"step": 2, "metrics": {"train.loss": 0.5}},  # a trainer that wrote no time
+        {"step": 3, "time": "soon", "metrics": {"train.loss": 0.25}},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    batches, _, _ = MetricsFollower(path, "r1.a1", "r1").read_batches()
+    assert [p.time for p in batches[0].points] == [1_700_000_000.5, None, None]
