@@ -79,6 +79,20 @@ def run_events(conn: sqlite3.Connection, ws: str, project: str, run_id: str, lim
     return [{**dict(row), "payload": json.loads(row["payload_json"])} for row in rows]
 
 
+def campaign_reports(
+    conn: sqlite3.Connection, ws: str, project: str, campaign_id: str, limit: int = 5
+) -> list[dict[str, Any]]:
+    """The campaign's reports, newest first, with their manifests (a project holds few reports: a scan is cheap)."""
+    rows = conn.execute(
+        "SELECT report_id, title, created_at, created_by, manifest_json FROM reports WHERE workspace_id = ? "
+        "AND project_id = ? AND kind = 'campaign' AND json_extract(manifest_json, '$.campaign_id') = ? "
+        "ORDER BY created_at DESC, report_id DESC LIMIT ?",
+        (ws, project, campaign_id, max(1, min(limit, 50))),
+    ).fetchall()
+    found = [dict(row) for row in rows]
+    return [{**record, "manifest": json.loads(record.pop("manifest_json"))} for record in found]
+
+
 def run_metrics(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:
     """The run's metrics: name, point count and step range (over every attempt)."""
     rows = conn.execute(

@@ -459,6 +459,7 @@ class Ledger:
     run_metrics = reads(browse.run_metrics)
     run_events = reads(browse.run_events)
     metric_series = reads(browse.series)
+    campaign_reports = reads(browse.campaign_reports)
 
     # -- external jobs and compute plans ---------------------------------------------------------------------------
     begin_external_job = puts(external_jobs.begin_external_job)

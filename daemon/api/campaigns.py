@@ -3,11 +3,9 @@ the campaign's version so concurrent changes never overwrite each other."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any, Literal, get_args
 
-from bashgym.client.errors import Conflict, Forbidden, InvalidInput, NotFound
-from bashgym.client.specs import REPORT_MEDIA_TYPES, report_file_problem
+from bashgym.client.errors import Conflict, Forbidden, InvalidInput
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.campaigns import research
@@ -21,7 +19,7 @@ from bashgym.daemon.campaigns.lifecycle import (
     validate,
     waits_for,
 )
-from bashgym.daemon.campaigns.reports import campaign_report
+from bashgym.daemon.campaigns.reports import campaign_report, report_file
 from bashgym.ledger.campaign_specs import CampaignSpec
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,13 +45,6 @@ class Hypotheses(BaseModel):
 
 
 ReportFormat = Literal["md", "json", "png"]
-
-
-def _listed_files(manifest: dict[str, Any]) -> set[str]:
-    """The file names a manifest lists, read leniently: rows recorded before manifests were checked."""
-    files = manifest.get("files")
-    entries = files if isinstance(files, list) else []
-    return {str(entry["name"]) for entry in entries if isinstance(entry, dict) and "name" in entry}
 
 
 class ReportRequest(BaseModel):
@@ -324,23 +315,10 @@ async def campaign_report_create(call: ControlCall, project: str, campaign_id: s
 
 
 @router.get("/projects/{project}/reports/{report_id}/{name}")
-async def report_file(call: ReadCall, project: str, report_id: str, name: str) -> Response:
-    report = await call.services.ledger.get_report(call.workspace, project, report_id)
-    if name != "manifest.json" and name not in _listed_files(report["manifest"]):
-        raise NotFound(f"Report {report_id} has no file {name!r}.", hint="Its manifest lists the files.")
-    problem = report_file_problem(name)  # a manifest recorded before manifests were checked
-    if problem:
-        raise NotFound(f"Report {report_id} lists a file the daemon does not serve: {problem}.")
-    path = call.services.settings.home / "reports" / report_id / name
-    try:
-        data = await asyncio.to_thread(path.read_bytes)
-    except FileNotFoundError:
-        raise NotFound(
-            f"The daemon holds no file {name!r} of report {report_id}.",
-            hint="The daemon holds the files of the reports it made (bashgym campaign report); a report "
-            "recorded through POST .../reports holds its manifest only.",
-        ) from None
-    return Response(content=data, media_type=REPORT_MEDIA_TYPES[name.rpartition(".")[2]])
+async def report_file_read(call: ReadCall, project: str, report_id: str, name: str) -> Response:
+    reports_dir = call.services.settings.home / "reports"
+    data, media_type = await report_file(call.services.ledger, reports_dir, call.workspace, project, report_id, name)
+    return Response(content=data, media_type=media_type)
 
 
 @router.post("/projects/{project}/campaigns/{campaign_id}/conclude")

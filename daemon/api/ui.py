@@ -19,6 +19,7 @@ from bashgym.client.validation import check_identifier, check_metric_name
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires
 from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.daemon.campaigns.reports import report_file
 from bashgym.daemon.services import Services
 from bashgym.daemon.ui import pages
 from bashgym.daemon.ui.html import message_page
@@ -181,6 +182,22 @@ async def campaign_page(request: Request, project: str, campaign_id: str) -> Res
     return await _serve(request, build)
 
 
+@router.get("/ui/p/{project}/reports/{report_id}/{name}", include_in_schema=False)
+async def report_page_file(request: Request, project: str, report_id: str, name: str) -> Response:
+    """A report's file for a page (its charts drawn in the campaign's page), read as the API reads it."""
+
+    async def build(viewer: Viewer) -> Response:
+        checked = viewer.require(project)
+        check_identifier(report_id, field="report")
+        reports_dir = viewer.services.settings.home / "reports"
+        data, media_type = await report_file(
+            viewer.services.ledger, reports_dir, viewer.workspace, checked, report_id, name
+        )
+        return Response(data, media_type=media_type, headers=HEADERS)
+
+    return await _serve(request, build)
+
+
 @router.get("/ui/p/{project}/events", include_in_schema=False)
 async def events_page(request: Request, project: str, after: int = 0) -> Response:
     async def build(viewer: Viewer) -> str:
@@ -271,9 +288,11 @@ async def _viewer(request: Request) -> Viewer:
 
 
 async def _serve(request: Request, build: Any) -> Response:
-    """A page, or a page saying why not: not signed in (401), not yours (403), not there (404), not valid (422)."""
+    """A page (or a file a page shows), or a page saying why not: not signed in (401), not yours (403), not there
+    (404), not valid (422)."""
     try:
-        return _html(await build(await _viewer(request)), 200)
+        built = await build(await _viewer(request))
+        return built if isinstance(built, Response) else _html(built, 200)
     except Unauthenticated as exc:
         return _html(message_page("Sign in", exc.message, status_hint=exc.hint or _SIGN_IN_HINT), 401)
     except Forbidden:

@@ -17,7 +17,7 @@ from typing import Any
 
 from bashgym.client.errors import NotFound
 from bashgym.client.redaction import redact
-from bashgym.client.specs import Actor, ReportSpec
+from bashgym.client.specs import REPORT_MEDIA_TYPES, Actor, ReportSpec, report_file_problem
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 
@@ -42,6 +42,35 @@ async def campaign_report(
     spec = ReportSpec(report_id=report_id, kind="campaign", title=f"Campaign {campaign_id}", manifest=manifest)
     await ledger.record_report(actor, ws, project, spec)
     return manifest
+
+
+async def report_file(
+    ledger: Ledger, reports_dir: Path, ws: str, project: str, report_id: str, name: str
+) -> tuple[bytes, str]:
+    """A file of a report of this project (its manifest, or a file the manifest lists) and its media type; NotFound
+    for a name the manifest does not list, a kind the daemon does not serve, or a report whose files it never held."""
+    report = await ledger.get_report(ws, project, report_id)
+    if name != "manifest.json" and name not in listed_files(report["manifest"]):
+        raise NotFound(f"Report {report_id} has no file {name!r}.", hint="Its manifest lists the files.")
+    problem = report_file_problem(name)  # a manifest recorded before manifests were checked
+    if problem:
+        raise NotFound(f"Report {report_id} lists a file the daemon does not serve: {problem}.")
+    try:
+        data = await asyncio.to_thread((reports_dir / report_id / name).read_bytes)
+    except FileNotFoundError:
+        raise NotFound(
+            f"The daemon holds no file {name!r} of report {report_id}.",
+            hint="The daemon holds the files of the reports it made (bashgym campaign report); a report "
+            "recorded through POST .../reports holds its manifest only.",
+        ) from None
+    return data, REPORT_MEDIA_TYPES[name.rpartition(".")[2]]
+
+
+def listed_files(manifest: dict[str, Any]) -> list[str]:
+    """The file names a manifest lists, in its order, read leniently: rows recorded before manifests were checked."""
+    files = manifest.get("files")
+    entries = files if isinstance(files, list) else []
+    return [str(entry["name"]) for entry in entries if isinstance(entry, dict) and "name" in entry]
 
 
 async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> dict[str, Any]:

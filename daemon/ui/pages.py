@@ -10,9 +10,10 @@ import json
 from typing import Any
 
 from bashgym.client.states import TERMINAL
+from bashgym.daemon.campaigns.reports import listed_files
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
-from bashgym.daemon.ui.html import chart, checkbox, facts, href, link, page, select, table, text_input
+from bashgym.daemon.ui.html import chart, checkbox, e, facts, href, link, page, select, table, text_input
 from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_ENDS
 from bashgym.ledger.store import Ledger
 
@@ -259,9 +260,34 @@ async def campaign(ledger: Ledger, ws: str, name: str, campaign_id: str, who: st
             caption="Iterations and their decisions",
         )
         + table(budget, ["kind", "gpu_hours", "runs", "created_at"], caption="Budget entries")
+        + _reports(name, await ledger.campaign_reports(ws, name, campaign_id), campaign_id)
     )
     crumbs = [(name, href("p", name)), ("campaigns", href("p", name, "campaigns"))]
     return page(f"Campaign {campaign_id}", body, who=who, crumbs=crumbs)
+
+
+def _reports(name: str, reports: list[dict[str, Any]], campaign_id: str) -> str:
+    """The newest report's charts drawn in the page, and every listed report's files as links."""
+    if not reports:
+        return (
+            "<h2>Reports</h2><p>No report of this campaign yet: "
+            f"<code>bashgym campaign report --project {e(name)} {e(campaign_id)}</code> makes one.</p>"
+        )
+    newest = reports[0]
+    charts = [f for f in listed_files(newest["manifest"]) if f.endswith(".png")]
+    figures = "".join(
+        f'<figure class="report"><img src="{href("p", name, "reports", newest["report_id"], f)}" '
+        f'alt="{e(f)} of report {e(newest["report_id"])}" loading="lazy"><figcaption>{e(f)}</figcaption></figure>'
+        for f in charts
+    )
+    rows = [{**r, "files": " · ".join(listed_files(r["manifest"])) or "manifest only"} for r in reports]
+    files = {"report_id": lambda r: href("p", name, "reports", r["report_id"], "manifest.json")}
+    listing = table(
+        rows, ["report_id", "created_at", "created_by", "files"], links=files, caption="Reports, newest first"
+    )
+    return (
+        f"<h2>Reports</h2><p>The charts of {e(newest['report_id'])} ({e(newest['created_at'])}).</p>{figures}{listing}"
+    )
 
 
 async def events(ledger: Ledger, ws: str, name: str, after: int, who: str) -> str:

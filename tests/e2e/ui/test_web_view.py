@@ -14,7 +14,7 @@ import pytest
 from bashgym.daemon.ui.sessions import COOKIE, SignIns
 from bashgym.ledger.store import Ledger
 
-from tests.support.factories import tracking_context
+from tests.support.factories import campaign_spec, tracking_context
 from tests.support.helpers import inprocess_daemon, running_daemon
 
 pytestmark = pytest.mark.anyio
@@ -127,6 +127,42 @@ async def test_a_session_scoped_to_one_project_sees_nothing_of_another(api: http
         assert hidden.status_code == 404
         other_ws = await browser.get("/ui/p/nightly", params={"workspace": "elsewhere"})
         assert other_ws.status_code in {403, 404} and "<html" in other_ws.text
+
+
+async def test_a_points_time_comes_back_with_it_for_the_wall_clock_axis(api: httpx.AsyncClient) -> None:
+    run_id = await run_with_points(api, "nightly", points=3)
+    timed = [{"metric": "train.loss", "step": s, "value": 0.1, "time": 1_767_225_600.0 + s} for s in (3, 4)]
+    body = {"run_id": run_id, "attempt_id": f"{run_id}.a1", "points": timed}
+    assert (await api.post("/v1/projects/nightly/metrics", json=body)).status_code in {200, 201}
+    async with signed_in(api) as browser:
+        series = (await browser.get(f"/ui/data/p/nightly/runs/{run_id}/series", params={"metric": "train.loss"})).json()
+    assert series["steps"] == [0, 1, 2, 3, 4]
+    assert series["times"] == [None, None, None, 1_767_225_603.0, 1_767_225_604.0]  # untimed points stay untimed
+
+
+async def test_a_campaign_page_draws_its_newest_reports_charts_for_its_readers_only(api: httpx.AsyncClient) -> None:
+    await api.post("/v1/projects", json={"project_id": "nightly", "name": "Nightly"})
+    spec = campaign_spec(campaign_id="c1", report_schedule=None)
+    assert (await api.post("/v1/projects/nightly/campaigns", json=spec)).status_code == 201
+    async with signed_in(api) as browser:
+        before = await browser.get("/ui/p/nightly/campaigns/c1")
+        assert "No report of this campaign yet" in before.text and "bashgym campaign report" in before.text
+        made = await api.post("/v1/projects/nightly/campaigns/c1/reports", json={"formats": ["png", "json"]})
+        report_id = made.json()["report_id"]
+        charts = [f["name"] for f in made.json()["files"] if f["name"].endswith(".png")]
+        page = await browser.get("/ui/p/nightly/campaigns/c1")
+        assert charts and all(f'<img src="/ui/p/nightly/reports/{report_id}/{c}"' in page.text for c in charts)
+        drawn = await browser.get(f"/ui/p/nightly/reports/{report_id}/{charts[0]}")
+        assert drawn.status_code == 200 and drawn.content[:8] == b"\x89PNG\r\n\x1a\n"
+        assert drawn.headers["content-type"] == "image/png" and drawn.headers["cache-control"] == "no-store"
+        for odd in ("..%2Fledger.sqlite3", "secrets.txt", "manifest.json%00.png"):
+            refused = await browser.get(f"/ui/p/nightly/reports/{report_id}/{odd}")
+            assert refused.status_code == 404 and "<html" in refused.text, odd
+    async with signed_in(api, await researcher(api, "elsewhere")) as stranger:
+        refused = await stranger.get(f"/ui/p/nightly/reports/{report_id}/{charts[0]}")
+        assert refused.status_code == 403 and refused.content[:4] != b"\x89PNG"
+        mine_by_name = await stranger.get(f"/ui/p/elsewhere/reports/{report_id}/{charts[0]}")
+        assert mine_by_name.status_code in {403, 404} and mine_by_name.content[:4] != b"\x89PNG"
 
 
 async def test_forged_expired_and_revoked_sessions_and_odd_ids_get_a_clear_page(api: httpx.AsyncClient) -> None:
