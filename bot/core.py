@@ -136,7 +136,8 @@ async def answer(
 
 
 async def send(interaction: discord.Interaction[Any], reply: Reply) -> None:
-    embeds = [reply.embed] if reply.embed is not None else []
+    # Every embed a command answers is fitted on its way out: one over Discord's limits fails the whole reply.
+    embeds = [fit(reply.embed)] if reply.embed is not None else []
     if not interaction.response.is_done():
         await interaction.response.send_message(
             content=reply.content or None, embeds=embeds, files=reply.files, ephemeral=reply.ephemeral
@@ -331,18 +332,20 @@ async def confirm_first(
     summary: discord.Embed,
     action: Callable[[], Awaitable[Reply]],
     *,
-    authority: Authority,
+    authority: Authority | Sequence[Authority],
     timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> None:
-    """Ask the daemon whether this person may do it at all, refusing privately and at once if not; only then
-    show the summary with Confirm and Cancel. The daemon checks the confirmed request again."""
+    """Ask the daemon whether this person may do it at all (every capability it will need), refusing privately and
+    at once if not; only then show the summary with Confirm and Cancel. The daemon checks the confirmed request
+    again."""
     daemon: Daemon = interaction.client.daemon
-    params = {"capability": authority.capability, "project": authority.project, "run": authority.run}
-    try:
-        await daemon.call(interaction, "GET", "/v1/auth/check", params={k: v for k, v in params.items() if v})
-    except ApiError as exc:
-        await send(interaction, error_reply(exc))
-        return
+    for needed in [authority] if isinstance(authority, Authority) else authority:
+        params = {"capability": needed.capability, "project": needed.project, "run": needed.run}
+        try:
+            await daemon.call(interaction, "GET", "/v1/auth/check", params={k: v for k, v in params.items() if v})
+        except ApiError as exc:
+            await send(interaction, error_reply(exc))
+            return
     view = Confirm(interaction.user.id, action, timeout_s=timeout_s)
     # Known before the prompt exists: a press can arrive before original_response() returns.
     live_confirmations(interaction.client).add(interaction.id)

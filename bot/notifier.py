@@ -40,8 +40,10 @@ def notice_embed(notice: Notice) -> discord.Embed:
 
 
 def is_permanent(exc: discord.HTTPException) -> bool:
-    """Whether sending again cannot change Discord's answer: any 4xx but 429 (discord.py waits those out)."""
-    return 400 <= exc.status < 500 and exc.status != 429
+    """Whether sending again cannot change Discord's answer for this notice: any 4xx but 429 (discord.py waits
+    those out) and 401, which refuses the bot's token, not the notice: every notice would be dead-lettered, so the
+    notifier retries from the same cursor until the token works again."""
+    return 400 <= exc.status < 500 and exc.status not in (401, 429)
 
 
 @dataclass

@@ -22,7 +22,7 @@ class LedgerGroup(app_commands.Group, name="ledger", description="The experiment
         self,
         interaction: Interaction,
         project: str,
-        after_cursor: app_commands.Range[int, 0] = 0,
+        after_cursor: app_commands.Range[int, 0, 2**53 - 1] = 0,
         limit: app_commands.Range[int, 1, 200] = 15,
     ) -> None:
         async def work() -> Reply:

@@ -67,4 +67,7 @@ class PromoteGroup(app_commands.Group, name="promote", description="The promotio
         if override_reason:
             note += f" Overrides the gate: {override_reason}"
         summary = embed(f"Promote run {run}?", outcome="warning", description=note)
-        await confirm_first(interaction, summary, act, authority=Authority("promotion.decide", project))
+        needed = [Authority("promotion.decide", project)]
+        if override_reason:  # an override needs its own, explicitly granted right: asked before the prompt too
+            needed.append(Authority("promotion.override", project))
+        await confirm_first(interaction, summary, act, authority=needed)

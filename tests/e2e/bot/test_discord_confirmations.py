@@ -31,6 +31,14 @@ async def test_a_person_without_the_right_is_refused_before_any_prompt(tmp_path:
             budget = (await admin.get("/v1/projects/nightly/budget")).json()
         assert budget["limit"]["runs"] in (0, None) or budget["amended"]["runs"] == 0, "nothing amended yet"
 
+        # A lead may decide a promotion, but overriding the gate is a right granted only explicitly: asked first too.
+        promote = {"project": "nightly", "run": "run-1"}
+        override = await w.slash("promote decide", user_id=ALICE_ID, override_reason="ship it", **promote)
+        assert override["flags"] & EPHEMERAL and not override.get("components")
+        assert f"discord:{ALICE_ID} lacks the capability promotion.override" in text_of(override)
+        plain = await w.slash("promote decide", user_id=ALICE_ID, **promote)
+        assert "Promote run run-1?" in text_of(plain) and plain.get("components")
+
 
 @pytest.mark.timeout(300)
 async def test_a_confirmation_from_before_a_restart_says_it_expired(tmp_path: Path) -> None:
