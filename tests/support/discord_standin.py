@@ -310,17 +310,18 @@ class DiscordStandIn:
         subcommand_group: str | None = None,
         subcommand: str | None = None,
         user_id: int = ALICE_ID,
+        role_ids: Sequence[int] = (),
         guild_id: int | None = None,
         channel_id: int | None = None,
     ) -> SentInteraction:
-        """Dispatch an autocomplete request while the user types `value` into option `focused`."""
+        """Dispatch an autocomplete request while the user (with these roles) types `value` into option `focused`."""
         data, _, schema = self._command_data(
             name, options or {}, subcommand_group, subcommand, guild_id=guild_id, is_partial=True
         )
         spec = _named(schema, focused, f"/{name} has no option to autocomplete")
         _leaf_options(data).append({"type": spec["type"], "name": focused, "value": value, "focused": True})
         return await self._dispatch_interaction(
-            INTERACTION_AUTOCOMPLETE, data, user_id=user_id, role_ids=(), guild_id=guild_id, channel_id=channel_id
+            INTERACTION_AUTOCOMPLETE, data, user_id=user_id, role_ids=role_ids, guild_id=guild_id, channel_id=channel_id
         )
 
     async def click(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +53,10 @@ class World:
         headers = {"Authorization": f"Bearer {self.daemon.token}"}
         return httpx.AsyncClient(base_url=self.daemon.url, headers=headers, timeout=30)
 
-    async def slash(self, name: str, user_id: int = ALICE_ID, **options: Any) -> dict[str, Any]:
-        sent = await self.standin.send_slash(name, options=options or None, user_id=user_id)
+    async def slash(
+        self, name: str, user_id: int = ALICE_ID, role_ids: Sequence[int] = (), **options: Any
+    ) -> dict[str, Any]:
+        sent = await self.standin.send_slash(name, options=options or None, user_id=user_id, role_ids=role_ids)
         return await self.standin.wait_for_reply(sent, timeout_s=30)
 
 

@@ -12,7 +12,7 @@ import pytest
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.bot.test_discord_bot import World, running_bot, text_of, world
-from tests.support.discord_standin import ALICE_ID, BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID
+from tests.support.discord_standin import ALICE_ID, BOB_ID, CHANNEL_ID, EPHEMERAL, RUNS_CHANNEL_ID, TRAINER_ROLE_ID
 from tests.support.factories import sft_data
 from tests.support.helpers import cli_async
 
@@ -56,6 +56,27 @@ async def test_a_run_started_in_a_project_is_recorded_there_for_a_researcher_of_
         async with w.admin() as admin:
             routed = await admin.put("/v1/projects/nightly/channel", json={"channel_id": str(RUNS_CHANNEL_ID)})
             assert routed.is_success, routed.text
+            hidden = await admin.post("/v1/projects", json={"project_id": "secret", "name": "Secret"})
+            assert hidden.is_success, hidden.text
+        # What Bob is offered to type is what Bob may read: never another project's name.
+        typed = await w.standin.autocomplete("run start", "project", "", user_id=BOB_ID)
+        offered = [c["value"] for c in (await w.standin.wait_for_callback(typed)).data["choices"]]
+        assert "nightly" in offered and "secret" not in offered, offered
+        typed = await w.standin.autocomplete("project context", "project", "", user_id=ALICE_ID)
+        assert "secret" in [c["value"] for c in (await w.standin.wait_for_callback(typed)).data["choices"]]
+        # A role's grant counts for whoever holds the role, in the guild, and only while they hold it.
+        role = await cli_async(env, "authority", "grant", "--discord-role", str(TRAINER_ROLE_ID), "--profile",
+                               "viewer", "--project", "secret")  # fmt: skip
+        assert role.code == 0, role.stderr
+        typed = await w.standin.autocomplete(
+            "project context", "project", "", user_id=BOB_ID, role_ids=[TRAINER_ROLE_ID]
+        )
+        offered = [c["value"] for c in (await w.standin.wait_for_callback(typed)).data["choices"]]
+        assert {"nightly", "secret"} <= set(offered), offered
+        context = await w.slash("project context", user_id=BOB_ID, role_ids=[TRAINER_ROLE_ID], project="secret")
+        assert "Project Secret" in text_of(context), text_of(context)
+        refused = await w.slash("project context", user_id=BOB_ID, project="secret")
+        assert refused["flags"] & EPHEMERAL and "lacks" in text_of(refused)
 
         launch = {"project": "nightly", "method": "sft", "model": "tiny-v1", "dataset": "traces-v1",
                   "config": ("config.json", json.dumps(CONFIG).encode())}  # fmt: skip

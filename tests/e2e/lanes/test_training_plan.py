@@ -216,3 +216,21 @@ def test_plan_finds_what_the_trainer_would_refuse_and_launch_refuses_the_same(
         for route in ("/v1/training/plan", "/v1/training/start"):
             answer = admin.post(route, json={**cases["The dataset breaks the sft contract"], "grpo_temperature": 0.9})
             assert answer.status_code == 422 and "`grpo_temperature` is read by grpo and rlvr only" in answer.text
+
+
+def test_plan_and_start_judge_a_context_of_another_workspace_alike(daemon: RunningDaemon, tmp_path: Path) -> None:
+    # The context names workspace ws3's nightly; the call is in `default`: the run would be unassigned, never
+    # recorded in ws3's project or this workspace's namesake, and a researcher of `nightly` may launch neither.
+    context = tmp_path / "tracking.json"
+    context.write_text(json.dumps(tracking_context(workspace_id="ws3", project_id="nightly")))
+    args = ["--strategy", "sft", "--model", "org/model", "--dataset-path", str(sft_data(tmp_path))]
+    args += ["--tracking-context", str(context)]
+    plan = cli(daemon.env(), "training", "plan", *args, "--json").json()
+    assert (plan["project_id"], plan["context_status"]) == ("unassigned", "unassigned")
+    assert plan["missing_context_fields"] == ["workspace_id"]
+    issued = cli(daemon.env(), "auth", "issue", "--actor", "rin", "--profile", "researcher", "--project", "nightly",
+                 "--json").json()  # fmt: skip
+    env = {**daemon.env(), "BASHGYM_TOKEN": issued["token"]}
+    planned, started = cli(env, "training", "plan", *args), cli(env, "training", "start", *args)
+    assert planned.code == started.code == 4, (planned.stderr, started.stderr)
+    assert "unassigned" in planned.stderr and "unassigned" in started.stderr
