@@ -48,15 +48,17 @@ def rows_for(strategy: str) -> list[dict[str, Any]]:
     }[strategy]
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+# Distillation twice: from the rows' teacher responses, and on-policy from a teacher model (TRL's trainer, which
+# logs its own end-of-training summary: the case that once ended `failed` after training completed).
+@pytest.mark.parametrize(("strategy", "teacher"), [(s, False) for s in STRATEGIES] + [("distillation", True)])
 def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
-    daemon: RunningDaemon, models: dict[str, Path], tmp_path: Path, strategy: str
+    daemon: RunningDaemon, models: dict[str, Path], tmp_path: Path, strategy: str, teacher: bool
 ) -> None:
     data = tmp_path / f"{strategy}.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows_for(strategy)))
     digest = __import__("hashlib").sha256(data.read_bytes()).hexdigest()
     context = tracking_context(
-        experiment_id=f"methods-{strategy}".replace("_", "-"),
+        experiment_id=f"methods-{strategy}{'-teacher' if teacher else ''}".replace("_", "-"),
         dataset_version_id=f"{strategy}-{digest[:12]}".replace("_", "-"),
         dataset_content_digest=digest,
     )
@@ -76,6 +78,7 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
             if strategy in {"grpo", "rlvr"}
             else {"max_seq_length": 96}
         ),
+        **({"teacher_model": str(models["teacher"]), "distillation_max_completion_length": 8} if teacher else {}),
     }
     with daemon.client() as admin:
         plan = admin.post("/v1/training/plan", json=request)
@@ -97,6 +100,8 @@ def test_each_method_completes_in_the_ledger_with_its_artifacts_and_metrics(
     trainer_args = effective["trainer_args"]
     for name, value in planned["schedule"].items():
         assert trainer_args[name] == value, name
+    if teacher:  # TRL's on-policy trainer ran, with the completion length the request set
+        assert planned["method_settings"]["teacher_model"] and trainer_args["max_completion_length"] == 8, trainer_args
     shared = set(planned["method_settings"]) & set(trainer_args)
     assert shared or strategy == "session_distillation", planned["method_settings"]
     for name in shared:
