@@ -99,11 +99,10 @@ ISOLATED = "namespaces"  # the sandbox level where an attempt, and a dataset's c
 
 
 def has_command_checks(path: Path) -> bool:
-    """Whether a GRPO/RLVR dataset carries shell code of its author's: a row whose verifier kind is `command`."""
+    """Whether a GRPO/RLVR dataset carries shell code of its author's: a row whose verifier kind is `command`.
+    Every row is parsed as the trainer parses it: a raw-text shortcut missed a kind written `\u0063ommand`."""
     with path.open(errors="replace") as rows:
         for line in rows:
-            if '"command"' not in line:
-                continue  # cheap: most rows of most datasets never name the kind
             try:
                 row = json.loads(line)
             except ValueError:

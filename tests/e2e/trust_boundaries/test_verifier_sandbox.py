@@ -90,6 +90,14 @@ async def test_command_checks_train_only_where_the_sandbox_isolates_them(
         assert refused.status_code == 403, refused.text
         assert "this host gives netns" in refused.json()["error"]["message"]
         assert "BASHGYM_ALLOW_UNISOLATED_CHECKS" in refused.json()["error"]["hint"]
+        # The same rows written with the kind escaped (`\u0063ommand` is JSON for "command"), or indented by a
+        # pretty printer: the trainer reads a command check all the same, so launch refuses them all the same.
+        disguised = json.dumps(rows[0]).replace('"command"', '"\\u0063ommand"')
+        assert '"command"' not in disguised and json.loads(disguised)["verifier"]["kind"] == "command"
+        data.write_text(disguised + "\n" + disguised + "\n")
+        disguised_request = training_request(build_tiny(tmp_path / "t4"), data, strategy="rlvr", max_steps=1)
+        escaped = await admin.post("/v1/training/start", json=disguised_request)
+        assert escaped.status_code == 403 and "this host gives netns" in escaped.text, escaped.text
         safe = [{"prompt": "Say ok", "verifier": {"kind": "exact_match", "task_id": "t", "expected": "ok"}}] * 2
         data.write_text("".join(json.dumps(row) + "\n" for row in safe))
         planned = await admin.post(
