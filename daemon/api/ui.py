@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any
 
-from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFound, Unauthenticated
+from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from bashgym.client.validation import check_identifier, check_metric_name
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires
@@ -24,6 +24,7 @@ from bashgym.daemon.services import Services
 from bashgym.daemon.ui import pages
 from bashgym.daemon.ui.html import message_page
 from bashgym.daemon.ui.sessions import COOKIE, SESSION_TTL_S
+from bashgym.ledger.store import Ledger
 from fastapi import APIRouter, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
@@ -229,35 +230,50 @@ async def series_data(
 
 @router.get("/ui/live/p/{project}/runs/{run_id}", include_in_schema=False)
 async def live(request: Request, project: str, run_id: str) -> Response:
-    """Server-sent events: `points` when the run's metrics grow, `status` when it moves; the page refetches."""
+    """Server-sent events: `points` when the run's metrics grow, `status` when it moves; the page refetches. A
+    stream holds one of its principal's long-poll slots while it is open (a page opens one, whatever its charts),
+    so no one holds more open streams and waits together than `max_waits_per_principal`."""
     try:
         viewer = await _viewer(request)
         name = viewer.require(project)
         check_identifier(run_id, field="run")
         await viewer.services.ledger.get_run(viewer.workspace, name, run_id)
+        with viewer.services.waits.hold(viewer.principal.actor_id):
+            pass  # RateLimited now, as a 429, when every slot is held; the stream takes its own below
     except BashGymError as exc:
-        return Response(json.dumps({"error": exc.message}), status_code=exc.status, media_type="application/json")
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else {}
+        body = json.dumps({"error": exc.message, "hint": exc.hint})
+        return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
     ledger = viewer.services.ledger
 
     async def stream() -> AsyncIterator[bytes]:
-        cursor = ledger.last_cursor
-        deadline = asyncio.get_running_loop().time() + LIVE_FOR_S
-        yield b": live\n\n"
-        while asyncio.get_running_loop().time() < deadline:
-            await ledger.wait_for_events(cursor, 15.0)
-            head = ledger.last_cursor  # taken before the read: every event up to it is in the page (or has_more)
-            page = await ledger.events_page(viewer.workspace, name, after_cursor=cursor, limit=500, types=None)
-            for event in page.events:
-                if event.run_id == run_id:
-                    kind = "points" if event.event_type == "metrics.ingested" else "status"
-                    data = json.dumps({"cursor": event.cursor, "type": event.event_type})
-                    yield f"event: {kind}\ndata: {data}\n\n".encode()
-            # Past this project's events read, and past the workspace's others: the next wait is for new ones.
-            cursor = page.next_cursor if page.has_more else max(page.next_cursor, head)
-            yield b": keep-alive\n\n"
+        # Held while the stream runs, released when it ends or the browser goes (the task is cancelled here);
+        # a stream that never started holds nothing.
+        with viewer.services.waits.hold(viewer.principal.actor_id):
+            async for chunk in events(ledger, viewer, name, run_id):
+                yield chunk
 
     headers = {**HEADERS, "X-Accel-Buffering": "no"}
     return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+async def events(ledger: Ledger, viewer: Viewer, name: str, run_id: str) -> AsyncIterator[bytes]:
+    """The run's events as server-sent events, from now on, for LIVE_FOR_S."""
+    cursor = ledger.last_cursor
+    deadline = asyncio.get_running_loop().time() + LIVE_FOR_S
+    yield b": live\n\n"
+    while asyncio.get_running_loop().time() < deadline:
+        await ledger.wait_for_events(cursor, 15.0)
+        head = ledger.last_cursor  # taken before the read: every event up to it is in the page (or has_more)
+        page = await ledger.events_page(viewer.workspace, name, after_cursor=cursor, limit=500, types=None)
+        for event in page.events:
+            if event.run_id == run_id:
+                kind = "points" if event.event_type == "metrics.ingested" else "status"
+                data = json.dumps({"cursor": event.cursor, "type": event.event_type})
+                yield f"event: {kind}\ndata: {data}\n\n".encode()
+        # Past this project's events read, and past the workspace's others: the next wait is for new ones.
+        cursor = page.next_cursor if page.has_more else max(page.next_cursor, head)
+        yield b": keep-alive\n\n"
 
 
 @router.get("/ui/{rest:path}", include_in_schema=False)

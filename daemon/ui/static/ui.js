@@ -72,6 +72,14 @@
 
   const AXES = { step: "step", wall: "wall clock", elapsed: "time since first point (s)" };
 
+  const streams = new Map();
+  function liveStream(project, run) {
+    // One stream a page, whatever its charts: each holds one of the viewer's few long-poll slots on the daemon.
+    const url = "/ui/live/p/" + encodeURIComponent(project) + "/runs/" + encodeURIComponent(run);
+    if (!streams.has(url)) streams.set(url, new EventSource(url));
+    return streams.get(url);
+  }
+
   function setUp(figure) {
     const spec = JSON.parse(figure.dataset.chart);
     const width = Math.max(320, Math.min(figure.clientWidth || 900, 1300));
@@ -150,8 +158,7 @@
     reset.addEventListener("click", () => { state.lo = state.hi = null; load(); });
     load();
     if (spec.live && spec.runs.length === 1 && window.EventSource) {
-      const url = "/ui/live/p/" + encodeURIComponent(spec.project) + "/runs/" + encodeURIComponent(spec.runs[0]);
-      const events = new EventSource(url);
+      const events = liveStream(spec.project, spec.runs[0]);
       let pending = false;
       events.addEventListener("points", () => {
         if (pending || state.hi !== null) return; // a zoomed view stays where the reader put it

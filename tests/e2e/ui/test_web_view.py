@@ -5,6 +5,7 @@ codes and sessions, another project's or workspace's records, ids with path char
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,32 @@ def test_a_live_page_hears_of_new_points_as_they_are_stored(tmp_path: Path) -> N
                 # The stream wakes on the ledger's append (no polling); its read timeout bounds the wait.
                 while (line := next(lines)) != "event: points":
                     assert line in {"", ": keep-alive"} or line.startswith(("data:", "event: status")), line
+
+
+def test_open_live_streams_count_against_the_viewers_long_poll_slots(tmp_path: Path) -> None:
+    # A stream is open for minutes: without a bound one session could hold the daemon's connections open at will.
+    env = {"BASHGYM_MAX_WAITS_PER_PRINCIPAL": "2"}
+    with running_daemon(tmp_path / "home", env=env) as daemon, daemon.client() as admin:
+        context = tracking_context(project_id="nightly")
+        run_id = admin.post("/v1/runs", json={"method": "sft", "tracking_context": context}).json()["record"]["run_id"]
+        link = admin.post("/v1/ui/links").json()["url"]
+        url = f"{daemon.url}/ui/live/p/nightly/runs/{run_id}"
+        with httpx.Client(timeout=10, follow_redirects=True) as browser:
+            assert browser.get(link).status_code == 200
+            with contextlib.ExitStack() as held:
+                readers = []  # kept: a dropped line reader closes its connection
+                for _ in range(2):
+                    stream = held.enter_context(browser.stream("GET", url))
+                    readers.append(stream.iter_lines())
+                    assert stream.status_code == 200 and next(readers[-1]) == ": live"
+                third = browser.get(url)
+                assert third.status_code == 429 and third.headers["retry-after"] == "1", third.text
+                assert "waiting requests open" in third.json()["error"]
+            # Closed by the browser: the daemon sees the disconnect and the slots come back.
+            deadline = time.monotonic() + 20
+            while True:
+                with browser.stream("GET", url) as again:
+                    if again.status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the closed streams' slots never came back"
+                time.sleep(0.2)
