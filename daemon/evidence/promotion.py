@@ -459,6 +459,16 @@ def _holdout_against_baselines(e: Evidence) -> list[Finding]:
         baseline = e.baselines.get(comparison["baseline_result_id"])
         theirs = (baseline or {}).get("metrics", {}).get("holdout.pass@1")
         ours = (candidate or {}).get("metrics", {}).get("holdout.pass@1")
+        if ours is not None and theirs is None and baseline is not None:
+            found.append(
+                Finding(
+                    "holdout_uncompared",
+                    "fail",
+                    f"Baseline {baseline['result_id']} has no holdout pass@1, so the candidate's holdout "
+                    f"({ours:.3f}) is judged against nothing on {comparison['suite_id']}.",
+                    "Evaluate the baseline with --split all (the default) and compare again.",
+                )
+            )
         if theirs is None or ours is None:
             continue
         margin = (comparison["ci_high"] - comparison["ci_low"]) / 2
@@ -483,7 +493,7 @@ def _heldout_preference_checks(e: Evidence, completed: list[dict[str, Any]]) -> 
     held_out = [r for r in completed if (e.suites.get(r["suite_id"]) or {}).get("kind") == "heldout_preference"]
     unseen = [r for r in held_out if (r.get("details") or {}).get("dataset_sha256") != trained_on]
     if unseen:
-        return []
+        return _heldout_preference_compared(e, {r["result_id"] for r in unseen})
     if held_out:
         message = "The held-out preference evaluation used the training pairs themselves."
     else:
@@ -496,6 +506,34 @@ def _heldout_preference_checks(e: Evidence, completed: list[dict[str, Any]]) -> 
             "bashgym eval run --run RUN --dataset-path PAIRS with pairs never trained on, and compare it with the "
             "base or SFT model on the same pairs.",
         )
+    ]
+
+
+def _heldout_preference_compared(e: Evidence, unseen: set[str]) -> list[Finding]:
+    """The held-out pairs judged against the base or SFT model on the same pairs: DPO may not prefer worse than
+    the model it started from (a paired delta whose whole 95% CI lies below zero is a regression)."""
+    compared = [c for c in e.comparisons if c["candidate_result_id"] in unseen]
+    if not compared:
+        return [
+            Finding(
+                "heldout_preference_uncompared",
+                "fail",
+                "The held-out preference evaluation was never compared with the base or SFT model on the same pairs: "
+                "its accuracy alone does not say DPO made the model prefer better.",
+                "bashgym eval run --model-version BASE --dataset-path PAIRS, then bashgym eval compare --baseline "
+                "THAT --candidate THIS on the same pairs.",
+            )
+        ]
+    worse = [c for c in compared if c.get("ci_high") is not None and c["ci_high"] < 0]
+    return [
+        Finding(
+            "heldout_preference_regression",
+            "fail",
+            f"On held-out pairs, the run prefers worse than baseline {c['baseline_result_id']}: delta "
+            f"{c.get('delta')}, 95% CI [{c.get('ci_low')}, {c['ci_high']}].",
+            "Lower the learning rate or dpo_beta's pull, check the pairs' labels, or train on more pairs.",
+        )
+        for c in worse
     ]
 
 

@@ -79,10 +79,22 @@ def shipping(method: str = "sft") -> Evidence:
         runcards=[],
     )
     if method == "dpo":  # held-out pairs the run never trained on (their digest is not the training data's)
-        evidence.results.append(
-            {**result("held", 0.7), "suite_id": "heldout-preference-p", "details": {"dataset_sha256": "2" * 64}}
-        )
-        evidence.suites["heldout-preference-p"] = {"suite_id": "heldout-preference-p", "kind": "heldout_preference"}
+        pairs = {"suite_id": "heldout-preference-p", "details": {"dataset_sha256": "2" * 64}}
+        evidence.results.append({**result("held", 0.7), **pairs, "metrics": {"preference_accuracy": 0.7}})
+        contract = {
+            "primary_metric": "preference_accuracy",
+            "metrics": {"preference_accuracy": {"direction": "maximize"}},
+        }
+        evidence.suites["heldout-preference-p"] = {
+            "suite_id": "heldout-preference-p", "kind": "heldout_preference", "scoring_contract": contract,
+        }  # fmt: skip
+        # ... and compared there with the model it started from.
+        evidence.baselines["base-pref"] = {**result("base-pref", 0.6, run_id=None), **pairs,
+                                           "metrics": {"preference_accuracy": 0.6}}  # fmt: skip
+        evidence.comparisons.append(
+            {"comparison_id": "cmp-pref", "suite_id": "heldout-preference-p", "baseline_result_id": "base-pref",
+             "candidate_result_id": "held", "delta": 0.1, "ci_low": 0.02, "ci_high": 0.18}
+        )  # fmt: skip
     card = build_runcard(evidence, claim_tier="narrow", decision="pending", limitations=["tiny suite"], creator="a")
     evidence.runcards = [{"card_id": "c1", "claim_tier": "narrow", "card": card}]
     return evidence
@@ -130,6 +142,13 @@ BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
     "reward_diagnostics_missing": ("grpo", lambda e: e.run["metric_summary"].pop("train.reward_std")),
     "preference_metrics_missing": ("dpo", lambda e: e.run["metric_summary"].pop("train.dpo_accuracy")),
     "heldout_preference_missing": ("dpo", _set("results.1.details.dataset_sha256", "1" * 64)),  # the training pairs
+    "heldout_preference_uncompared": ("dpo", lambda e: e.comparisons.pop()),
+    "heldout_preference_regression": (
+        "dpo",
+        lambda e: e.comparisons[-1].update(delta=-0.2, ci_low=-0.3, ci_high=-0.1),
+    ),
+    # The candidate's holdout has nothing to be judged against: the baseline was evaluated without it.
+    "holdout_uncompared": ("sft", lambda e: e.baselines["base-1"]["metrics"].pop("holdout.pass@1")),
     "distillation_student_baseline_missing": ("distillation", _set("baselines.base-1.model_version_id", "mv-x")),
     "distillation_teacher_baseline_missing": ("distillation", lambda e: e.comparisons.pop()),
     "distillation_teacher_unnamed": ("distillation", _set("run.config.teacher_model", None)),
