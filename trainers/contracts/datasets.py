@@ -317,7 +317,8 @@ def check_verified_prompt(row: dict[str, Any], *, deterministic: bool) -> list[I
             (
                 "verifier",
                 "missing_verifier",
-                'Add `task_id` (an environment task) or `verifier` ({"task_id": ..., "kind": "command"}) to the row.',
+                "Add `task_id` (a training task) or an inline `verifier` to the row: "
+                '{"kind": "exact_match", "expected": ...} or {"kind": "command", "files": {...}, "check": ...}.',
             ),
         ]
     if "task_id" in row:

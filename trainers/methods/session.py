@@ -134,6 +134,10 @@ def build(request: TrainingRequest, model: Any, tokenizer: Any, run: RunDirector
         f"min_confidence {settings['min_confidence']} left out",
         flush=True,
     )
+    # Counted on the run too, at step 0: what a reader of its metrics would otherwise never learn was dropped.
+    run.append_metrics(
+        0, {"data.records_trained": len(records), "data.records_below_confidence": len(rows) - len(records)}
+    )
     if request.use_lora:
         from bashgym.trainers.loading import lora_config
         from peft import get_peft_model

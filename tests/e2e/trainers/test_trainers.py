@@ -148,8 +148,13 @@ def test_an_eval_dataset_is_evaluated_and_logs_eval_loss(models: dict[str, Path]
 
 def test_session_distillation_logs_its_masked_token_metrics(models: dict[str, Path], tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, models, "session_distillation", max_steps=2)
+    records = session_records(8)
+    for record in records[:3]:
+        record["reader_confidence"] = 0.1  # below the default minimum: left out, and counted where it shows
+    write_jsonl(Path(json.loads((run_dir / "request.json").read_text())["dataset_path"]), records)
     run_trainer(run_dir)
     logged = [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert logged[0] == {"data.records_trained": 5, "data.records_below_confidence": 3}
     names = set().union(*logged)
     assert {
         "train.session_distillation_loss",
