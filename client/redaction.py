@@ -80,30 +80,58 @@ def redact(value: Any) -> Any:
     return value
 
 
+# A path segment that is a token: a webhook URL (Discord's /api/webhooks/<id>/<token>, Slack's
+# /services/T../B../<token>) is its own credential, so whoever sees the URL can post as the sink's owner.
+# A segment is one when it is long, of a token's alphabet, and its pieces between separators hold at least
+# _RANDOM_CHARS characters that read as neither words (`webhooks`, `IncomingWebhook`) nor numbers (an id).
+_TOKEN_SEGMENT = re.compile(r"[A-Za-z0-9._~=+@:-]{20,}")
+_SEPARATORS = re.compile(r"[._~=+@:-]")
+_CAMEL_WORD = re.compile(r"(?:[A-Z]?[a-z]+)+")
+_RANDOM_CHARS = 16
+
+
+def _reads_as_word(piece: str) -> bool:
+    if piece.isdigit() or (piece.isalpha() and piece.isupper() and len(piece) < _RANDOM_CHARS):
+        return True  # an id, or an acronym; a long run of capitals is a token (or its placeholder)
+    # Mostly lower case, each capital starting a word: random letters alternate cases far more often.
+    return bool(_CAMEL_WORD.fullmatch(piece)) and sum(c.isupper() for c in piece) * 3 <= len(piece)
+
+
+def _is_opaque_segment(segment: str) -> bool:
+    """Whether a URL path segment is a random token (a webhook's secret) rather than words and ids."""
+    if not _TOKEN_SEGMENT.fullmatch(segment):
+        return False
+    return sum(len(p) for p in _SEPARATORS.split(segment) if not _reads_as_word(p)) >= _RANDOM_CHARS
+
+
 def url_credentials(url: str) -> list[str]:
-    """Where a URL carries a credential: a password in its userinfo, a query value, or a credential-shaped
-    part. Webhook URLs often do; a stored or displayed URL must not."""
+    """Where a URL carries a credential: a password in its userinfo, a query value, a token in its path, or
+    a credential-shaped part. Webhook URLs often do; a stored or displayed URL must not."""
     parts = urlsplit(url)
     found = []
     if parts.password:
         found.append("a password in the userinfo (user:password@)")
     if parts.query:
         found.append("a query string (?...), where endpoints put their tokens")
+    if any(_is_opaque_segment(segment) for segment in parts.path.split("/")):
+        found.append("a token in its path (a long random segment, where webhook URLs put theirs)")
     if contains_secret(url):
         found.append("a credential-shaped value")
     return found
 
 
 def redact_url(url: str) -> str:
-    """A URL as it may be shown: userinfo and query values replaced, credential-shaped parts redacted."""
+    """A URL as it may be shown: userinfo, query values and token-like path segments replaced, credential-shaped
+    parts redacted; the scheme, host and the path's words and ids stay, so the endpoint is still recognisable."""
     parts = urlsplit(url)
     netloc = parts.hostname or ""
     if parts.port:
         netloc = f"{netloc}:{parts.port}"
     if parts.username:
         netloc = f"{REDACTED}@{netloc}"
+    path = "/".join(REDACTED if _is_opaque_segment(s) else s for s in parts.path.split("/"))
     query = "&".join(f"{name}={REDACTED}" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
-    return redact_text(urlunsplit((parts.scheme, netloc, parts.path, query, "")))
+    return redact_text(urlunsplit((parts.scheme, netloc, path, query, "")))
 
 
 _URL = re.compile(r"https?://[^\s'\"<>]+")

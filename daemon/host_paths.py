@@ -162,16 +162,37 @@ def private_address(host: str) -> str | None:
     A device host is where the daemon connects with a registered key; pointed at the daemon's own machine it
     would reach services bound to loopback only."""
     try:
-        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        # A bracketed literal (`[::1]`, as in URLs and ssh_config) is that address to clients that unwrap it.
+        infos = socket.getaddrinfo(host.removeprefix("[").removesuffix("]"), None, type=socket.SOCK_STREAM)
     except OSError:
         return None  # it does not resolve now: the preflight will say so
-    for text in sorted(addresses):
+    for text in sorted({str(info[4][0]) for info in infos}):
         address = ipaddress.ip_address(text.split("%", 1)[0])
-        if address.is_loopback or address.is_unspecified:
-            return f"{host} is this machine ({text})"
-        if address.is_link_local:
-            return f"{host} is a link-local address ({text})"
+        for judged in (address, _embedded_ipv4(address)):
+            if judged.is_loopback or judged.is_unspecified:
+                return f"{host} is this machine ({text})"
+            if judged.is_link_local:
+                return f"{host} is a link-local address ({text})"
     return None
+
+
+# An IPv6 address that carries an IPv4 one reaches it: a dual-stack socket connects `::ffff:a.b.c.d` to
+# a.b.c.d, a NAT64 gateway forwards 64:ff9b::a.b.c.d there, a 6to4 relay 2002:AABB:CCDD::. Python 3.11 judges
+# them as IPv6 only (`::ffff:127.0.0.1` is not loopback to it), so the IPv4 address is judged too.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _embedded_ipv4(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv4-mapped, NAT64 or 6to4 address reaches; any other address itself."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.sixtofour or address
 
 
 async def check_device_reach(settings: Settings, device: Mapping[str, Any]) -> None:

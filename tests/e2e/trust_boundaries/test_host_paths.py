@@ -28,6 +28,8 @@ OPERATOR_DEFAULTS = {
     "BASHGYM_SSH_KEYS_DIR": "",
     "BASHGYM_ALLOW_PRIVATE_DEVICE_HOSTS": "false",
 }
+# Other bytes than the blob test's: uploading those for "mine" would make that test's blob its own.
+HELD_ROWS = '{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}\n' * 4
 SECRET_TEXT = '{"messages": [{"role": "user", "content": "the root-only secret"}]}\n'
 
 
@@ -75,10 +77,6 @@ def test_a_researchers_paths_outside_the_data_roots_are_refused_before_anything_
         escape = {**launch, "dataset_path": str(daemon.home / "data" / ".." / "admin.token")}
         _refused(rita.post("/v1/training/start", json=escape), "dataset_path")
         _refused(rita.post("/v1/training/start", json={**launch, "eval_dataset_path": "/etc/shadow"}), "dataset_path")
-        model = {**launch, "dataset_path": "bashgym://artifacts/sha256/" + "0" * 64, "base_model": "/root"}
-        assert rita.post("/v1/training/plan", json=model).status_code in {403, 404}
-        relative = rita.post("/v1/training/plan", json={**launch, "base_model": "../../runs/x/final"})
-        assert relative.status_code in {403, 422}, relative.text
         source = {"model_version_id": "stolen", "model_id": "m", "source_uri": "file:///root/.ssh"}
         _refused(rita.post("/v1/projects/mine/model-versions", json=source), "source_uri")
         _refused(rita.post("/v1/projects/mine/model-versions/import", json={"from_dir": "/root/.ssh"}), "from_dir")
@@ -89,6 +87,33 @@ def test_a_researchers_paths_outside_the_data_roots_are_refused_before_anything_
         _refused(rita.post("/v1/projects/mine/model-versions/stolen/export", json=bundle), "to")
     assert not (host["root"] / "victim").exists()
     assert not list((daemon.home / "artifacts").rglob(hashlib.sha256(SECRET_TEXT.encode()).hexdigest()[2:]))
+
+
+def test_a_model_path_outside_the_data_roots_is_refused_though_the_data_is_the_projects_own(
+    host: dict[str, Any],
+) -> None:
+    daemon = host["daemon"]
+    with tenant(daemon, host["researcher"]) as rita:
+        rita.post("/v1/projects", json={"project_id": "mine", "name": "Mine"})
+        held = rita.put("/v1/blobs", params={"project": "mine"}, content=HELD_ROWS.encode())
+        assert held.status_code == 200, held.text
+        launch = {
+            "strategy": "sft",
+            "base_model": "org/m",
+            "dataset_path": f"bashgym://artifacts/sha256/{held.json()['sha256']}",
+            "tracking_context": tracking_context(project_id="mine"),
+        }
+        distill = {**launch, "strategy": "distillation", "teacher_model": "org/teacher"}
+        for route in ("/v1/training/plan", "/v1/training/start"):
+            _refused(rita.post(route, json={**launch, "base_model": "/root"}), "base_model")
+            _refused(rita.post(route, json={**distill, "base_model": str(daemon.home / "runs")}), "base_model")
+            _refused(rita.post(route, json={**distill, "teacher_model": "/root"}), "teacher_model")
+            _refused(rita.post(route, json={**distill, "teacher_model": str(daemon.home)}), "teacher_model")
+            for field, model in (("base_model", launch), ("teacher_model", distill)):
+                relative = rita.post(route, json={**model, field: "../../runs/x/final"})
+                assert relative.status_code == 422 and f"`{field}`" in relative.json()["error"]["message"], (
+                    relative.text
+                )
 
 
 def test_a_refused_path_says_nothing_of_what_exists_there(host: dict[str, Any]) -> None:
@@ -167,7 +192,9 @@ def test_a_lead_cannot_point_a_device_at_any_key_or_at_this_machine(host: dict[s
         _refused(lena.post("/v1/devices", json={**device, "key_path": str(stray)}), "key_path")
         _refused(lena.post("/v1/devices", json={**device, "key_path": "../admin.token"}), "key_path")
         _refused(lena.post("/v1/devices", json={**device, "known_hosts": "/etc/ssh/ssh_known_hosts"}), "known_hosts")
-        for here in ("127.0.0.1", "localhost", "169.254.169.254", "::1"):
+        mapped = ("::ffff:127.0.0.1", "::ffff:169.254.169.254", "[::ffff:127.0.0.1]", "::ffff:0.0.0.0")
+        embedded = ("64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1")  # NAT64 and 6to4
+        for here in ("127.0.0.1", "localhost", "169.254.169.254", "::1", *mapped, *embedded):
             _refused(lena.post("/v1/devices", json={**device, "device_id": "loop", "host": here}), "host")
         added = lena.post("/v1/devices", json=device)
         assert added.status_code == 201, added.text

@@ -8,12 +8,15 @@ backups, logs, run directories, receipts, reports, export bundles, or the posts 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bashgym.client.specs import Actor
+from bashgym.ledger.store import Ledger
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
@@ -33,6 +36,8 @@ PLANTED = {
     "report": "sk-" + "Rp6" * 10,
     "sink_password": "sink-pass-" + "Zz1" * 6,
     "sink_query": "sk-" + "Sq4" * 10,
+    "sink_path": "kJ3x_9fQ-ZpLmW2vRt8yUq4sNb7cXe1aHg5dKo0iPzT6jYwLrVuEfBnMxS3QAC-hGt9Dq2",  # a Discord webhook's
+    "sink_slack": "xYz9AbC1dEf2GhI3jKl4MnO5",
 }
 
 
@@ -110,11 +115,13 @@ def _plant_through_the_api(daemon: RunningDaemon, run_id: str) -> None:
         for url in (
             f"https://bob:{PLANTED['sink_password']}@hooks.example.com/bashgym",
             f"https://hooks.example.com/bashgym?token={PLANTED['sink_query']}",
+            f"https://discord.com/api/webhooks/1234567890123456789/{PLANTED['sink_path']}",
+            f"https://hooks.slack.com/services/T0A1B2C3D/B0E4F5G6H/{PLANTED['sink_slack']}",
         ):
             sink = {"name": "audit", "url": url, "secret_env": "SINK_SECRET"}
             refused = admin.post("/v1/sinks", json=sink)
             assert refused.status_code == 422, refused.text
-            assert PLANTED["sink_password"] not in refused.text and PLANTED["sink_query"] not in refused.text
+            assert not [name for name, value in PLANTED.items() if name.startswith("sink") and value in refused.text]
 
 
 def _export_curate_and_back_up(daemon: RunningDaemon, root: Path) -> tuple[Path, Path]:
@@ -187,3 +194,33 @@ def test_every_file_of_the_home_is_private(planted: dict[str, object]) -> None:
         if not path.is_symlink() and stat.S_IMODE(path.lstat().st_mode) & 0o077
     ]
     assert not exposed, exposed  # directories 0700, files 0600 (or tighter): group and others get nothing
+
+
+def test_a_viewer_never_sees_the_token_in_the_path_of_a_webhook_sink(tmp_path: Path) -> None:
+    """A sink stored before path tokens were refused: the ledger keeps its URL, every viewer sees it redacted."""
+    token = PLANTED["sink_path"]
+    url = f"https://discord.com/api/webhooks/1234567890123456789/{token}"
+    home = tmp_path / "home"
+    asyncio.run(_sink_stored_before_the_rule(home / "ledger.sqlite3", url))
+    with running_daemon(home) as daemon, tenant(daemon, issue_token(daemon, "vic", "viewer")) as vic:
+        sinks = vic.get("/v1/sinks")
+        doctor = vic.get("/v1/doctor")
+    assert sinks.status_code == 200 and doctor.status_code == 200, sinks.text + doctor.text
+    assert [s["url"] for s in sinks.json()["sinks"]] == [
+        "https://discord.com/api/webhooks/1234567890123456789/[redacted]"
+    ]
+    assert "discord.com/api/webhooks" in doctor.text
+    assert token not in sinks.text and token not in doctor.text
+
+
+async def _sink_stored_before_the_rule(ledger_path: Path, url: str) -> None:
+    async with await Ledger.open(ledger_path) as ledger:
+        await ledger.add_sink(
+            Actor(actor_id="system:test"),
+            "default",
+            name="chat",
+            url=url,
+            secret_env="CHAT_SINK_SECRET",
+            project_id=None,
+            types=[],
+        )
