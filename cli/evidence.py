@@ -277,8 +277,8 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--to",
         required=True,
-        help="new directory for the bundle on the daemon's host: a name in $BASHGYM_HOME/exports, or an absolute "
-        "path inside an export root (BASHGYM_EXPORT_ROOTS)",
+        help="new directory for the bundle on the daemon's host: a name (it goes in the workspace's folder,"
+        " $BASHGYM_HOME/exports/WORKSPACE), or an absolute path inside an export root (BASHGYM_EXPORT_ROOTS)",
     )
     parser.add_argument("--license", default="unspecified", help="license recorded in the manifest")
 
@@ -300,7 +300,9 @@ async def model_export(ctx: Ctx) -> int:
 
 def _import_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "bundle", help="bundle directory written by bashgym model export, inside a data root or the exports"
+        "bundle",
+        help="a bundle written by bashgym model export: its name (this workspace's exports), or its directory "
+        "inside a data root",
     )
     _project(parser)
     parser.add_argument("--version", help="register under this id (default: the manifest's)")
@@ -311,7 +313,9 @@ def _import_args(parser: argparse.ArgumentParser) -> None:
 )
 async def model_import(ctx: Ctx) -> int:
     a = ctx.args
-    body = {"from_dir": str(Path(a.bundle).expanduser().resolve()), "model_version_id": a.version}
+    # A bare name is a bundle this workspace exported, found by the daemon; a path is made absolute here.
+    named = a.bundle if "/" not in a.bundle else str(Path(a.bundle).expanduser().resolve())
+    body = {"from_dir": named, "model_version_id": a.version}
     result = await ctx.client.request(
         "POST", f"/v1/projects/{a.project}/model-versions/import", body=body, params={"workspace": ctx.workspace}
     )

@@ -29,10 +29,16 @@ from typing import Any
 from bashgym.client.errors import Forbidden, InvalidInput
 from bashgym.daemon.settings import Settings
 
-# Folders of the home that callers may name: the inbox of data and the bundles the daemon exported.
+# Folders of the home that callers may name: the operator's inbox of data, and the bundles the daemon exported
+# (under exports/<workspace>/, each workspace its own).
 PUBLIC_HOME_DIRS = ("data", "exports")
 # The home's own state: created 0700, every file in it 0600.
 HOME_DIR_MODE = 0o700
+
+
+def exports_dir(settings: Settings, workspace: str) -> Path:
+    """Where the home keeps the bundles exported in `workspace` (a workspace id is an identifier: no `/`)."""
+    return settings.home / "exports" / workspace
 
 
 class PathRefused(Forbidden):
@@ -56,22 +62,31 @@ class Root:
 
 
 class HostPaths:
-    """Where on its host the daemon reads and writes for callers; each method confines one kind of path."""
+    """Where on its host the daemon reads and writes for callers of `workspace`; each method confines one kind of
+    path. The home's `exports/` holds one folder per workspace: a bundle a tenant exported is readable in its own
+    workspace only (any of its projects may import it), never in another's."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, workspace: str | None = None) -> None:
         self.home = Root.of(settings.home)
-        public = [settings.home / name for name in PUBLIC_HOME_DIRS]
-        self.read_roots = [Root.of(p) for p in [*public, *settings.data_roots]]
-        self.export_roots = [Root.of(p) for p in [settings.home / "exports", *settings.export_roots]]
+        exports = [exports_dir(settings, workspace)] if workspace else []
+        self.read_roots = [Root.of(p) for p in [settings.home / "data", *exports, *settings.data_roots]]
+        self.import_roots = [Root.of(p) for p in [*exports, settings.home / "data", *settings.data_roots]]
+        self.export_roots = [Root.of(p) for p in [*exports, *settings.export_roots]]
         self.backup_root = Root.of(settings.backup_dir or settings.home / "backups")
         self.keys_root = Root.of(settings.ssh_keys_dir or settings.home / "keys")
-        self._public = [Root.of(p) for p in public]
+        self._public = [Root.of(settings.home / name) for name in PUBLIC_HOME_DIRS]
 
     def readable(self, text: str, *, field: str) -> Path:
         """A file or directory a caller names for the daemon to read (it may not exist: the caller finds out)."""
         return self._confine(text, self.read_roots, field=field, setting="BASHGYM_DATA_ROOTS")
 
+    def importable(self, text: str, *, field: str) -> Path:
+        """A bundle to import: readable as any data, and a bare name is a bundle this workspace exported."""
+        return self._confine(text, self.import_roots, field=field, setting="BASHGYM_DATA_ROOTS")
+
     def export_target(self, text: str, *, field: str) -> Path:
+        if not self.export_roots:
+            raise InvalidInput("An export needs the workspace it is made for.")  # a programming error, said plainly
         return self._confine(text, self.export_roots, field=field, setting="BASHGYM_EXPORT_ROOTS")
 
     def backup_target(self, text: str) -> Path:

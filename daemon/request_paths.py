@@ -34,7 +34,7 @@ class Reach:
 
     @property
     def paths(self) -> HostPaths:
-        return HostPaths(self.settings)
+        return HostPaths(self.settings, workspace=self.workspace)
 
 
 async def require_held(reach: Reach, project: str, sha256: str) -> None:

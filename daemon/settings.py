@@ -133,12 +133,13 @@ class Settings(BaseSettings):
     data_roots: list[Path] = Field(
         default_factory=list,
         description="Directories (comma-separated) whose files callers may name by path: datasets, base models, "
-        "model directories, bundles to import. $BASHGYM_HOME/data and $BASHGYM_HOME/exports always are.",
+        "model directories, bundles to import. $BASHGYM_HOME/data always is, and $BASHGYM_HOME/exports/WORKSPACE "
+        "for the requests of that workspace.",
     )
     export_roots: list[Path] = Field(
         default_factory=list,
-        description="Directories (comma-separated) model bundles may be exported into; "
-        "$BASHGYM_HOME/exports always is.",
+        description="Directories (comma-separated) model bundles may be exported into (shared by every workspace: "
+        "name only directories all of them may use); $BASHGYM_HOME/exports/WORKSPACE always is, for its own.",
     )
     backup_dir: Path | None = Field(None, description="Where ledger backups go (default $BASHGYM_HOME/backups).")
     ssh_keys_dir: Path | None = Field(

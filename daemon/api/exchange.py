@@ -41,7 +41,8 @@ router = APIRouter(prefix="/v1", tags=["models"])
 
 @router.post("/projects/{project}/model-versions/{version}/export", status_code=201)
 async def model_export(call: ExportCall, project: str, version: str, body: ExportBody) -> Response:
-    target = HostPaths(call.services.settings).export_target(body.to, field="to")  # before anything is read
+    paths = HostPaths(call.services.settings, workspace=call.workspace)
+    target = paths.export_target(body.to, field="to")  # before anything is read
     ledger, ws = call.services.ledger, call.workspace
     record = await ledger.get_model_version(ws, project, version)
     source = str(record["source_uri"])
@@ -93,7 +94,7 @@ async def model_export(call: ExportCall, project: str, version: str, body: Expor
 
 @router.post("/projects/{project}/model-versions/import", status_code=201)
 async def model_import(call: WriteCall, project: str, body: ImportBody) -> Response:
-    bundle = HostPaths(call.services.settings).readable(body.from_dir, field="from_dir")
+    bundle = HostPaths(call.services.settings, workspace=call.workspace).importable(body.from_dir, field="from_dir")
     if not await asyncio.to_thread(bundle.is_dir):
         raise InvalidInput(f"{body.from_dir} is not a directory.", hint="Name an exported bundle in a data root.")
     manifest, manifest_sha = await asyncio.to_thread(verify_bundle, bundle)

@@ -226,3 +226,36 @@ def test_an_existing_open_home_is_closed_at_start(tmp_path: Path) -> None:
         assert stat.S_IMODE(home.stat().st_mode) == 0o700
         assert stat.S_IMODE((home / "bashgym.toml").stat().st_mode) == 0o600
         assert stat.S_IMODE((home / "ledger.sqlite3").stat().st_mode) == 0o600
+
+
+def test_a_bundle_exported_in_one_workspace_is_out_of_another_workspaces_reach(host: dict[str, Any]) -> None:
+    # Exports land in the home's exports/<workspace>/: any project of that workspace may import them (the
+    # exchange README shows), and no tenant of another workspace may import, train on or read them by path.
+    daemon = host["daemon"]
+    weights = b"weights of the default workspace" * 8
+    with daemon.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "shelf", "name": "Shelf"})
+        assert admin.put("/v1/blobs", params={"project": "shelf"}, content=weights).status_code == 200
+        files = [{"path": "model.bin", "sha256": hashlib.sha256(weights).hexdigest(), "size_bytes": len(weights)}]
+        version = {"model_version_id": "shelved", "model_id": "m", "source_uri": "bashgym://models/m", "files": files}
+        assert admin.post("/v1/projects/shelf/model-versions", json=version).status_code == 201
+        exported = admin.post("/v1/projects/shelf/model-versions/shelved/export", json={"to": "bundle-a"})
+        assert exported.status_code == 201, exported.text
+    bundle = daemon.home / "exports" / "default" / "bundle-a"
+    assert exported.json()["bundle"] == str(bundle) and (bundle / "manifest.json").is_file()
+
+    mallory = issue_token(daemon, "mallory-exports", "researcher", workspace="ws3")
+    with tenant(daemon, mallory) as attacker:
+        where = {"workspace": "ws3"}
+        attacker.post("/v1/projects", params=where, json={"project_id": "loot", "name": "Loot"})
+        by_path = attacker.post("/v1/projects/loot/model-versions/import", params=where, json={"from_dir": str(bundle)})
+        _refused(by_path, "from_dir")
+        by_name = attacker.post("/v1/projects/loot/model-versions/import", params=where, json={"from_dir": "bundle-a"})
+        assert by_name.status_code == 422 and "is not a directory" in by_name.text, by_name.text  # ws3's own: empty
+        launch = {"strategy": "sft", "base_model": "org/m", "dataset_path": str(bundle / "model.bin"),
+                  "tracking_context": tracking_context(workspace_id="ws3", project_id="loot")}  # fmt: skip
+        _refused(attacker.post("/v1/training/plan", params=where, json=launch), "dataset_path")
+    with tenant(daemon, host["researcher"]) as rita:  # another project of the same workspace
+        rita.post("/v1/projects", json={"project_id": "mine", "name": "Mine"})
+        imported = rita.post("/v1/projects/mine/model-versions/import", json={"from_dir": "bundle-a"})
+        assert imported.status_code == 201, imported.text
