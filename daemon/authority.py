@@ -290,16 +290,61 @@ class WaitSlots:
                 del self._held[principal]
 
 
-def consumer_capability(name: str) -> tuple[str, str | None]:
-    """The capability (and project) that moving durable consumer `name`'s cursor needs: skipping a consumer's
-    events is acting as that consumer. The daemon's own consumers are moved by an admin only."""
+DAEMON_WIDE = "*"  # the workspace of events that belong to no one workspace (auth.token_issued's too)
+DAEMON_ACTOR = "system:daemon"
+
+
+@dataclass(frozen=True)
+class ConsumerScope:
+    """Where a durable consumer reads events: the capability its cursor moves with there, and where a move by
+    anyone but its owner is recorded. Cursor names are daemon-wide, so the caller's workspace says nothing."""
+
+    capability: str
+    workspace_id: str | None  # None: one of the daemon's own consumers, whose events span every workspace
+    project_id: str | None = None
+
+    @property
+    def is_daemons(self) -> bool:
+        return self.workspace_id is None
+
+    @property
+    def event_workspace(self) -> str:
+        return self.workspace_id or DAEMON_WIDE
+
+    @property
+    def owner(self) -> str | None:
+        """Whose consumer it is before anyone moved it: the daemon's own are the daemon's, others the first mover's."""
+        return DAEMON_ACTOR if self.is_daemons else None
+
+
+def consumer_scope(name: str, *, default_workspace: str) -> ConsumerScope:
+    """Whose events consumer `name` reads, so where acting as it (moving its cursor) needs its capability.
+
+    The console and the sinks are the daemon's own: `sink.<name>` is one cursor for the sinks of that name in
+    every workspace, so only an admin of no one workspace moves them. Every other name belongs to the default
+    workspace, the only one its real callers reach: the bot reads that workspace's notices and `bashgym curate`
+    moves its cursor there (neither names a workspace); `curator.<project>` to that project of it."""
     if name == CONSOLE_CONSUMER or name.startswith("sink."):  # sink cursors: sinks.consumer_name
-        return "authority.manage", None
+        return ConsumerScope("authority.manage", None)
     if name.startswith("discord"):
-        return "delegate.discord", None
+        return ConsumerScope("delegate.discord", default_workspace)
     if name.startswith("curator."):
-        return "ledger.write", name.removeprefix("curator.")
-    return "ledger.write", None
+        return ConsumerScope("ledger.write", default_workspace, name.removeprefix("curator."))
+    return ConsumerScope("ledger.write", default_workspace)
+
+
+def require_consumer(principal: Principal, scope: ConsumerScope) -> None:
+    """Raise Forbidden unless `principal` holds the consumer's capability where the consumer reads: skipping a
+    consumer's events is acting as that consumer, and a grant in another workspace is no right to do that."""
+    if scope.is_daemons and (principal.workspace_id or principal.project_id):
+        limit = f"project {principal.project_id!r}" if principal.project_id else f"workspace {principal.workspace_id!r}"
+        raise Forbidden(
+            f"{principal.actor_id} is limited to {limit}; the daemon's own consumers (its console, and the sinks, "
+            f"one cursor per name across workspaces) move for {scope.capability} with no workspace limit only.",
+            hint="Ask the daemon's operator, whose admin token ($BASHGYM_HOME/admin.token) reaches every workspace.",
+            details={"capability": scope.capability, "scope": "workspace '*'"},
+        )
+    principal.require(scope.capability, workspace_id=scope.workspace_id, project_id=scope.project_id)
 
 
 def is_identifier(value: str) -> bool:

@@ -481,16 +481,24 @@ class Ledger:
     get_consumer_cursor = reads(queries.get_consumer_cursor)
 
     async def ack_consumer_cursor(
-        self, name: str, cursor: int, *, actor: Actor | None = None, ws: str = ""
+        self,
+        name: str,
+        cursor: int,
+        *,
+        actor: Actor | None = None,
+        ws: str = "",
+        project: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any]:
         """Advance a consumer's durable cursor; it never moves backwards or past the last event.
 
-        The daemon's own consumers move theirs without an actor. Through the API the first principal to move a
-        cursor owns it; a move by anyone else is recorded as a `consumer.cursor_moved` event of workspace `ws`.
+        The daemon's own consumers move theirs without an actor. Through the API a cursor's owner is `owner` (the
+        daemon, for its own consumers) or else the first principal to move it; a move by anyone else is recorded
+        as a `consumer.cursor_moved` event of workspace `ws` (and `project`), where the consumer reads.
         """
         if actor is None:
             return await asyncio.shield(self._writer.run(lambda conn: self._ack(conn, name, cursor, "")))
-        return await self.write(actor, lambda tx: self._ack_as(tx, name, cursor, actor, ws))
+        return await self.write(actor, lambda tx: self._ack_as(tx, name, cursor, actor, ws, project, owner))
 
     async def record_notice_failure(
         self,
@@ -524,20 +532,29 @@ class Ledger:
     async def notice_failures(self, ws: str, *, since: str, limit: int = 5) -> tuple[int, list[dict[str, Any]]]:
         return await self.read(lambda conn: queries.notice_failures(conn, ws, since=since, limit=limit))
 
-    def _ack_as(self, tx: Tx, name: str, cursor: int, actor: Actor, ws: str) -> dict[str, Any]:
+    def _ack_as(
+        self,
+        tx: Tx,
+        name: str,
+        cursor: int,
+        actor: Actor,
+        ws: str,
+        project: str | None = None,
+        owner: str | None = None,
+    ) -> dict[str, Any]:
         before = queries.get_consumer_cursor(tx.conn, name)
-        record = self._ack(tx.conn, name, cursor, actor.actor_id, in_transaction=True)
-        owner = str(before.get("owner") or "")
-        if owner and owner != actor.actor_id and record["cursor"] != before["cursor"]:
+        record = self._ack(tx.conn, name, cursor, owner or actor.actor_id, in_transaction=True)
+        owned_by = str(record.get("owner") or "")
+        if owned_by != actor.actor_id and record["cursor"] != before["cursor"]:
             tx.append_event(
                 "consumer.cursor_moved",
                 workspace_id=ws,
-                project_id=access.WORKSPACE_SCOPE,
+                project_id=project or access.WORKSPACE_SCOPE,
                 payload={
                     "consumer": name,
                     "cursor": record["cursor"],
                     "previous_cursor": before["cursor"],
-                    "owner": owner,
+                    "owner": owned_by,
                 },
             )
         return record

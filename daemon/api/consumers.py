@@ -7,7 +7,7 @@ from typing import Annotated
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
-from bashgym.daemon.authority import consumer_capability
+from bashgym.daemon.authority import consumer_scope, require_consumer
 from bashgym.ledger.leases import LeaseClaim
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,7 +64,7 @@ async def lease_take(
     call: Annotated[Call, requires(AUTHENTICATED)], name: str, ask: Annotated[LeaseAsk, Query()]
 ) -> Response:
     """Take or renew the lease on consumer `name`: 409 names the holder while another one has it. It needs
-    the consumer's own capability, as moving its cursor does (consumer_capability)."""
+    the consumer's own capability where it reads, as moving its cursor does (consumer_scope)."""
     actor_id = _act_as(call, name)
     claim = LeaseClaim(holder=ask.holder, host=ask.host, pid=ask.pid, actor_id=actor_id, ttl_s=ask.ttl_s)
     return json_response(await call.services.ledger.take_consumer_lease(name, claim))
@@ -83,6 +83,5 @@ async def lease_release(
 def _act_as(call: Call, name: str) -> str:
     """Holding a consumer's lease is acting as that consumer; answers the actor recorded with the lease."""
     check_identifier(name, field="name")
-    capability, project = consumer_capability(name)
-    call.principal.require(capability, workspace_id=call.workspace, project_id=project)
+    require_consumer(call.principal, consumer_scope(name, default_workspace=call.services.settings.default_workspace))
     return call.principal.actor_id

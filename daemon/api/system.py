@@ -24,7 +24,7 @@ from bashgym.daemon.api.routing import (
     authorise,
     requires,
 )
-from bashgym.daemon.authority import consumer_capability
+from bashgym.daemon.authority import consumer_scope, require_consumer
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.services import Services, uptime_s
 from fastapi import APIRouter, Query, Request
@@ -96,11 +96,14 @@ async def get_cursor(call: ReadCall, name: str) -> Response:
 
 @router.put("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
 async def put_cursor(call: Annotated[Call, requires(AUTHENTICATED)], name: str, body: CursorAck) -> Response:
-    """Move a durable consumer's cursor: it needs that consumer's own capability (consumer_capability)."""
+    """Move a durable consumer's cursor, as that consumer: it needs the consumer's capability where the consumer
+    reads, whichever workspace the request names (consumer_scope); a move by anyone but its owner is recorded
+    there, or daemon-wide (workspace '*', in the audit) for the daemon's own consumers."""
     check_identifier(name, field="name")
-    capability, project = consumer_capability(name)
-    call.principal.require(capability, workspace_id=call.workspace, project_id=project)
-    actor = call.principal.actor(capability, call.actor.correlation_id)
-    return json_response(
-        await call.services.ledger.ack_consumer_cursor(name, body.cursor, actor=actor, ws=call.workspace)
+    scope = consumer_scope(name, default_workspace=call.services.settings.default_workspace)
+    require_consumer(call.principal, scope)
+    actor = call.principal.actor(scope.capability, call.actor.correlation_id)
+    moved = await call.services.ledger.ack_consumer_cursor(
+        name, body.cursor, actor=actor, ws=scope.event_workspace, project=scope.project_id, owner=scope.owner
     )
+    return json_response(moved)

@@ -24,6 +24,7 @@ LIMITS = {
     "BASHGYM_BAD_TOKEN_PER_MINUTE": "6",  # two at once
     "BASHGYM_PROJECT_QUOTA_BYTES": "1000",
 }
+PROBE_PAUSE_S = 0.5  # between long-poll probes: ten times the holder's pause between its retries
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +81,12 @@ def _one_long_poll_at_a_time(daemon: RunningDaemon) -> None:
         with tenant(daemon, token) as polly:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                second = polly.get("/v1/events", params={**beyond, "wait_s": 0.2})
+                second = polly.get("/v1/events", params={**beyond, "wait_s": 0.05})
                 if second.status_code == 429:
                     break
+                # This probe got the only slot, so it may have just refused the holder: leave the slot free for
+                # many of the holder's retries, or probes sent back to back could keep it out for good.
+                time.sleep(PROBE_PAUSE_S)
             assert second.status_code == 429, second.text
             assert "waiting requests open" in second.json()["error"]["message"]
             assert polly.get("/v1/events", params=beyond).status_code == 200  # no wait: no limit

@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
 from tests.support.factories import sft_data, tracking_context, training_request
-from tests.support.helpers import RunningDaemon, running_daemon, wait_for_run
+from tests.support.helpers import RunningDaemon, cli, running_daemon, wait_for_run
 
 GUILD = "111111111111111111"
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -122,6 +122,104 @@ def test_a_cursor_moved_by_someone_else_than_its_consumer_is_an_event(daemon: Ru
     moves = [e for e in events if e["payload"]["consumer"] == "curator.moves"]
     assert [e["actor"] for e in moves] == ["lead-lee"], moves
     assert moves[0]["payload"]["previous_cursor"] <= moves[0]["payload"]["cursor"]
+
+
+@pytest.mark.parametrize("consumer", ["curator", "curator.nightly"])
+@pytest.mark.parametrize("named", [{"workspace": "ws3"}, {}], ids=["in-its-own-workspace", "in-default"])
+def test_a_researcher_of_another_workspace_cannot_move_the_default_workspaces_curator(
+    daemon: RunningDaemon, consumer: str, named: dict[str, str]
+) -> None:
+    """Cursor names are daemon-wide: ledger.write in ws3 is no right to skip the default workspace's events."""
+    mallory = issue_token(daemon, f"mallory-{consumer.replace('.', '-')}-{len(named)}", "researcher", workspace="ws3")
+    with daemon.client() as admin:
+        admin.post("/v1/projects", json={"project_id": "nightly", "name": "Nightly SFT"})
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+        before = admin.get(f"/v1/consumers/{consumer}/cursor").json()["cursor"]
+    with tenant(daemon, mallory) as client:
+        moved = client.put(f"/v1/consumers/{consumer}/cursor", params=named, json={"cursor": head})
+        ws3_moves = client.get("/v1/events", params={"workspace": "ws3", "type": "consumer.cursor_moved"})
+    assert moved.status_code == 403, moved.text
+    assert "limited to workspace 'ws3'" in moved.json()["error"]["message"]
+    assert ws3_moves.status_code == 200 and ws3_moves.json()["events"] == []
+    with daemon.client() as admin:
+        assert admin.get(f"/v1/consumers/{consumer}/cursor").json()["cursor"] == before
+
+
+def test_the_curator_moves_its_cursors_with_a_token_of_the_default_workspace(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    cora = issue_token(daemon, "cora", "researcher", workspace="default")
+    with daemon.client() as admin:
+        assert admin.post("/v1/projects", json={"project_id": "curated", "name": "Curated"}).status_code == 201
+    env = {**daemon.env(), "BASHGYM_TOKEN": cora}
+    for args in (["--project", "curated"], []):
+        curated = cli(env, "curate", "--root", str(tmp_path / "kb"), *args, "--json")
+        assert curated.code == 0, curated.stderr
+    with daemon.client() as admin:
+        for consumer in ("curator.curated", "curator"):
+            stored = admin.get(f"/v1/consumers/{consumer}/cursor").json()
+            assert stored["owner"] == "cora" and stored["cursor"] > 0, stored
+        admin.post("/v1/projects", json={"project_id": "curated-2", "name": "Curated 2"})
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+        assert admin.put("/v1/consumers/curator.curated/cursor", json={"cursor": head}).status_code == 200
+    # Its owner sees the move where it reads: a token of project `curated` alone reads that project's events.
+    reader = issue_token(daemon, "cora-reads", "viewer", project="curated")
+    with tenant(daemon, reader) as own:
+        events = own.get("/v1/projects/curated/events", params={"type": "consumer.cursor_moved"}).json()["events"]
+    assert [(e["actor"], e["payload"]["owner"], e["payload"]["cursor"]) for e in events] == [("admin", "cora", head)]
+
+
+def test_the_bots_delegate_token_moves_its_notifier_cursor_and_another_workspaces_cannot(
+    daemon: RunningDaemon,
+) -> None:
+    bot = issue_token(daemon, "discord-bot-tenancy", "viewer", capabilities=("delegate.discord",))  # as bot.token
+    elsewhere = issue_token(daemon, "ws3-bot", "viewer", workspace="ws3", capabilities=("delegate.discord",))
+    with daemon.client() as admin:
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+    with tenant(daemon, elsewhere) as other:
+        refused = other.put("/v1/consumers/discord-notifier/cursor", params={"workspace": "ws3"}, json={"cursor": head})
+    assert refused.status_code == 403, refused.text
+    with tenant(daemon, bot) as own:
+        assert own.put("/v1/consumers/discord-notifier/cursor", json={"cursor": head}).status_code == 200
+    # The other two ways of acting as a consumer: holding its lease (shutting the real one out), and recording a
+    # refused notice, which moves its cursor past it.
+    lease = {"holder": "mallory-bot", "pid": 4242, "workspace": "ws3"}
+    failure = {"cursor": head, "event_id": "evt-x", "channel_id": "1", "status": 400, "code": 0, "message": "x"}
+    with tenant(daemon, elsewhere) as other:
+        taken = other.post("/v1/consumers/discord-notifier/lease", params=lease)
+        assert taken.status_code == 403, taken.text
+        skipped = other.post("/v1/consumers/discord-notifier/failures", params={"workspace": "ws3"}, json=failure)
+        assert skipped.status_code == 403, skipped.text
+    mallory = issue_token(daemon, "ws3-writer", "researcher", workspace="ws3")
+    with tenant(daemon, mallory) as other:
+        for name in ("curator", "curator.nightly"):
+            taken = other.post(f"/v1/consumers/{name}/lease", params=lease)
+            assert taken.status_code == 403, (name, taken.text)
+            skipped = other.post(f"/v1/consumers/{name}/failures", params={"workspace": "ws3"}, json=failure)
+            assert skipped.status_code == 403, (name, skipped.text)
+    with tenant(daemon, bot) as own:
+        held = own.post("/v1/consumers/discord-notifier/lease", params={"holder": "bot", "pid": 1})
+        assert held.status_code == 200, held.text
+        own.delete("/v1/consumers/discord-notifier/lease", params={"holder": "bot", "pid": 1})
+
+
+def test_the_daemons_own_consumers_move_for_an_admin_of_every_workspace_and_the_move_is_audited(
+    daemon: RunningDaemon,
+) -> None:
+    """A sink's cursor is one for the sinks of that name in every workspace: an admin of one workspace may not."""
+    scoped = issue_token(daemon, "ada-default", "admin", workspace="default")
+    with daemon.client() as admin:
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+    with tenant(daemon, scoped) as ada:
+        refused = ada.put("/v1/consumers/sink.tenancy/cursor", json={"cursor": head})
+    assert refused.status_code == 403, refused.text
+    assert "no workspace limit" in refused.json()["error"]["message"]
+    with daemon.client() as admin:
+        moved = admin.put("/v1/consumers/sink.tenancy/cursor", json={"cursor": head})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["owner"] == "system:daemon", "the daemon's consumer stays the daemon's"
+        audit = admin.get("/v1/auth/audit", params={"actor": "admin"}).json()
+    assert any(e["event_type"] == "consumer.cursor_moved" and e["workspace_id"] == "*" for e in audit), audit
 
 
 def test_a_discord_user_id_is_ascii_digits_only(daemon: RunningDaemon) -> None:

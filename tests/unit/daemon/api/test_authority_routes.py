@@ -36,7 +36,7 @@ _counter = itertools.count()
 
 
 # Routes open to any principal whose handler then asks for the capability of the resource named: moving the
-# generic consumer `notifier`'s cursor needs ledger.write (daemon/authority.consumer_capability).
+# generic consumer `notifier`'s cursor needs ledger.write (daemon/authority.consumer_scope).
 DECIDED_IN_HANDLER = {
     ("PUT", "/v1/consumers/{name}/cursor"): "ledger.write",
     ("POST", "/v1/consumers/{name}/failures"): "ledger.write",
