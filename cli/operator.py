@@ -100,7 +100,9 @@ async def doctor(ctx: Ctx) -> int:
 
 def _curate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, help="the knowledge base's directory for receipts (required)")
-    parser.add_argument("--project", help="only this project's activity (its own cursor, curator.<project>)")
+    parser.add_argument(
+        "--project", help="only this project's activity (its own cursor: curator.<project>, curator:<ws>.<project>)"
+    )
     parser.add_argument("--follow", action="store_true", help="keep curating as events arrive (Ctrl-C stops)")
 
 
@@ -166,6 +168,14 @@ async def curate_once(ctx: Ctx, root: Path, project: str | None, consumer: str) 
         await client.request("PUT", f"/v1/consumers/{consumer}/cursor", body={"cursor": cursor})
 
 
+def curator_consumer(ws: str, project: str | None, *, default_workspace: str) -> str:
+    """The curator's durable cursor for `ws` (and `project`): `curator[.P]` in the default workspace, as it always
+    was, and `curator:WS[.P]` in another, so each workspace's curator keeps its own place (cursor names are
+    daemon-wide; daemon/authority.consumer_scope reads the workspace back from the name)."""
+    base = "curator" if ws == default_workspace else f"curator:{ws}"
+    return f"{base}.{project}" if project else base
+
+
 @command("curate", help="write activity receipts for the knowledge base from the ledger, by durable cursor")(
     _curate_args
 )
@@ -173,7 +183,8 @@ async def curate(ctx: Ctx) -> int:
     a = ctx.args
     if a.root is None:
         raise InvalidInput("curate needs --root DIR, the knowledge base's directory for receipts.")
-    consumer = f"curator.{a.project}" if a.project else "curator"
+    ws = ctx.workspace or ctx.settings.default_workspace
+    consumer = curator_consumer(ws, a.project, default_workspace=ctx.settings.default_workspace)
     total = {"events": 0, "written": 0, "unchanged": 0}
     while True:
         counts = await curate_once(ctx, a.root, a.project, consumer)

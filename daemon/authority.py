@@ -323,11 +323,15 @@ def consumer_scope(name: str, *, default_workspace: str) -> ConsumerScope:
     The console and the sinks are the daemon's own: `sink.<name>` is one cursor for the sinks of that name in
     every workspace, so only an admin of no one workspace moves them. Every other name belongs to the default
     workspace, the only one its real callers reach: the bot reads that workspace's notices and `bashgym curate`
-    moves its cursor there (neither names a workspace); `curator.<project>` to that project of it."""
+    moves its cursor there (neither names a workspace); `curator.<project>` to that project of it. A curator of
+    another workspace names it: `curator:<workspace>[.<project>]`."""
     if name == CONSOLE_CONSUMER or name.startswith("sink."):  # sink cursors: sinks.consumer_name
         return ConsumerScope("authority.manage", None)
     if name.startswith("discord"):
         return ConsumerScope("delegate.discord", default_workspace)
+    if name.startswith("curator:"):  # another workspace's curator: curator:WS[.P] (cli/operator.curator_consumer)
+        ws, _, project = name.removeprefix("curator:").partition(".")
+        return ConsumerScope("ledger.write", ws, project or None)
     if name.startswith("curator."):
         return ConsumerScope("ledger.write", default_workspace, name.removeprefix("curator."))
     return ConsumerScope("ledger.write", default_workspace)

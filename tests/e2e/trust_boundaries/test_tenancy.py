@@ -169,6 +169,32 @@ def test_the_curator_moves_its_cursors_with_a_token_of_the_default_workspace(
     assert [(e["actor"], e["payload"]["owner"], e["payload"]["cursor"]) for e in events] == [("admin", "cora", head)]
 
 
+def test_a_curator_of_another_workspace_keeps_its_own_cursor_and_reaches_no_other(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    wendy = issue_token(daemon, "wendy", "researcher", workspace="ws7")
+    with tenant(daemon, wendy) as own:
+        made = own.post("/v1/projects", params={"workspace": "ws7"}, json={"project_id": "w7", "name": "W7"})
+        assert made.status_code == 201, made.text
+    with daemon.client() as admin:
+        before = admin.get("/v1/consumers/curator/cursor").json()
+    env = {**daemon.env(), "BASHGYM_TOKEN": wendy}
+    for args in (["--project", "w7"], []):
+        curated = cli(env, "curate", "--workspace", "ws7", "--root", str(tmp_path / "kb"), *args, "--json")
+        assert curated.code == 0, curated.stderr
+        assert curated.json()["cursor"] == ("curator:ws7.w7" if args else "curator:ws7")
+    with daemon.client() as admin:
+        for consumer in ("curator:ws7.w7", "curator:ws7"):
+            stored = admin.get(f"/v1/consumers/{consumer}/cursor").json()
+            assert stored["owner"] == "wendy" and stored["cursor"] > 0, stored
+        assert admin.get("/v1/consumers/curator/cursor").json() == before, "the default workspace's is untouched"
+        head = admin.get("/v1/ledger/health").json()["last_cursor"]
+    with tenant(daemon, wendy) as own:  # another workspace's curator by its name: still not hers
+        for consumer in ("curator:default", "curator:default.nightly", "curator"):
+            moved = own.put(f"/v1/consumers/{consumer}/cursor", params={"workspace": "ws7"}, json={"cursor": head})
+            assert moved.status_code == 403, (consumer, moved.text)
+
+
 def test_the_bots_delegate_token_moves_its_notifier_cursor_and_another_workspaces_cannot(
     daemon: RunningDaemon,
 ) -> None:
