@@ -325,7 +325,7 @@ def consumer_scope(name: str, *, default_workspace: str) -> ConsumerScope:
     workspace, the only one its real callers reach: the bot reads that workspace's notices and `bashgym curate`
     moves its cursor there (neither names a workspace); `curator.<project>` to that project of it. A curator of
     another workspace names it: `curator:<workspace>[.<project>]`."""
-    if name == CONSOLE_CONSUMER or name.startswith("sink."):  # sink cursors: sinks.consumer_name
+    if name == CONSOLE_CONSUMER or name.startswith(("sink.", "sink:")):  # sink cursors: sinks.consumer_name
         return ConsumerScope("authority.manage", None)
     if name.startswith("discord"):
         return ConsumerScope("delegate.discord", default_workspace)

@@ -172,7 +172,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
             CampaignRunner(settings, ledger, training, evaluations),
             _console_channel(settings, ledger, environ),
-            SinkForwarder(ledger, environ) as sinks,
+            SinkForwarder(ledger, environ, default_workspace=settings.default_workspace) as sinks,
             ExternalJobs(settings, ledger, environ) as external,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)

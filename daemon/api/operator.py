@@ -127,7 +127,7 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
     checks.append(check("scheduler", running, f"running, {jobs} report schedules" if running else "not running"))
     forwarder = services.sinks
     for sink in await services.ledger.list_sinks(settings.default_workspace):
-        state = (forwarder.status.get(sink["name"]) if forwarder else None) or {}
+        state = (forwarder.status.get((sink["workspace_id"], sink["name"])) if forwarder else None) or {}
         healthy = not state.get("last_error")
         detail = f"{state.get('delivered', 0)} events delivered" if healthy else str(state["last_error"])
         checks.append(check(f"sink {sink['name']}", healthy, detail, required=False, url=redact_url(sink["url"])))
@@ -209,8 +209,8 @@ def notice_failure_advice(failure: dict[str, Any]) -> str:
     return f"Read Discord's message; if it is about the channel, set another with {set_one}."
 
 
-def _sink_status(forwarder: SinkForwarder | None, name: str) -> dict[str, Any]:
-    state = dict((forwarder.status.get(name) if forwarder else None) or {})
+def _sink_status(forwarder: SinkForwarder | None, ws: str, name: str) -> dict[str, Any]:
+    state = dict((forwarder.status.get((ws, name)) if forwarder else None) or {})
     if state.get("last_error"):
         state["last_error"] = redact_url_text(str(state["last_error"]))
     return state
@@ -270,7 +270,12 @@ async def sink_list(call: ReadCall) -> Response:
     forwarder = call.services.sinks
     rows = await call.services.ledger.list_sinks(call.workspace)
     return json_response(
-        {"sinks": [{**s, "url": redact_url(s["url"]), "status": _sink_status(forwarder, s["name"])} for s in rows]}
+        {
+            "sinks": [
+                {**s, "url": redact_url(s["url"]), "status": _sink_status(forwarder, s["workspace_id"], s["name"])}
+                for s in rows
+            ]
+        }
     )
 
 

@@ -34,19 +34,30 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def consumer_name(name: str) -> str:
-    return f"sink.{name}"
+def consumer_name(ws: str, name: str, *, default_workspace: str = "default") -> str:
+    """The sink's durable cursor. Sink names are unique per workspace but cursors daemon-wide: `sink.<name>` in the
+    default workspace (as it always was), `sink:<workspace>.<name>` in another, so two workspaces' sinks of one name
+    never move each other's place (one would skip events the other has not delivered)."""
+    return f"sink.{name}" if ws == default_workspace else f"sink:{ws}.{name}"
 
 
 class SinkForwarder:
     def __init__(
-        self, ledger: Ledger, environ: Mapping[str, str], *, timeout_s: float = 10.0, initial_backoff_s: float = 1.0
+        self,
+        ledger: Ledger,
+        environ: Mapping[str, str],
+        *,
+        timeout_s: float = 10.0,
+        initial_backoff_s: float = 1.0,
+        default_workspace: str = "default",
     ) -> None:
         self.ledger = ledger
         self.environ = environ
+        self.default_workspace = default_workspace
         self.timeout_s = timeout_s
         self.initial_backoff_s = initial_backoff_s
-        self.status: dict[str, dict[str, Any]] = {}  # per sink: delivered, failures, last_error, last_success
+        # Per sink (workspace, name): delivered, failures, last_error, last_success.
+        self.status: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._http: httpx.AsyncClient | None = None
@@ -76,15 +87,16 @@ class SinkForwarder:
         sinks = {(s["workspace_id"], s["name"]): s for s in await self.ledger.list_sinks()}
         for key in set(self._tasks) - set(sinks):
             self._tasks.pop(key).cancel()
-            self.status.pop(key[1], None)
+            self.status.pop(key, None)
         for key, sink in sinks.items():
             if key not in self._tasks or self._tasks[key].done():
                 self._tasks[key] = asyncio.create_task(self._forward(sink), name=f"sink-{sink['name']}")
 
     async def _forward(self, sink: dict[str, Any]) -> None:
         name, ws = sink["name"], sink["workspace_id"]
-        state = self.status.setdefault(name, {"delivered": 0, "failures": 0, "last_error": "", "last_success": None})
-        consumer = consumer_name(name)
+        fresh = {"delivered": 0, "failures": 0, "last_error": "", "last_success": None}
+        state = self.status.setdefault((ws, name), fresh)
+        consumer = consumer_name(ws, name, default_workspace=self.default_workspace)
         stored = await self.ledger.get_consumer_cursor(consumer)
         cursor = int(stored["cursor"])
         if not stored.get("updated_at"):
