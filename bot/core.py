@@ -16,6 +16,7 @@ from typing import Any
 import discord
 from bashgym.client.aio import AioDaemonClient
 from bashgym.client.errors import ApiError
+from bashgym.client.redaction import redact_text
 
 log = logging.getLogger("bashgym.bot")
 
@@ -346,6 +347,9 @@ async def confirm_first(
         except ApiError as exc:
             await send(interaction, error_reply(exc))
             return
+    # The prompt is posted in the channel: a credential typed into an option (a reason) is not echoed there.
+    summary.title = redact_text(summary.title) if summary.title else None
+    summary.description = redact_text(summary.description) if summary.description else None
     view = Confirm(interaction.user.id, action, timeout_s=timeout_s)
     # Known before the prompt exists: a press can arrive before original_response() returns.
     live_confirmations(interaction.client).add(interaction.id)

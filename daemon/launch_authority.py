@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bashgym.client.errors import Forbidden
+from bashgym.client.errors import Forbidden, InvalidInput
+from bashgym.client.redaction import contains_secret
 from bashgym.daemon.authority import Principal, actor_holds
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
@@ -81,9 +82,35 @@ def authorise_launch(principal: Principal, settings: Settings, ws: str, project:
     """Raise Forbidden unless `principal` may launch `request` in `project`; answer its publication."""
     for capability in implied_capabilities(request):
         principal.require(capability, workspace_id=ws, project_id=project)
+    check_no_credentials(request)
     check_retention(request)
     check_hub_target(settings, request)
     return publication(request)
+
+
+# Handled on the way in: the tracking context is redacted where it is written, a credential-shaped correlation id
+# is replaced. Every other field reaches the trainer as sent (request.json, effective_config.json), so it must
+# hold no secret to begin with.
+REDACTED_ON_WRITE = frozenset({"tracking_context", "correlation_id"})
+
+
+def check_no_credentials(request: TrainingRequest) -> None:
+    """Refuse a request whose settings hold a credential-shaped value (a token in a model path or a repository
+    name): the run keeps its request as sent, so the ledger never storing a secret means never taking one here.
+    Tokens reach the trainer from the daemon's environment (HF_TOKEN), never from a request."""
+    found = [
+        name
+        for name, value in request.model_dump(exclude=set(REDACTED_ON_WRITE)).items()
+        if any(contains_secret(v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str))
+    ]
+    if found:
+        raise InvalidInput(
+            f"{', '.join(found)} {'holds' if len(found) == 1 else 'hold'} a credential-shaped value; a run keeps its "
+            "settings as sent, and BashGym never stores a secret.",
+            hint="Give tokens to the daemon's environment (HF_TOKEN), never in a request; rename a path or "
+            "repository whose name looks like a token.",
+            details={"fields": found},
+        )
 
 
 async def owner_lacks(ledger: Ledger, owner: str, ws: str, project: str, request: TrainingRequest) -> list[str]:

@@ -36,7 +36,7 @@ from bashgym.daemon.lanes.nemo_data import NemoDataset, customizer_dataset, job_
 from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
-from bashgym.daemon.launch_authority import check_unisolated_checks, has_command_checks
+from bashgym.daemon.launch_authority import check_no_credentials, check_unisolated_checks, has_command_checks
 from bashgym.daemon.request_paths import Reach, check_model_source
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
@@ -226,6 +226,7 @@ class TrainingService:
         """Check, register (verified or unassigned) and queue one run; answer at once."""
         if not self._is_accepting:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
+        check_no_credentials(request)  # the API checked it already; a campaign's or the demo's launch too
         request = await shaped_for_lane(self.ledger, workspace, request)
         device = await check_lane(self.ledger, self.settings, workspace, request)
         await self._check_profile(workspace, request)
@@ -852,13 +853,15 @@ def _write_request(run_dir: Path, request: TrainingRequest) -> None:
     (run_dir / "request.json").write_text(json.dumps(written, indent=2))
 
 
-LOGS = ("training.log", "rank-*.log", "launcher.log")
+# What an ended run's trainer wrote that may quote what it was given: its logs, and its state (the error it died of).
+LOGS = ("training.log", "rank-*.log", "launcher.log", "run_state.json")
 PAUSED_TIDY_S = 30.0  # how long a resume waits for a just-paused run's supervisor to finish
 
 
 def scrub_logs(run_dir: Path) -> None:
-    """Once a trainer is done, its logs are rewritten with every credential-shaped string and known secret value
-    redacted: a trainer prints what it is given (a path, a traceback), and a log at rest keeps no secret.
+    """Once a trainer is done, its logs (and run_state.json's error) are rewritten with every credential-shaped
+    string redacted: a trainer prints what it meets (a traceback, a library's message), and a log at rest keeps no
+    secret. A request holding one is refused at the door (launch_authority.check_no_credentials).
     While it runs, the log is the daemon user's alone (0600), and `training log` answers redacted lines."""
     for pattern in LOGS:
         for path in run_dir.glob(pattern):

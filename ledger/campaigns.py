@@ -7,6 +7,7 @@ import sqlite3
 from typing import Any
 
 from bashgym.client.errors import Conflict, InvalidTransition, NotFound
+from bashgym.client.redaction import redact_text, redact_values
 from bashgym.client.validation import canonical_json
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.rows import require_project
@@ -26,7 +27,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 
 def create_campaign(tx: Tx, ws: str, project: str, spec: CampaignSpec) -> tuple[dict[str, Any], bool]:
     require_project(tx.conn, ws, project)
-    spec_json = spec.stored_json()
+    # A credential pasted into a title, an objective or a recipe never reaches the file, as Tx.put redacts rows.
+    spec_json = canonical_json(redact_values(json.loads(spec.stored_json())))
     existing = _row(tx.conn, ws, project, spec.campaign_id)
     if existing is not None:
         if existing["spec_json"] == spec_json:
@@ -38,7 +40,7 @@ def create_campaign(tx: Tx, ws: str, project: str, spec: CampaignSpec) -> tuple[
     tx.conn.execute(
         "INSERT INTO campaigns (workspace_id, project_id, campaign_id, title, status, version, spec_json, created_by, "
         "created_at, updated_at) VALUES (?, ?, ?, ?, 'draft', 1, ?, ?, ?, ?)",
-        (ws, project, spec.campaign_id, spec.title, spec_json, tx.actor.actor_id, tx.now, tx.now),
+        (ws, project, spec.campaign_id, redact_text(spec.title), spec_json, tx.actor.actor_id, tx.now, tx.now),
     )
     if spec.report_schedule is not None:
         schedule = spec.report_schedule

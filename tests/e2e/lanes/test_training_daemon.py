@@ -16,6 +16,7 @@ import httpx
 import pytest
 import torch
 from bashgym.daemon.lanes.supervisor import METRICS_EVERY_S
+from bashgym.daemon.training import scrub_logs
 from bashgym.trainers.tiny import build_tiny
 from transformers import AutoModelForCausalLM
 
@@ -270,36 +271,46 @@ def test_a_run_stopped_while_queued_or_paused_gives_back_its_budget_reservation(
     assert budget["reserved"]["runs"] == 0 and budget["settled"]["runs"] == 2, budget
 
 
-def test_a_secret_in_a_trainer_log_line_stays_out_of_ledger_answers_and_daemon_log(tiny: Path, tmp_path: Path) -> None:
+def test_a_request_holding_a_credential_is_refused_before_anything_keeps_it(tiny: Path, tmp_path: Path) -> None:
+    # A run keeps its settings as sent (request.json, effective_config.json): a token in a model path or a
+    # repository name would be kept too, so the daemon takes none (tokens come from its environment).
     fake_token = "hf_" + "Kx7" * 12  # shaped like a Hugging Face token; never real
     home = tmp_path / "home"
-    model = Path(f"{SUITE_ROOT}/models/{fake_token}/tiny")  # a model directory by its shape, loading nothing
+    model = Path(f"{SUITE_ROOT}/models/{fake_token}/tiny")
     model.mkdir(parents=True, exist_ok=True)
-    (model / "config.json").write_text("{not json")  # transformers' error names the file, token and all
+    (model / "config.json").write_text("{}")
     with running_daemon(home, env={"HF_TOKEN": fake_token}) as daemon, daemon.client() as client:
-        # The trainer fails loading this path and writes it, token and all, into training.log and its error.
-        info = client.post(
-            "/v1/training/start",
-            json=training_request(
-                tiny, sft_data(tmp_path), tracking_context=None, base_model=f"{SUITE_ROOT}/models/{fake_token}/tiny"
-            ),
-        ).json()
-        run = wait_for(client, "unassigned", info["run_id"], TERMINAL)
-        answers = [
-            client.get(f"/v1/projects/unassigned/runs/{info['run_id']}"),
-            client.get(f"/v1/projects/unassigned/runs/{info['run_id']}/log", params={"tail": 200}),
-            client.get("/v1/projects/unassigned/events", params={"limit": 1000}),
-        ]
+        for body in (
+            training_request(tiny, sft_data(tmp_path), tracking_context=None, base_model=str(model)),
+            training_request(tiny, sft_data(tmp_path), tracking_context=None, hf_repo_name=f"team/{fake_token}"),
+        ):
+            for route in ("/v1/training/plan", "/v1/training/start"):
+                refused = client.post(route, json=body)
+                assert refused.status_code == 422, refused.text
+                assert "credential-shaped" in refused.text and fake_token not in refused.text
+        listed = client.get("/v1/projects/unassigned/runs")
         daemon.stop()
-    assert run["status"] == "failed"
-    # The trainer logged it (its line is there); once the run ended, the log at rest lost the secret.
-    log = (home / "runs" / info["run_id"] / "training.log").read_text()
-    assert fake_token not in log and f"{SUITE_ROOT}/models/[redacted]/tiny" in log
-    assert "[redacted]" in run["attempts"][-1]["error_summary"]
-    assert all(a.status_code == 200 and fake_token not in a.text for a in answers)
+    assert listed.status_code == 404 or listed.json() == [], listed.text  # no run was registered
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
     for path in home.glob("ledger.sqlite3*"):
         assert fake_token.encode() not in path.read_bytes()
     assert fake_token not in (home / "daemon.log").read_text()
+
+
+def test_an_ended_runs_logs_and_state_lose_what_a_trainer_printed(tmp_path: Path) -> None:
+    # What a trainer meets and prints (a library's message, a traceback) is scrubbed once the run has ended.
+    fake_token = "ghp_" + "Qz4" * 12
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "training.log").write_text(f"loading /models/{fake_token}/tiny\rOSError: bad config\n")
+    (run_dir / "rank-1.log").write_text(f"rank 1: {fake_token}\n")
+    (run_dir / "run_state.json").write_text(json.dumps({"status": "failed", "error": f"at /m/{fake_token}"}))
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "metrics": {"train.loss": 1.0}}\n')
+    scrub_logs(run_dir)
+    for name in ("training.log", "rank-1.log", "run_state.json"):
+        text = (run_dir / name).read_text()
+        assert fake_token not in text and "[redacted]" in text, name
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "failed"
 
 
 def test_a_launch_over_budget_is_refused_until_amended(
