@@ -24,7 +24,7 @@ from bashgym.daemon.api.routing import (
     authorise,
     requires,
 )
-from bashgym.daemon.authority import consumer_scope, require_consumer
+from bashgym.daemon.authority import ConsumerScope, consumer_scope, require_consumer
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.services import Services, uptime_s
 from fastapi import APIRouter, Query, Request
@@ -91,7 +91,12 @@ async def put_blob(call: NamedProjectWrite, request: Request, project: str = UNA
 
 @router.get("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
 async def get_cursor(call: ReadCall, name: str) -> Response:
-    return json_response(await call.services.ledger.get_consumer_cursor(check_identifier(name, field="name")))
+    """Where a consumer is, for a reader of what it reads (another workspace's consumers are not this one's)."""
+    scope = consumer_scope(
+        check_identifier(name, field="name"), default_workspace=call.services.settings.default_workspace
+    )
+    require_consumer(call.principal, ConsumerScope("ledger.read", scope.workspace_id, scope.project_id))
+    return json_response(await call.services.ledger.get_consumer_cursor(name))
 
 
 @router.put("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])

@@ -189,10 +189,13 @@ def test_a_curator_of_another_workspace_keeps_its_own_cursor_and_reaches_no_othe
             assert stored["owner"] == "wendy" and stored["cursor"] > 0, stored
         assert admin.get("/v1/consumers/curator/cursor").json() == before, "the default workspace's is untouched"
         head = admin.get("/v1/ledger/health").json()["last_cursor"]
-    with tenant(daemon, wendy) as own:  # another workspace's curator by its name: still not hers
+    with tenant(daemon, wendy) as own:  # another workspace's curator by its name: still not hers, nor its place
         for consumer in ("curator:default", "curator:default.nightly", "curator"):
             moved = own.put(f"/v1/consumers/{consumer}/cursor", params={"workspace": "ws7"}, json={"cursor": head})
             assert moved.status_code == 403, (consumer, moved.text)
+            read = own.get(f"/v1/consumers/{consumer}/cursor", params={"workspace": "ws7"})
+            assert read.status_code == 403, (consumer, read.text)
+        assert own.get("/v1/consumers/curator:ws7/cursor", params={"workspace": "ws7"}).status_code == 200
 
 
 def test_the_bots_delegate_token_moves_its_notifier_cursor_and_another_workspaces_cannot(
