@@ -150,21 +150,41 @@ def series(
     rows = conn.execute(
         f"""
         WITH p AS MATERIALIZED (
-            SELECT step, value, logged_at, CAST((step - ?) / ? AS INTEGER) AS b FROM metric_points
+            SELECT step, value, CAST((step - ?) / ? AS INTEGER) AS b FROM metric_points
             WHERE series_id IN ({marks}) AND step BETWEEN ? AND ?
         )
-        SELECT step, value, logged_at FROM (SELECT MIN(step) AS step, value, logged_at FROM p GROUP BY b)
-        UNION SELECT step, value, logged_at FROM (SELECT MAX(step) AS step, value, logged_at FROM p GROUP BY b)
-        UNION SELECT step, value, logged_at FROM (SELECT step, MIN(value) AS value, logged_at FROM p GROUP BY b)
-        UNION SELECT step, value, logged_at FROM (SELECT step, MAX(value) AS value, logged_at FROM p GROUP BY b)
+        SELECT step, value FROM (SELECT MIN(step) AS step, value FROM p GROUP BY b)
+        UNION SELECT step, value FROM (SELECT MAX(step) AS step, value FROM p GROUP BY b)
+        UNION SELECT step, value FROM (SELECT step, MIN(value) AS value FROM p GROUP BY b)
+        UNION SELECT step, value FROM (SELECT step, MAX(value) AS value FROM p GROUP BY b)
         ORDER BY step
         """,
         (first, width, *ids, first, last),
     ).fetchall()
-    kept: dict[int, tuple[int, float, float | None]] = {}
-    for step, value, logged_at in rows:
-        kept.setdefault(step, (step, value, logged_at))  # attempts that logged the same step keep one point for it
-    return _answer(metric, list(kept.values()), total, decimated=True)
+    kept: dict[int, float] = {}
+    for step, value in rows:
+        kept.setdefault(step, value)  # attempts that logged the same step keep one point for it
+    # The chosen points' times, by key afterwards: carried through the buckets, they slowed the scan more.
+    times = _times(conn, ids, list(kept))
+    return _answer(metric, [(step, value, times.get(step)) for step, value in kept.items()], total, decimated=True)
+
+
+def _times(conn: sqlite3.Connection, ids: list[int], steps: list[int]) -> dict[int, float | None]:
+    """When each of `steps` was logged; where attempts logged one step, the latest attempt's time (`ids` are in
+    attempt order), as its value wins in the series."""
+    rank = {series_id: i for i, series_id in enumerate(ids)}
+    found: dict[int, tuple[int, float | None]] = {}
+    series = ", ".join("?" * len(ids))
+    for at in range(0, len(steps), 500):
+        chunk = steps[at : at + 500]
+        query = (
+            f"SELECT series_id, step, logged_at FROM metric_points WHERE series_id IN ({series}) "
+            f"AND step IN ({', '.join('?' * len(chunk))})"
+        )
+        for series_id, step, logged_at in conn.execute(query, (*ids, *chunk)):
+            if step not in found or rank[series_id] > found[step][0]:
+                found[step] = (rank[series_id], logged_at)
+    return {step: logged_at for step, (_, logged_at) in found.items()}
 
 
 Point = tuple[int, float, float | None]  # step, value, when it was logged

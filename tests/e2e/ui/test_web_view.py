@@ -139,6 +139,17 @@ async def test_a_points_time_comes_back_with_it_for_the_wall_clock_axis(api: htt
         series = (await browser.get(f"/ui/data/p/nightly/runs/{run_id}/series", params={"metric": "train.loss"})).json()
     assert series["steps"] == [0, 1, 2, 3, 4]
     assert series["times"] == [None, None, None, 1_767_225_603.0, 1_767_225_604.0]  # untimed points stay untimed
+    # Thinned, each point kept keeps its own time.
+    long_run = await run_with_points(api, "nightly", points=1)
+    timed = [{"metric": "train.loss", "step": s, "value": 1 / (s + 1), "time": 1_767_225_600.0 + 2 * s}
+             for s in range(1, 3000)]  # fmt: skip
+    body = {"run_id": long_run, "attempt_id": f"{long_run}.a1", "points": timed}
+    assert (await api.post("/v1/projects/nightly/metrics", json=body)).status_code in {200, 201}
+    async with signed_in(api) as browser:
+        url = f"/ui/data/p/nightly/runs/{long_run}/series"
+        thinned = (await browser.get(url, params={"metric": "train.loss", "points": 200})).json()
+    assert thinned["decimated"] and len(thinned["steps"]) <= 200
+    assert thinned["times"] == [None if s == 0 else 1_767_225_600.0 + 2 * s for s in thinned["steps"]]
 
 
 async def test_a_campaign_page_draws_its_newest_reports_charts_for_its_readers_only(api: httpx.AsyncClient) -> None:
