@@ -417,6 +417,7 @@ def campaign_of(daemon: RunningDaemon) -> dict[str, Any]:
     return campaign
 
 
+@pytest.mark.slow  # 22 s: an evaluation and a campaign decision, each across a restart; CI's test-slow runs it
 @pytest.mark.timeout(400)
 def test_evaluation_running_and_campaign_decision_being_recorded_each_finish_once_after_a_restart(
     tiny: Path, home: Path, tmp_path: Path

@@ -87,6 +87,7 @@ def test_two_processes_train_one_run_with_one_set_of_metrics_and_artifacts(
     assert cli(daemon.env(), "ledger", "verify").code == 0
 
 
+@pytest.mark.slow  # 15 s of two ranks pausing and resuming: make test keeps its 10 minutes, CI still runs it
 def test_pause_resume_and_stop_act_on_every_rank(daemon: RunningDaemon, tiny: Path, tmp_path: Path) -> None:
     request = training_request(
         tiny,
