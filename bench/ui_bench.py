@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import http.client
 import json
 import os
@@ -41,7 +42,7 @@ from bashgym.client.specs import Actor, MetricBatch, MetricPoint
 from bashgym.ledger.store import Ledger
 from ledger_ingest import build_big_ledger, timed_ms
 
-from tests.support.helpers import running_daemon
+from tests.support.helpers import eventually, running_daemon
 
 UNLIMITED_READS = {"BASHGYM_READ_RATE_PER_MINUTE": "1000000", "BASHGYM_READ_RATE_BURST": "1000000"}
 
@@ -118,7 +119,7 @@ def browser_draws(daemon: Any, link_for: Any, run_id: str, repeats: int = 5) -> 
         page_ms = []
         for _ in range(repeats):
             driver.get(f"{daemon.url}/ui/p/nightly/runs/{run_id}")
-            page_ms.append(wait_for(lambda: driver.execute_script(drawn))[0][1])
+            page_ms.append(eventually("the chart drawn", lambda: driver.execute_script(drawn), every_s=0.02)[0][1])
         live_ms = []
         with daemon.client() as client:
             live = client.post("/v1/runs", json={"method": "sft", "tracking_context": live_context()}).json()
@@ -126,15 +127,13 @@ def browser_draws(daemon: Any, link_for: Any, run_id: str, repeats: int = 5) -> 
             send_points(client, live_id, range(0, 10))
             client.post(f"/v1/projects/nightly/runs/{live_id}/transitions", json={"status": "running"})
             driver.get(f"{daemon.url}/ui/p/nightly/runs/{live_id}")
-            wait_for(lambda: driver.execute_script(drawn))
+            eventually("the live chart drawn", lambda: driver.execute_script(drawn), every_s=0.02)
             time.sleep(1.0)  # the page's event stream is open
             for i in range(repeats):
                 drawn_before = len(driver.execute_script(drawn))
                 sent_ms = time.time() * 1000
                 send_points(client, live_id, range(10 + i, 11 + i))
-                marks = wait_for(
-                    lambda n=drawn_before: (lambda m: m if len(m) > n else None)(driver.execute_script(drawn))
-                )
+                marks = eventually("the new point drawn", functools.partial(drawn_past, driver, drawn, drawn_before))
                 live_ms.append(marks[-1][0] - sent_ms)
                 time.sleep(0.5)
     finally:
@@ -143,6 +142,12 @@ def browser_draws(daemon: Any, link_for: Any, run_id: str, repeats: int = 5) -> 
         "browser_run_page_drawn_ms": statistics.median(page_ms),
         "browser_live_point_drawn_ms": statistics.median(live_ms),
     }
+
+
+def drawn_past(driver: Any, script: str, count: int) -> list[Any] | None:
+    """The page's draw marks once there are more than `count` of them."""
+    marks = list(driver.execute_script(script))
+    return marks if len(marks) > count else None
 
 
 def live_context() -> dict[str, Any]:
@@ -155,16 +160,6 @@ def send_points(client: httpx.Client, run_id: str, steps: range) -> None:
     points = [{"metric": "train.loss", "step": s, "value": 1.0 / (s + 1), "time": time.time()} for s in steps]
     body = {"run_id": run_id, "attempt_id": f"{run_id}.a1", "points": points}
     client.post("/v1/projects/nightly/metrics", json=body).raise_for_status()
-
-
-def wait_for(check: Any, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise TimeoutError("the page never drew its chart")
 
 
 def runs_page_query_ms(path: Path) -> tuple[dict[str, float], str]:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,6 +214,17 @@ async def inprocess_daemon(
         headers = {"Authorization": f"Bearer {admin}"}
         async with httpx.AsyncClient(transport=transport, base_url="http://daemon", headers=headers) as api:
             yield api
+
+
+def eventually(what: str, probe: Callable[[], Any], timeout_s: float = 30.0, every_s: float = 0.1) -> Any:
+    """Poll `probe` until it answers something truthy, and answer that; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(every_s)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def wait_for_run(client: httpx.Client, project: str, run_id: str, statuses: set[str], timeout_s: float = 300) -> Any:

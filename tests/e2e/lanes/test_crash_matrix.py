@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.support.discord_standin import CHANNEL_ID, FAKE_TOKEN, GUILD_ID, discord_standin
 from tests.support.factories import grpo_data, sft_data, tracking_context, training_request
-from tests.support.helpers import RunningDaemon, cli, cli_async, running_daemon, start_daemon
+from tests.support.helpers import RunningDaemon, cli, cli_async, eventually, running_daemon, start_daemon
 from tests.support.reward_pairs import reward_pairs, write_jsonl
 
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -117,14 +116,7 @@ def check_invariants(daemon: RunningDaemon, before: Acknowledged) -> list[dict[s
 
 
 def poll(what: str, probe: Callable[[], Any], timeout_s: float = 240) -> Any:
-    """Poll `probe` until it returns something truthy; fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return eventually(what, probe, timeout_s, every_s=0.2)
 
 
 def run_of(daemon: RunningDaemon, run_id: str, project: str = "nightly") -> dict[str, Any]:

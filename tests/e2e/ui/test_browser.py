@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from tests.support.factories import tracking_context
-from tests.support.helpers import RunningDaemon, running_daemon
+from tests.support.helpers import RunningDaemon, eventually, running_daemon
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -59,13 +58,7 @@ def add_points(client: httpx.Client, project: str, run_id: str, steps: range, *,
 
 
 def until(check: Any, what: str, timeout_s: float = 20) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"never saw {what}")
+    return eventually(what, check, timeout_s)
 
 
 def shot(driver: Any, tmp_path: Path, name: str) -> None:
