@@ -177,6 +177,11 @@ class Followers:
         reason = f"{where(job)} reports {look.upstream_state}" + (f": {look.message}" if look.message else "")
         if look.state == "completed":
             return await self._complete(job, look, reason)
+        if look.state in {"failed", "cancelled"}:
+            # The run ends before the job is recorded ended: a daemon killed between the two writes finds the job
+            # still open and looks again, where the other order left an ended job's run running for good (and a
+            # reader who saw the job ended could still read its run as running).
+            await self._end_run(job, look.state, reason)
         return await self.observe(
             job,
             ExternalObservation(
@@ -190,13 +195,12 @@ class Followers:
         try:
             result = await self._import(job, look)
         except (ImportRefused, BashGymError) as exc:  # a result the ledger cannot take fails the run, saying why
-            job = await self.observe(
+            await self._end_run(job, "failed", f"{reason}, but its result was not imported: {exc}")  # run first
+            return await self.observe(
                 job,
                 ExternalObservation(kind="state", state="completed", upstream_state=look.upstream_state, reason=reason),
                 sync=False,
             )
-            await self._end_run(job, "failed", f"{reason}, but its result was not imported: {exc}")
-            return job
         job = (await self.ledger.record_external_result(SYSTEM, job["workspace_id"], job["job_id"], result)).record
         job = await self.observe(
             job,
