@@ -320,11 +320,11 @@ class ConsumerScope:
 def consumer_scope(name: str, *, default_workspace: str) -> ConsumerScope:
     """Whose events consumer `name` reads, so where acting as it (moving its cursor) needs its capability.
 
-    The console and the sinks are the daemon's own: `sink.<name>` is one cursor for the sinks of that name in
-    every workspace, so only an admin of no one workspace moves them. Every other name belongs to the default
-    workspace, the only one its real callers reach: the bot reads that workspace's notices and `bashgym curate`
-    moves its cursor there (neither names a workspace); `curator.<project>` to that project of it. A curator of
-    another workspace names it: `curator:<workspace>[.<project>]`."""
+    The console and the sinks are the daemon's own (the daemon moves their cursors itself: `sink.<name>` in the
+    default workspace, `sink:<ws>.<name>` in another), so only an admin of no one workspace moves them. Every other
+    name belongs to the default workspace, the only one its real callers reach: the bot reads that workspace's
+    notices and `bashgym curate` moves its cursor there (neither names a workspace); `curator.<project>` to that
+    project of it. A curator of another workspace names it: `curator:<workspace>[.<project>]`."""
     if name == CONSOLE_CONSUMER or name.startswith(("sink.", "sink:")):  # sink cursors: sinks.consumer_name
         return ConsumerScope("authority.manage", None)
     if name.startswith("discord"):
@@ -337,14 +337,23 @@ def consumer_scope(name: str, *, default_workspace: str) -> ConsumerScope:
     return ConsumerScope("ledger.write", default_workspace)
 
 
+def act_as_consumer(principal: Principal, name: str, default_workspace: str, *, reading: bool = False) -> ConsumerScope:
+    """The scope of consumer `name`, once `principal` may act as it there (or, `reading`, read where it stands)."""
+    scope = consumer_scope(name, default_workspace=default_workspace)
+    require_consumer(
+        principal, ConsumerScope("ledger.read", scope.workspace_id, scope.project_id) if reading else scope
+    )
+    return scope
+
+
 def require_consumer(principal: Principal, scope: ConsumerScope) -> None:
     """Raise Forbidden unless `principal` holds the consumer's capability where the consumer reads: skipping a
     consumer's events is acting as that consumer, and a grant in another workspace is no right to do that."""
     if scope.is_daemons and (principal.workspace_id or principal.project_id):
         limit = f"project {principal.project_id!r}" if principal.project_id else f"workspace {principal.workspace_id!r}"
         raise Forbidden(
-            f"{principal.actor_id} is limited to {limit}; the daemon's own consumers (its console, and the sinks, "
-            f"one cursor per name across workspaces) move for {scope.capability} with no workspace limit only.",
+            f"{principal.actor_id} is limited to {limit}; the daemon's own consumers (its console and the sinks, "
+            f"which it moves itself) move for {scope.capability} with no workspace limit only.",
             hint="Ask the daemon's operator, whose admin token ($BASHGYM_HOME/admin.token) reaches every workspace.",
             details={"capability": scope.capability, "scope": "workspace '*'"},
         )

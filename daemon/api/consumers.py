@@ -7,7 +7,7 @@ from typing import Annotated
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
-from bashgym.daemon.authority import consumer_scope, require_consumer
+from bashgym.daemon.authority import act_as_consumer
 from bashgym.ledger.leases import LeaseClaim
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,5 +83,5 @@ async def lease_release(
 def _act_as(call: Call, name: str) -> str:
     """Holding a consumer's lease is acting as that consumer; answers the actor recorded with the lease."""
     check_identifier(name, field="name")
-    require_consumer(call.principal, consumer_scope(name, default_workspace=call.services.settings.default_workspace))
+    act_as_consumer(call.principal, name, call.services.settings.default_workspace)
     return call.principal.actor_id

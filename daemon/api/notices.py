@@ -12,7 +12,7 @@ from bashgym.client.models import ChannelSet, ConsumerCursor, NoticePage
 from bashgym.client.validation import Identifier, check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, WriteCall, requires, written
-from bashgym.daemon.authority import consumer_scope, require_consumer
+from bashgym.daemon.authority import act_as_consumer
 from bashgym.daemon.notices.render import NoticeRenderer
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,8 +63,7 @@ async def notice_failed(call: Annotated[Call, requires(AUTHENTICATED)], name: st
     """Record a notice Discord refused for good as `notice.failed` and move the consumer's cursor past it, at
     once; it needs what moving that cursor needs, where the consumer reads (consumer_scope)."""
     check_identifier(name, field="name")
-    scope = consumer_scope(name, default_workspace=call.services.settings.default_workspace)
-    require_consumer(call.principal, scope)
+    scope = act_as_consumer(call.principal, name, call.services.settings.default_workspace)
     actor = call.principal.actor(scope.capability, call.actor.correlation_id)
     ws = scope.workspace_id or call.workspace
     return json_response(await call.services.ledger.record_notice_failure(actor, ws, name, **body.model_dump()))

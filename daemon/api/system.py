@@ -24,7 +24,7 @@ from bashgym.daemon.api.routing import (
     authorise,
     requires,
 )
-from bashgym.daemon.authority import ConsumerScope, consumer_scope, require_consumer
+from bashgym.daemon.authority import act_as_consumer
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.services import Services, uptime_s
 from fastapi import APIRouter, Query, Request
@@ -92,10 +92,8 @@ async def put_blob(call: NamedProjectWrite, request: Request, project: str = UNA
 @router.get("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
 async def get_cursor(call: ReadCall, name: str) -> Response:
     """Where a consumer is, for a reader of what it reads (another workspace's consumers are not this one's)."""
-    scope = consumer_scope(
-        check_identifier(name, field="name"), default_workspace=call.services.settings.default_workspace
-    )
-    require_consumer(call.principal, ConsumerScope("ledger.read", scope.workspace_id, scope.project_id))
+    check_identifier(name, field="name")
+    act_as_consumer(call.principal, name, call.services.settings.default_workspace, reading=True)
     return json_response(await call.services.ledger.get_consumer_cursor(name))
 
 
@@ -105,8 +103,7 @@ async def put_cursor(call: Annotated[Call, requires(AUTHENTICATED)], name: str, 
     reads, whichever workspace the request names (consumer_scope); a move by anyone but its owner is recorded
     there, or daemon-wide (workspace '*', in the audit) for the daemon's own consumers."""
     check_identifier(name, field="name")
-    scope = consumer_scope(name, default_workspace=call.services.settings.default_workspace)
-    require_consumer(call.principal, scope)
+    scope = act_as_consumer(call.principal, name, call.services.settings.default_workspace)
     actor = call.principal.actor(scope.capability, call.actor.correlation_id)
     moved = await call.services.ledger.ack_consumer_cursor(
         name, body.cursor, actor=actor, ws=scope.event_workspace, project=scope.project_id, owner=scope.owner
