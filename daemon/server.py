@@ -176,6 +176,8 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             ExternalJobs(settings, ledger, environ) as external,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
+            # A project's token names a project of one workspace: older ones, issued without it, meant the default.
+            await ledger.bind_project_tokens(SYSTEM, settings.default_workspace)
             if environ.get(settings.discord_token_env):
                 await ensure_bot_token(ledger, settings.home / "bot.token")
             services = Services(

@@ -13,6 +13,7 @@ from bashgym.client.validation import canonical_json
 from bashgym.ledger.tx import Tx
 
 WORKSPACE_SCOPE = ""  # project_id of events that belong to a workspace, not to one project
+_TOKENS_HINT = "See existing ones with bashgym auth list."
 
 
 def insert_token(
@@ -58,7 +59,9 @@ def insert_token(
     return token_record(_token_row(tx.conn, token_id))
 
 
-def revoke_token(tx: Tx, token_id: str) -> tuple[dict[str, Any], bool]:
+def revoke_token(tx: Tx, token_id: str, workspace_id: str | None) -> tuple[dict[str, Any], bool]:
+    """Revoke a token; one of another workspace than `workspace_id` (None: any) is not found."""
+    get_token(tx.conn, token_id, workspace_id)
     row = _token_row(tx.conn, token_id)
     if row["revoked_at"]:
         return token_record(row), True
@@ -77,7 +80,7 @@ def revoke_token(tx: Tx, token_id: str) -> tuple[dict[str, Any], bool]:
 def _token_row(conn: sqlite3.Connection, token_id: str) -> dict[str, Any]:
     row = conn.execute("SELECT * FROM api_tokens WHERE token_id = ?", (token_id,)).fetchone()
     if row is None:
-        raise NotFound(f"No token {token_id!r}.", hint="See existing ones with bashgym auth list.")
+        raise NotFound(f"No token {token_id!r}.", hint=_TOKENS_HINT)
     return dict(row)
 
 
@@ -88,8 +91,38 @@ def token_record(row: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def list_tokens(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    return [token_record(dict(r)) for r in conn.execute("SELECT * FROM api_tokens ORDER BY created_at")]
+def list_tokens(conn: sqlite3.Connection, workspace_id: str | None = None) -> list[dict[str, Any]]:
+    """Every token, or (`workspace_id`) the tokens of one workspace: never those of every workspace."""
+    if workspace_id is None:
+        rows = conn.execute("SELECT * FROM api_tokens ORDER BY created_at")
+    else:
+        rows = conn.execute("SELECT * FROM api_tokens WHERE workspace_id = ? ORDER BY created_at", (workspace_id,))
+    return [token_record(dict(r)) for r in rows]
+
+
+def get_token(conn: sqlite3.Connection, token_id: str, workspace_id: str | None) -> dict[str, Any]:
+    """A token's record; NotFound for a token of another workspace than `workspace_id` (None: any)."""
+    row = _token_row(conn, token_id)
+    if workspace_id is not None and row["workspace_id"] != workspace_id:
+        raise NotFound(f"No token {token_id!r} in workspace {workspace_id!r}.", hint=_TOKENS_HINT)
+    return token_record(row)
+
+
+def bind_project_tokens(tx: Tx, workspace_id: str) -> int:
+    """Bind the project tokens issued without a workspace (before a project named a project of one workspace) to
+    `workspace_id`, the daemon's default, where they were meant; each binding is an event. Returns how many."""
+    rows = tx.conn.execute(
+        "SELECT token_id, actor_id, project_id FROM api_tokens WHERE project_id IS NOT NULL AND workspace_id IS NULL"
+    ).fetchall()
+    for row in rows:
+        tx.conn.execute("UPDATE api_tokens SET workspace_id = ? WHERE token_id = ?", (workspace_id, row["token_id"]))
+        tx.append_event(
+            "auth.token_bound",
+            workspace_id=workspace_id,
+            project_id=row["project_id"],
+            payload={"entity": "api_token", "entity_id": row["token_id"], "actor_id": row["actor_id"]},
+        )
+    return len(rows)
 
 
 def find_token(conn: sqlite3.Connection, token_hash: str) -> dict[str, Any] | None:
@@ -152,8 +185,13 @@ def insert_grant(
     return grant_record(_grant_row(tx.conn, grant_id))
 
 
-def revoke_grant(tx: Tx, grant_id: str) -> tuple[dict[str, Any], bool]:
+def revoke_grant(tx: Tx, grant_id: str, workspace_id: str) -> tuple[dict[str, Any], bool]:
     row = _grant_row(tx.conn, grant_id)
+    if row["workspace_id"] != workspace_id:
+        raise NotFound(
+            f"No grant {grant_id!r} in workspace {workspace_id!r}.",
+            hint="See existing ones with bashgym authority list.",
+        )
     if row["revoked_at"]:
         return grant_record(row), True
     tx.conn.execute(
@@ -201,12 +239,18 @@ def active_grants(
     return [grant_record(dict(r)) for r in rows]
 
 
-def audit_events(conn: sqlite3.Connection, *, since: str, actor: str | None, limit: int) -> list[dict[str, Any]]:
-    """Mutations (every event is one) since a time, newest last, optionally of one actor."""
+def audit_events(
+    conn: sqlite3.Connection, *, since: str, actor: str | None, limit: int, workspace_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Mutations (every event is one) since a time, newest last, optionally of one actor; of one workspace
+    (`workspace_id`), or of every workspace and the daemon's own (None)."""
     clauses, args = ["created_at >= ?"], [since]
     if actor is not None:
         clauses.append("actor = ?")
         args.append(actor)
+    if workspace_id is not None:
+        clauses.append("workspace_id = ?")
+        args.append(workspace_id)
     rows = conn.execute(
         "SELECT cursor, event_type, workspace_id, project_id, run_id, actor, credential_kind, capability, "
         f"correlation_id, created_at FROM events WHERE {' AND '.join(clauses)} ORDER BY cursor DESC LIMIT ?",

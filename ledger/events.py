@@ -203,6 +203,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "annotation.added": Annotation,
     "auth.token_issued": EntityRegistered,
     "auth.token_revoked": EntityRegistered,
+    "auth.token_bound": EntityRegistered,
     "authority.granted": EntityRegistered,
     "authority.revoked": EntityRegistered,
     "device.registered": EntityRegistered,

@@ -739,14 +739,23 @@ class Ledger:
         finally:
             self._forget_authority()
 
-    async def revoke_token(self, actor: Actor, token_id: str) -> WriteResult:
+    async def revoke_token(self, actor: Actor, token_id: str, workspace_id: str | None = None) -> WriteResult:
+        """Revoke a token, of `workspace_id` only when one is named."""
         try:
-            return await self._put(actor, lambda tx: access.revoke_token(tx, token_id))
+            return await self._put(actor, lambda tx: access.revoke_token(tx, token_id, workspace_id))
         finally:
             self._forget_authority()
 
-    async def list_tokens(self) -> list[dict[str, Any]]:
-        return await self.read(access.list_tokens)
+    async def list_tokens(self, workspace_id: str | None = None) -> list[dict[str, Any]]:
+        """Every token, or the tokens of one workspace."""
+        return await self.read(lambda conn: access.list_tokens(conn, workspace_id))
+
+    async def bind_project_tokens(self, actor: Actor, workspace_id: str) -> int:
+        """Bind project tokens issued without a workspace to `workspace_id` (the default), once, at start."""
+        try:
+            return await self.write(actor, lambda tx: access.bind_project_tokens(tx, workspace_id))
+        finally:
+            self._forget_authority()
 
     async def find_token(self, token_hash: str) -> dict[str, Any] | None:
         if token_hash not in self._tokens:
@@ -761,9 +770,9 @@ class Ledger:
         finally:
             self._forget_authority()
 
-    async def revoke_grant(self, actor: Actor, grant_id: str) -> WriteResult:
+    async def revoke_grant(self, actor: Actor, grant_id: str, workspace_id: str) -> WriteResult:
         try:
-            return await self._put(actor, lambda tx: access.revoke_grant(tx, grant_id))
+            return await self._put(actor, lambda tx: access.revoke_grant(tx, grant_id, workspace_id))
         finally:
             self._forget_authority()
 
@@ -787,8 +796,12 @@ class Ledger:
         self._tokens.clear()
         self._grants.clear()
 
-    async def audit_events(self, *, since: str, actor: str | None, limit: int) -> list[dict[str, Any]]:
-        return await self.read(lambda conn: access.audit_events(conn, since=since, actor=actor, limit=limit))
+    async def audit_events(
+        self, *, since: str, actor: str | None, limit: int, workspace_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await self.read(
+            lambda conn: access.audit_events(conn, since=since, actor=actor, limit=limit, workspace_id=workspace_id)
+        )
 
     async def count_tokens(self) -> int:
         return await self.read(access.count_tokens)

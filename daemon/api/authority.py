@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Annotated
 
 from bashgym.client.errors import InvalidInput
@@ -11,7 +10,8 @@ from bashgym.client.validation import check_identifier, check_timestamp
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, check_run_control, requires, written
 from bashgym.daemon.authority import check_grantable, hash_token, new_token
-from bashgym.ledger.tx import new_id, utc_iso
+from bashgym.daemon.authority.delegation import check_handed_on, token_scope
+from bashgym.ledger.tx import new_id
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
@@ -55,21 +55,29 @@ async def check(
 
 @router.post("/auth/tokens", response_model=TokenIssued, status_code=201)
 async def issue_token(call: ManageCall, body: TokenIssue) -> Response:
-    check_grantable(body.profile, body.capabilities)
+    """A new token within the issuer's own reach (daemon/delegation.py)."""
+    ledger = call.services.ledger
+    scope = token_scope(
+        call.principal,
+        profile=body.profile,
+        capabilities=body.capabilities,
+        workspace_id=body.workspace_id,
+        project_id=body.project_id,
+        expires_in_s=body.expires_in_s,
+        request_workspace=call.workspace,
+        now=ledger.now(),
+    )
     token = new_token()
-    expires = None
-    if body.expires_in_s:
-        expires = utc_iso(call.services.ledger.now() + timedelta(seconds=body.expires_in_s))
-    row = await call.services.ledger.insert_token(
+    row = await ledger.insert_token(
         call.actor,
         token_id=new_id("tok"),
         token_hash=hash_token(token),
         actor_id=body.actor_id,
         profile=body.profile,
         capabilities=body.capabilities,
-        workspace_id=body.workspace_id,
-        project_id=body.project_id,
-        expires_at=expires,
+        workspace_id=scope.workspace_id,
+        project_id=scope.project_id,
+        expires_at=scope.expires_at,
     )
     issued = TokenIssued(token=token, **{k: row[k] for k in TokenIssued.model_fields if k not in {"token", "notice"}})
     return json_response(issued, 201)
@@ -77,12 +85,14 @@ async def issue_token(call: ManageCall, body: TokenIssue) -> Response:
 
 @router.get("/auth/tokens")
 async def list_tokens(call: ManageCall) -> Response:
-    return json_response(await call.services.ledger.list_tokens())
+    """The tokens of the caller's workspace; every token for the operator (a principal of no workspace)."""
+    return json_response(await call.services.ledger.list_tokens(call.principal.workspace_id))
 
 
 @router.post("/auth/tokens/{token_id}/revoke")
 async def revoke_token(call: ManageCall, token_id: str) -> Response:
-    return written(await call.services.ledger.revoke_token(call.actor, token_id))
+    """Revoke a token of the caller's workspace (any token, for the operator)."""
+    return written(await call.services.ledger.revoke_token(call.actor, token_id, call.principal.workspace_id))
 
 
 @router.get("/auth/audit")
@@ -92,17 +102,23 @@ async def audit(
     actor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
+    """Who changed what: in the caller's workspace, or everywhere (the daemon's own events too) for the operator."""
     check_timestamp(since, field="since")
     if actor is not None:
         check_identifier(actor, field="actor")
-    return json_response(await call.services.ledger.audit_events(since=since, actor=actor, limit=limit))
+    rows = await call.services.ledger.audit_events(
+        since=since, actor=actor, limit=limit, workspace_id=call.principal.workspace_id
+    )
+    return json_response(rows)
 
 
 @router.post("/authority/grants", status_code=201)
 async def grant(call: ManageCall, body: GrantSpec) -> Response:
     if "delegate.discord" in body.capabilities:
         raise InvalidInput("delegate.discord belongs to the bot's token, never to a Discord user or role.")
-    check_grantable(body.profile, body.capabilities)
+    check_handed_on(
+        call.principal, check_grantable(body.profile, body.capabilities), body.project_id, what="Discord grant"
+    )
     record = await call.services.ledger.insert_grant(
         call.actor,
         grant_id=new_id("grant"),
@@ -123,4 +139,4 @@ async def list_grants(call: ManageCall) -> Response:
 
 @router.post("/authority/grants/{grant_id}/revoke")
 async def revoke_grant(call: ManageCall, grant_id: str) -> Response:
-    return written(await call.services.ledger.revoke_grant(call.actor, grant_id))
+    return written(await call.services.ledger.revoke_grant(call.actor, grant_id, call.workspace))

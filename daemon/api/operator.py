@@ -51,7 +51,8 @@ def _gpus() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-async def server_checks(services: Services) -> list[dict[str, Any]]:
+async def server_checks(services: Services, workspace: str | None) -> list[dict[str, Any]]:
+    """The daemon's checks, with the lanes, sinks and notices of `workspace` (None: the caller may read none)."""
     settings = services.settings
     checks = []
     health = await services.ledger.health()
@@ -78,31 +79,7 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
             slots=settings.local_slots,
         )
     )
-    for device in await services.ledger.list_devices(settings.default_workspace):
-        verdict = device.get("preflight") or {}
-        reasons = sentences(verdict.get("reasons", [])) if verdict else "never preflighted"
-        checks.append(
-            check(
-                f"lane ssh:{device['device_id']}",
-                bool(verdict.get("ready")),
-                "ready at the last preflight" if verdict.get("ready") else reasons,
-                required=False,
-                preflight_at=device.get("preflight_at"),
-            )
-        )
-    for group in await services.ledger.list_device_groups(settings.default_workspace):
-        verdict = group.get("preflight") or {}
-        reasons = sentences(verdict.get("reasons", [])) if verdict else "never preflighted"
-        members = ", ".join(group["members"])
-        checks.append(
-            check(
-                f"lane ssh-group:{group['group_id']}",
-                bool(verdict.get("ready")),
-                f"{members}: ready at the last preflight" if verdict.get("ready") else f"{members}: {reasons}",
-                required=False,
-                preflight_at=group.get("preflight_at"),
-            )
-        )
+    checks += await _device_checks(services, workspace) if workspace else []
     if settings.nemo_base_url:
         ready = services.nemo_key_set
         detail = "configured" if ready else f"{settings.nemo_api_key_env} is not set in the daemon's environment"
@@ -118,15 +95,52 @@ async def server_checks(services: Services) -> list[dict[str, Any]]:
     else:
         where = "and on the daemon's console" if settings.console_notices else "(--console-notices also prints them)"
         checks.append(check("discord", True, f"not configured (optional); notices in the API {where}", required=False))
-    failures = await _notice_failures_check(services)
+    failures = await _notice_failures_check(services, workspace) if workspace else None
     if failures is not None:
         checks.append(failures)
     scheduler = services.scheduler
     running = scheduler is not None and scheduler.running
     jobs = len(scheduler.jobs()) if scheduler is not None and running else 0
     checks.append(check("scheduler", running, f"running, {jobs} report schedules" if running else "not running"))
+    return checks + (await _sink_checks(services, workspace) if workspace else [])
+
+
+async def _device_checks(services: Services, workspace: str) -> list[dict[str, Any]]:
+    """The workspace's SSH devices and device groups, as their last preflight left them."""
+    checks = []
+    for device in await services.ledger.list_devices(workspace):
+        verdict = device.get("preflight") or {}
+        reasons = sentences(verdict.get("reasons", [])) if verdict else "never preflighted"
+        checks.append(
+            check(
+                f"lane ssh:{device['device_id']}",
+                bool(verdict.get("ready")),
+                "ready at the last preflight" if verdict.get("ready") else reasons,
+                required=False,
+                preflight_at=device.get("preflight_at"),
+            )
+        )
+    for group in await services.ledger.list_device_groups(workspace):
+        verdict = group.get("preflight") or {}
+        reasons = sentences(verdict.get("reasons", [])) if verdict else "never preflighted"
+        members = ", ".join(group["members"])
+        checks.append(
+            check(
+                f"lane ssh-group:{group['group_id']}",
+                bool(verdict.get("ready")),
+                f"{members}: ready at the last preflight" if verdict.get("ready") else f"{members}: {reasons}",
+                required=False,
+                preflight_at=group.get("preflight_at"),
+            )
+        )
+    return checks
+
+
+async def _sink_checks(services: Services, workspace: str) -> list[dict[str, Any]]:
+    """The workspace's event sinks: delivered, or the last error (URLs with their credentials redacted)."""
+    checks = []
     forwarder = services.sinks
-    for sink in await services.ledger.list_sinks(settings.default_workspace):
+    for sink in await services.ledger.list_sinks(workspace):
         state = (forwarder.status.get((sink["workspace_id"], sink["name"])) if forwarder else None) or {}
         healthy = not state.get("last_error")
         detail = f"{state.get('delivered', 0)} events delivered" if healthy else str(state["last_error"])
@@ -164,12 +178,10 @@ def _hub_detail(hub: dict[str, Any]) -> str:
     return f"${hub['token_env']} verified as {hub.get('verified_as')}{role}"
 
 
-async def _notice_failures_check(services: Services) -> dict[str, Any] | None:
+async def _notice_failures_check(services: Services, workspace: str) -> dict[str, Any] | None:
     """Notices Discord refused for good in the last day (`notice.failed`), the latest with what to do."""
     since = (datetime.now(UTC) - NOTICE_FAILURES_WINDOW).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    count, latest = await services.ledger.notice_failures(
-        services.settings.default_workspace, since=since, limit=NOTICE_FAILURES_SHOWN
-    )
+    count, latest = await services.ledger.notice_failures(workspace, since=since, limit=NOTICE_FAILURES_SHOWN)
     if not count:
         if not services.discord_configured:
             return None
@@ -222,7 +234,9 @@ router = APIRouter(prefix="/v1", tags=["operator"])
 @router.get("/doctor")
 async def doctor(call: Annotated[Call, requires(AUTHENTICATED)]) -> Response:
     """The daemon's readiness, each check ready or not with a reason."""
-    checks = await server_checks(call.services)
+    # Lanes, sinks and notices are a workspace's: shown to those who may read it, never another workspace's.
+    readable = call.workspace if call.principal.holds_anywhere("ledger.read") else None
+    checks = await server_checks(call.services, readable)
     ready = all(c["ready"] for c in checks if c["required"])
     return json_response({"version": call.services.version, "ready": ready, "checks": checks})
 

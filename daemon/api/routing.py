@@ -10,7 +10,7 @@ from bashgym.client.errors import Unauthenticated
 from bashgym.client.specs import Actor, WriteResult
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import MUTATING, json_response
-from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.daemon.authority import Principal, act_in_workspace, resolve_token
 from bashgym.daemon.request_paths import Reach
 from bashgym.daemon.services import Services
 from bashgym.ledger.store import Ledger
@@ -37,17 +37,16 @@ AUTHENTICATED = "authenticated"  # the declared "capability" of routes any valid
 
 
 async def authenticate(request: Request, workspace: str | None) -> tuple[Services, str, Principal]:
-    """Who calls, in which workspace; changes are rate-limited per principal here."""
+    """Who calls, in which workspace; changes are rate-limited per principal here.
+
+    A request that names no workspace acts in its token's own one (the daemon's default for a token of none)."""
     services: Services = request.app.state.services
-    ws = check_identifier(workspace, field="workspace") if workspace else services.settings.default_workspace
+    named = check_identifier(workspace, field="workspace") if workspace else None
+    guilds = frozenset(services.settings.discord_guild_ids)
     try:
-        principal = await resolve_request(
-            services.ledger,
-            request.headers,
-            now=services.ledger.now(),
-            workspace_id=ws,
-            allowed_guilds=frozenset(services.settings.discord_guild_ids),
-        )
+        token = await resolve_token(services.ledger, request.headers.get("authorization"), services.ledger.now())
+        ws = named or token.workspace_id or services.settings.default_workspace
+        principal = await act_in_workspace(services.ledger, request.headers, token, ws, allowed_guilds=guilds)
     except Unauthenticated:
         # Guessing tokens is throttled per client address; a good token from the same address is never held up.
         services.bad_token_limiter.check(request.client.host if request.client else "unknown")

@@ -60,7 +60,9 @@ async def ledger_verify(call: ReadCall) -> Response:
 
 @router.post("/ledger/backup", tags=["ledger"])
 async def ledger_backup(call: Annotated[Call, requires("ledger.backup")], to: Annotated[str, Query()]) -> Response:
-    """Copy the whole ledger (every workspace) into the operator's backup directory, 0600: an admin action."""
+    """Copy the whole ledger (every workspace) into the operator's backup directory, 0600: the operator's action
+    (an admin of no one workspace), since the copy holds every workspace."""
+    call.principal.require_daemon_wide("ledger.backup")
     target = HostPaths(call.services.settings).backup_target(to)
     return json_response({"to": str(target), **await call.services.ledger.backup(target)})
 

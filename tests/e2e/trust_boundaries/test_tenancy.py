@@ -56,8 +56,11 @@ def test_another_workspace_cannot_take_a_live_run_id_stop_it_or_read_its_log(
             assert stopped.status_code in {403, 404}, stopped.text
             log = mallory.get(f"/v1/projects/nightly/runs/{run_id}/log", params={"workspace": "ws3"})
             assert log.status_code in {403, 404}, log.text
-            # Without a workspace the token's own one applies: the default workspace is not its to read.
-            assert mallory.get(f"/v1/projects/nightly/runs/{run_id}").status_code == 403
+            # Without a workspace the token's own one applies (no such run there); naming the default is refused.
+            assert mallory.get(f"/v1/projects/nightly/runs/{run_id}").status_code == 404
+            assert (
+                mallory.get(f"/v1/projects/nightly/runs/{run_id}", params={"workspace": "default"}).status_code == 403
+            )
         time.sleep(1)
         assert admin.get(f"/v1/projects/nightly/runs/{run_id}").json()["status"] == "running"
         assert admin.post(f"/v1/projects/nightly/runs/{run_id}/stop").status_code == 200

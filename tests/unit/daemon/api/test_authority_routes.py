@@ -289,7 +289,8 @@ async def case_lease_release(h: Harness) -> tuple[str, dict[str, Any]]:
 
 
 async def case_issue_token(h: Harness) -> tuple[str, dict[str, Any]]:
-    return "/v1/auth/tokens", {"json": {"actor_id": "bob", "profile": "viewer"}}
+    # A token carries only what its issuer holds: a holder of authority.manage alone hands on that alone.
+    return "/v1/auth/tokens", {"json": {"actor_id": "bob", "capabilities": ["authority.manage"]}}
 
 
 async def case_revoke_token(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -298,7 +299,8 @@ async def case_revoke_token(h: Harness) -> tuple[str, dict[str, Any]]:
 
 
 async def case_grant(h: Harness) -> tuple[str, dict[str, Any]]:
-    return "/v1/authority/grants", {"json": {"subject_kind": "user", "subject_id": "42", "profile": "viewer"}}
+    body = {"subject_kind": "user", "subject_id": "42", "capabilities": ["authority.manage"]}
+    return "/v1/authority/grants", {"json": body}
 
 
 async def case_revoke_grant(h: Harness) -> tuple[str, dict[str, Any]]:

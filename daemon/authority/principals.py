@@ -78,8 +78,9 @@ class Principal:
     capabilities: frozenset[str]
     project_capabilities: Mapping[str, frozenset[str]] = field(default_factory=dict)
     credential_kind: str = "token"
-    workspace_id: str | None = None
+    workspace_id: str | None = None  # None: of no one workspace (the operator's tokens), so of every one
     project_id: str | None = None
+    expires_at: str | None = None  # the token's own expiry (ISO, UTC); what it issues may not outlive it
 
     def actor(self, capability: str, correlation_id: str) -> Actor:
         kind = "discord" if self.credential_kind == "discord" else "token"
@@ -98,14 +99,21 @@ class Principal:
         every = set(self.capabilities).union(*self.project_capabilities.values())
         return sorted(every)
 
-    def require(self, capability: str, *, workspace_id: str | None = None, project_id: str | None = None) -> None:
-        """Raise Forbidden naming the capability and scope unless this principal holds it there."""
+    def require(self, capability: str, *, workspace_id: str | None, project_id: str | None = None) -> None:
+        """Raise Forbidden naming the capability and scope unless this principal holds it there.
+
+        `workspace_id` None is the daemon as a whole (every workspace): only a principal of no one workspace
+        acts there."""
         scope = f"project {project_id!r}" if project_id else f"workspace {workspace_id or '*'!r}"
         details: dict[str, object] = {"capability": capability, "scope": scope}
-        if self.workspace_id and workspace_id and self.workspace_id != workspace_id:
+        if self.workspace_id and workspace_id != self.workspace_id:
+            beyond = f"workspace {workspace_id!r}" if workspace_id else "every workspace (the daemon as a whole)"
             raise Forbidden(
                 f"{self.actor_id} is limited to workspace {self.workspace_id!r}; "
-                f"{capability} for {scope} is beyond it.",
+                f"{capability} in {beyond} is beyond it.",
+                hint="Ask the daemon's operator, whose admin token reaches every workspace."
+                if workspace_id is None
+                else f"Use a token of workspace {workspace_id!r}.",
                 details=details,
             )
         if self.project_id and self.project_id != project_id:
@@ -120,12 +128,38 @@ class Principal:
                 details=details,
             )
 
+    def require_daemon_wide(self, capability: str) -> None:
+        """Raise Forbidden unless this principal holds `capability` with no workspace limit: what it acts on
+        (a backup, every token, the whole audit trail) holds every workspace."""
+        self.require(capability, workspace_id=None)
+
 
 async def resolve_request(
     ledger: Ledger, headers: Mapping[str, str], *, now: datetime, workspace_id: str, allowed_guilds: frozenset[str]
 ) -> Principal:
-    """Turn the Authorization header (and, for the bot, the Discord identity headers) into a Principal."""
-    token_principal = await _token_principal(ledger, headers.get("authorization"), now)
+    """Turn the Authorization header (and, for the bot, the Discord identity headers) into the Principal acting in
+    `workspace_id`; Forbidden when the token is limited to another workspace."""
+    token_principal = await resolve_token(ledger, headers.get("authorization"), now)
+    return await act_in_workspace(ledger, headers, token_principal, workspace_id, allowed_guilds=allowed_guilds)
+
+
+async def act_in_workspace(
+    ledger: Ledger,
+    headers: Mapping[str, str],
+    token_principal: Principal,
+    workspace_id: str,
+    *,
+    allowed_guilds: frozenset[str],
+) -> Principal:
+    """The principal a request of `token_principal` acts as in `workspace_id`: the token's own, or the Discord
+    user the bot's token acts for. A token limited to one workspace acts nowhere else, for itself or for others."""
+    if token_principal.workspace_id and token_principal.workspace_id != workspace_id:
+        raise Forbidden(
+            f"{token_principal.actor_id} is limited to workspace {token_principal.workspace_id!r}; "
+            f"this request names workspace {workspace_id!r}.",
+            hint=f"Leave the workspace out (the token's own applies), or use a token of workspace {workspace_id!r}.",
+            details={"scope": f"workspace {workspace_id!r}"},
+        )
     discord_user = headers.get(DISCORD_USER_HEADER)
     delegation = [h for h in (DISCORD_USER_HEADER, DISCORD_ROLES_HEADER, DISCORD_GUILD_HEADER) if h in headers]
     if not delegation:
@@ -178,7 +212,8 @@ def _discord_principal(user_id: str, via_token: str, workspace_id: str, grants: 
     )
 
 
-async def _token_principal(ledger: Ledger, authorization: str | None, now: datetime) -> Principal:
+async def resolve_token(ledger: Ledger, authorization: str | None, now: datetime) -> Principal:
+    """The principal a bearer token stands for; Unauthenticated when it is missing, unknown, revoked or expired."""
     if not authorization:
         raise Unauthenticated(
             "This route needs a bearer token.",
@@ -218,12 +253,14 @@ def _row_principal(row: Mapping[str, object]) -> Principal:
             project_capabilities={str(project): capabilities},
             workspace_id=_optional(row["workspace_id"]),
             project_id=str(project),
+            expires_at=_optional(row.get("expires_at")),
         )
     return Principal(
         actor_id=str(row["actor_id"]),
         token_id=str(row["token_id"]),
         capabilities=capabilities,
         workspace_id=_optional(row["workspace_id"]),
+        expires_at=_optional(row.get("expires_at")),
     )
 
 
