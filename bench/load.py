@@ -207,7 +207,8 @@ async def set_up(session: aiohttp.ClientSession, daemon: Daemon, clients: int) -
     """A project with finished runs, the running run under load, an evaluation suite, and a token per client."""
     tokens = []
     for c in range(clients):
-        issue = {"actor_id": f"load-client-{c}", "capabilities": ["ledger.read", "ledger.write"]}
+        # Each client is another system recording its own figures: results made elsewhere need evidence.import.
+        issue = {"actor_id": f"load-client-{c}", "capabilities": ["ledger.read", "ledger.write", "evidence.import"]}
         tokens.append((await admin_call(session, daemon, "POST", "/v1/auth/tokens", issue))["token"])
     context = tracking_context()
     for n in range(BACKGROUND_RUNS):

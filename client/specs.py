@@ -244,6 +244,20 @@ class BudgetEntrySpec(Spec):
     run_id: Identifier | None = None
 
 
+# What one budget entry may move at most: far beyond any real run, short of a number that hides a typo.
+MAX_BUDGET_GPU_HOURS = 1_000_000.0
+MAX_BUDGET_RUNS = 1_000_000
+
+
+class BudgetBookkeeping(BudgetEntrySpec):
+    """A reservation, settlement or release another system records (`POST .../budget-entries`): never negative and
+    never past a bound, so no entry lifts a spent budget; limits and amendments have their own route."""
+
+    kind: Literal["reserve", "settle", "release"]
+    gpu_hours: Annotated[float, Field(ge=0, le=MAX_BUDGET_GPU_HOURS, allow_inf_nan=False)] = 0.0
+    runs: Annotated[int, Field(ge=0, le=MAX_BUDGET_RUNS)] = 0
+
+
 # The files a report's manifest may list, as the daemon serves them (GET .../reports/{report_id}/{name}).
 REPORT_MEDIA_TYPES = {"md": "text/markdown", "json": "application/json", "png": "image/png"}
 _EXTENSIONS = [f".{ext}" for ext in REPORT_MEDIA_TYPES]

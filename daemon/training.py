@@ -783,6 +783,13 @@ class TrainingService:
             raise Conflict(f"Run {run_id} is {run['status']}; there is nothing to stop.")
         return dict(await self.ledger.get_run(workspace, project, run_id))
 
+    async def drives(self, workspace: str, run_id: str) -> bool:
+        """Whether this daemon launched the run (its request is in the run's directory, here, on a device or a
+        cloud lane) or follows its external job: then the daemon alone records the run's state."""
+        if run_id in self._tasks or await self.ledger.external_job_of_run(workspace, run_id) is not None:
+            return True
+        return await asyncio.to_thread((self.settings.runs_dir / run_id / "request.json").exists)
+
     def _active_of(self, workspace: str, project: str, run_id: str) -> Supervisor | None:
         """The live supervisor of exactly this run: run ids are unique across the ledger, and this checks it."""
         supervisor = self._active.get(run_id)

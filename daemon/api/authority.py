@@ -17,6 +17,14 @@ from starlette.responses import Response
 
 AuthCall = Annotated[Call, requires(AUTHENTICATED)]
 ManageCall = Annotated[Call, requires("authority.manage")]
+_WITHIN = "a token or grant carries only what its issuer holds there (Who issues what)"
+IssueCall = Annotated[Call, requires("authority.manage", statement=f"`authority.manage` in the workspace; {_WITHIN}")]
+RevokeCall = Annotated[
+    Call,
+    requires(
+        "authority.manage", statement="`authority.manage` in the workspace of what it revokes (any, for the operator)"
+    ),
+]
 
 
 router = APIRouter(prefix="/v1", tags=["authority"])
@@ -54,7 +62,7 @@ async def check(
 
 
 @router.post("/auth/tokens", response_model=TokenIssued, status_code=201)
-async def issue_token(call: ManageCall, body: TokenIssue) -> Response:
+async def issue_token(call: IssueCall, body: TokenIssue) -> Response:
     """A new token within the issuer's own reach (daemon/delegation.py)."""
     ledger = call.services.ledger
     scope = token_scope(
@@ -90,7 +98,7 @@ async def list_tokens(call: ManageCall) -> Response:
 
 
 @router.post("/auth/tokens/{token_id}/revoke")
-async def revoke_token(call: ManageCall, token_id: str) -> Response:
+async def revoke_token(call: RevokeCall, token_id: str) -> Response:
     """Revoke a token of the caller's workspace (any token, for the operator)."""
     return written(await call.services.ledger.revoke_token(call.actor, token_id, call.principal.workspace_id))
 
@@ -113,7 +121,7 @@ async def audit(
 
 
 @router.post("/authority/grants", status_code=201)
-async def grant(call: ManageCall, body: GrantSpec) -> Response:
+async def grant(call: IssueCall, body: GrantSpec) -> Response:
     if "delegate.discord" in body.capabilities:
         raise InvalidInput("delegate.discord belongs to the bot's token, never to a Discord user or role.")
     check_handed_on(
@@ -138,5 +146,5 @@ async def list_grants(call: ManageCall) -> Response:
 
 
 @router.post("/authority/grants/{grant_id}/revoke")
-async def revoke_grant(call: ManageCall, grant_id: str) -> Response:
+async def revoke_grant(call: RevokeCall, grant_id: str) -> Response:
     return written(await call.services.ledger.revoke_grant(call.actor, grant_id, call.workspace))

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
-from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
+from bashgym.daemon.api.routing import Call, ConsumerCall, ReadCall
 from bashgym.daemon.authority import act_as_consumer
 from bashgym.ledger.leases import LeaseClaim
 from fastapi import APIRouter, Query
@@ -60,9 +60,7 @@ async def lease_show(call: ReadCall, name: str) -> Response:
 
 
 @router.post("/consumers/{name}/lease", response_model=ConsumerLeaseState)
-async def lease_take(
-    call: Annotated[Call, requires(AUTHENTICATED)], name: str, ask: Annotated[LeaseAsk, Query()]
-) -> Response:
+async def lease_take(call: ConsumerCall, name: str, ask: Annotated[LeaseAsk, Query()]) -> Response:
     """Take or renew the lease on consumer `name`: 409 names the holder while another one has it. It needs
     the consumer's own capability where it reads, as moving its cursor does (consumer_scope)."""
     actor_id = _act_as(call, name)
@@ -71,9 +69,7 @@ async def lease_take(
 
 
 @router.delete("/consumers/{name}/lease")
-async def lease_release(
-    call: Annotated[Call, requires(AUTHENTICATED)], name: str, holder: Annotated[LeaseHolder, Query()]
-) -> Response:
+async def lease_release(call: ConsumerCall, name: str, holder: Annotated[LeaseHolder, Query()]) -> Response:
     """Release the lease if this holder and pid have it (a successor that took it over keeps it)."""
     _act_as(call, name)
     released = await call.services.ledger.release_consumer_lease(name, holder=holder.holder, pid=holder.pid)

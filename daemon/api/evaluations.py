@@ -19,7 +19,12 @@ from starlette.responses import Response
 
 EvalCall = Annotated[Call, requires("eval.run")]
 CardCall = Annotated[Call, requires("runcard.write")]
-DecideCall = Annotated[Call, requires("promotion.decide")]
+DecideCall = Annotated[
+    Call,
+    requires(
+        "promotion.decide", statement="`promotion.decide` in the project; `promotion.override` too when the gate blocks"
+    ),
+]
 WITHHELD = {"withheld": "This suite is protected: per-task rows open only with eval.protected."}
 
 

@@ -16,10 +16,13 @@ from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
     AUTHENTICATED,
+    RUN_CONTROL,
     Call,
+    Rule,
     authenticate,
     call_of,
     check_run_control,
+    declare,
     requires,
     requires_somewhere,
 )
@@ -29,10 +32,12 @@ from bashgym.daemon.external.service import JOB_DATA_PATH, ExternalJobs
 from bashgym.daemon.launch_authority import authorise_launch
 from bashgym.daemon.request_paths import confine_request
 from bashgym.trainers.contracts.request import TrainingRequest
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-LaunchCall = Annotated[Call, requires_somewhere("training.launch")]
+LaunchCall = Annotated[
+    Call, requires_somewhere("training.launch", statement="`artifact.publish_private` too for a Hub job (it pushes)")
+]
 ReadSomewhere = Annotated[Call, requires_somewhere("ledger.read")]
 ReadCall = Annotated[Call, requires("ledger.read")]
 SignedIn = Annotated[Call, requires(AUTHENTICATED)]
@@ -50,8 +55,7 @@ def _requires_job_control() -> Any:
         await check_run_control(services.ledger, principal, "training.stop", ws, project, job["run_id"])
         return call_of(request, services, ws, principal, "training.stop")
 
-    authorise.capability = "training.stop"  # type: ignore[attr-defined]
-    return Depends(authorise)
+    return declare(authorise, Rule("training.stop", statement=RUN_CONTROL["training.stop"] + " (the job's run)"))
 
 
 StopCall = Annotated[Call, _requires_job_control()]

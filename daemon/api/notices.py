@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Annotated
 
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import ChannelSet, ConsumerCursor, NoticePage
 from bashgym.client.validation import Identifier, check_identifier
 from bashgym.daemon.api.responses import json_response
-from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, WriteCall, requires, written
+from bashgym.daemon.api.routing import ConsumerCall, ReadCall, WriteCall, written
 from bashgym.daemon.authority import act_as_consumer
 from bashgym.daemon.notices.render import NoticeRenderer
 from fastapi import APIRouter
@@ -59,7 +58,7 @@ async def notices(call: ReadCall, after_cursor: int = 0, limit: int = 50, wait_s
 
 
 @router.post("/consumers/{name}/failures", response_model=ConsumerCursor, tags=["events"])
-async def notice_failed(call: Annotated[Call, requires(AUTHENTICATED)], name: str, body: NoticeFailure) -> Response:
+async def notice_failed(call: ConsumerCall, name: str, body: NoticeFailure) -> Response:
     """Record a notice Discord refused for good as `notice.failed` and move the consumer's cursor past it, at
     once; it needs what moving that cursor needs, where the consumer reads (consumer_scope)."""
     check_identifier(name, field="name")

@@ -61,32 +61,61 @@ def call_of(request: Request, services: Services, ws: str, principal: Principal,
     return Call(services, principal, ws, principal.actor(capability, correlation))
 
 
-def requires(capability: str) -> Any:
-    """Dependency that authenticates, rate-limits changes and checks `capability` before the handler runs."""
+@dataclass(frozen=True)
+class Rule:
+    """What a route asks of its caller, as its dependency declares it: the capability a refusal names first, any
+    other it needs too, and the rule in words (README's route table is made from these, daemon/api/route_table.py)."""
+
+    capability: str
+    also: tuple[str, ...] = ()
+    statement: str = ""
+
+
+def declare(dependency: Any, rule: Rule) -> Any:
+    """Mark `dependency` with its rule, for the tests and the route table, and wrap it for FastAPI."""
+    dependency.rule = rule
+    dependency.capability = rule.capability  # what a 403 names: the tests read it
+    return Depends(dependency)
+
+
+def requires(capability: str, *, also: tuple[str, ...] = (), statement: str = "") -> Any:
+    """Dependency that authenticates, rate-limits changes and checks `capability` (and each of `also`) in the
+    route's project, or in the workspace for a route of none, before the handler runs."""
 
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
         services, ws, principal = await authenticate(request, workspace)
         if capability != AUTHENTICATED:
-            principal.require(capability, workspace_id=ws, project_id=request.path_params.get("project"))
+            for needed in (capability, *also):
+                principal.require(needed, workspace_id=ws, project_id=request.path_params.get("project"))
         return call_of(request, services, ws, principal, capability)
 
-    authorise.capability = capability  # type: ignore[attr-defined]
-    return Depends(authorise)
+    return declare(authorise, Rule(capability, also, statement))
 
 
-def requires_somewhere(capability: str) -> Any:
+def decided_in_handler(capability: str, statement: str) -> Any:
+    """For routes whose capability depends on what they name (a consumer: whose cursor it is): the dependency only
+    authenticates, and the handler judges; `capability` is what it asks of the generic case."""
+
+    async def authenticated(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services, ws, principal = await authenticate(request, workspace)
+        return call_of(request, services, ws, principal, AUTHENTICATED)
+
+    return declare(authenticated, Rule(capability, statement=statement))
+
+
+def requires_somewhere(capability: str, *, statement: str = "") -> Any:
     """For routes whose project is named in the body (a run's tracking context, an upload's `?project=`): the
     caller must hold `capability` in some project here; the handler then judges it against the project the
     request names, with `authorise(call, project)`."""
 
     async def authorise_later(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
         services, ws, principal = await authenticate(request, workspace)
-        if (principal.workspace_id and principal.workspace_id != ws) or not principal.holds_anywhere(capability):
+        if not principal.holds_anywhere(capability):
             principal.require(capability, workspace_id=ws)  # raises, naming the capability and the scope
         return call_of(request, services, ws, principal, capability)
 
-    authorise_later.capability = capability  # type: ignore[attr-defined]
-    return Depends(authorise_later)
+    named = f"`{capability}` in the project the request names"
+    return declare(authorise_later, Rule(capability, statement=f"{named}; {statement}" if statement else named))
 
 
 def authorise(call: Call, project: str) -> None:
@@ -107,6 +136,12 @@ async def check_run_control(
             principal.require("training.stop", workspace_id=ws, project_id=project)
 
 
+RUN_CONTROL = {
+    "training.control": "`training.control` on the caller's own run, or on any run with `training.stop` too",
+    "training.stop": "`training.stop` in the project, or `training.control` on the caller's own run",
+}
+
+
 def requires_run_control(capability: str) -> Any:
     """Run control: `training.stop` acts on any run; `training.control` on the caller's own runs, or on any
     run for a principal who also holds `training.stop` ("own" = launched by the caller)."""
@@ -117,11 +152,19 @@ def requires_run_control(capability: str) -> Any:
         await check_run_control(services.ledger, principal, capability, ws, project, run_id)
         return call_of(request, services, ws, principal, capability)
 
-    authorise.capability = capability  # type: ignore[attr-defined]
-    return Depends(authorise)
+    return declare(authorise, Rule(capability, statement=RUN_CONTROL[capability]))
 
 
 ReadCall = Annotated[Call, requires("ledger.read")]
+# Acting as a durable consumer (moving its cursor, holding its lease): judged in the handler where it reads.
+ConsumerCall = Annotated[
+    Call,
+    decided_in_handler(
+        "ledger.write",
+        "the consumer's own capability where it reads (Security model): `ledger.write`, the bot's "
+        "`delegate.discord`, the operator's `authority.manage` for the daemon's own",
+    ),
+]
 WriteCall = Annotated[Call, requires("ledger.write")]
 # Routes whose project is named in the request (an upload's ?project=, a run's context, a new project's id).
 NamedProjectWrite = Annotated[Call, requires_somewhere("ledger.write")]

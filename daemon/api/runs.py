@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from bashgym.client.errors import Conflict
 from bashgym.client.models import (
     MetricBatch,
     RunRegistration,
@@ -17,11 +20,13 @@ from bashgym.client.validation import (
 from bashgym.daemon.api.evaluations import withhold_protected
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
+    Call,
     NamedProjectWrite,
     ReadCall,
     WriteCall,
     authorise,
     check_optional,
+    requires_run_control,
     written,
 )
 from fastapi import APIRouter, Request
@@ -64,8 +69,23 @@ async def show_run(call: ReadCall, project: str, run_id: str) -> Response:
     return json_response(run)
 
 
+# Moving a run's state is the right to stop it: `training.stop`, or `training.control` on one's own run.
+TransitionCall = Annotated[Call, requires_run_control("training.stop")]
+
+
 @router.post("/projects/{project}/runs/{run_id}/transitions", response_model=WriteResult)
-async def transition_run(call: WriteCall, project: str, run_id: str, body: RunTransition) -> Response:
+async def transition_run(call: TransitionCall, project: str, run_id: str, body: RunTransition) -> Response:
+    """Record the state of a run another system trains. A run this daemon launched or follows is the daemon's to
+    record: its trainer would keep running (and holding its slot) under a state written here."""
+    assert call.services.training is not None, "the daemon always runs a training service"
+    await call.services.ledger.get_run(call.workspace, project, run_id)  # 404 first: the same answer as for none
+    if await call.services.training.drives(call.workspace, run_id):
+        raise Conflict(
+            f"Run {run_id} is trained by this daemon, which records its state; nothing was changed.",
+            hint=f"Use bashgym training pause, resume or stop --project {project} {run_id} "
+            f"(POST /v1/projects/{project}/runs/{run_id}/pause, resume or stop).",
+            details={"run_id": run_id},
+        )
     return written(await call.services.ledger.transition_run(call.actor, call.workspace, project, run_id, body))
 
 

@@ -17,8 +17,8 @@ from bashgym.client.validation import (
 )
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
-    AUTHENTICATED,
     Call,
+    ConsumerCall,
     NamedProjectWrite,
     ReadCall,
     authorise,
@@ -31,6 +31,10 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 router = APIRouter(prefix="/v1")
+BackupCall = Annotated[
+    Call,
+    requires("ledger.backup", statement="`ledger.backup` of no one workspace (the operator's): it copies every one"),
+]
 
 
 @router.get("/health", response_model=Health, tags=["system"])
@@ -59,7 +63,7 @@ async def ledger_verify(call: ReadCall) -> Response:
 
 
 @router.post("/ledger/backup", tags=["ledger"])
-async def ledger_backup(call: Annotated[Call, requires("ledger.backup")], to: Annotated[str, Query()]) -> Response:
+async def ledger_backup(call: BackupCall, to: Annotated[str, Query()]) -> Response:
     """Copy the whole ledger (every workspace) into the operator's backup directory, 0600: the operator's action
     (an admin of no one workspace), since the copy holds every workspace."""
     call.principal.require_daemon_wide("ledger.backup")
@@ -100,7 +104,7 @@ async def get_cursor(call: ReadCall, name: str) -> Response:
 
 
 @router.put("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])
-async def put_cursor(call: Annotated[Call, requires(AUTHENTICATED)], name: str, body: CursorAck) -> Response:
+async def put_cursor(call: ConsumerCall, name: str, body: CursorAck) -> Response:
     """Move a durable consumer's cursor, as that consumer: it needs the consumer's capability where the consumer
     reads, whichever workspace the request names (consumer_scope); a move by anyone but its owner is recorded
     there, or daemon-wide (workspace '*', in the audit) for the daemon's own consumers."""

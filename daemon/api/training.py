@@ -11,7 +11,14 @@ from typing import Annotated, Any, Literal
 
 from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.client.redaction import redact_text
-from bashgym.client.specs import UNASSIGNED, BudgetEntrySpec, context_in_workspace, run_project
+from bashgym.client.specs import (
+    MAX_BUDGET_GPU_HOURS,
+    MAX_BUDGET_RUNS,
+    UNASSIGNED,
+    BudgetEntrySpec,
+    context_in_workspace,
+    run_project,
+)
 from bashgym.client.validation import check_identifier, check_scope
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, requires, requires_run_control, requires_somewhere
@@ -28,7 +35,12 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-LaunchCall = Annotated[Call, requires_somewhere("training.launch")]
+LaunchCall = Annotated[
+    Call,
+    requires_somewhere(
+        "training.launch", statement="`artifact.publish_private` too to push to the Hub (`_public` for a public repo)"
+    ),
+]
 
 
 def read_payload(body: bytes) -> dict[str, Any]:
@@ -215,8 +227,8 @@ class BudgetChange(BaseModel):
     """A limit, or an amendment (positive or negative), in GPU-hours and runs."""
 
     model_config = ConfigDict(extra="forbid")
-    gpu_hours: float = Field(0.0, allow_inf_nan=False)
-    runs: int = 0
+    gpu_hours: float = Field(0.0, ge=-MAX_BUDGET_GPU_HOURS, le=MAX_BUDGET_GPU_HOURS, allow_inf_nan=False)
+    runs: int = Field(0, ge=-MAX_BUDGET_RUNS, le=MAX_BUDGET_RUNS)
     reason: str = Field(min_length=1, max_length=2000)
     scope: str = Field("project", pattern=r"^(project|campaign-[A-Za-z0-9][A-Za-z0-9_.:-]*)$")
 

@@ -46,6 +46,10 @@ HEADERS = {
 LIVE_FOR_S = 600.0  # a live page's stream ends after this; the browser reconnects by itself
 
 
+# Any valid token, for itself: the link signs in as the caller, with no more than the caller's own reads.
+SignInCall = Annotated[Call, requires(AUTHENTICATED, statement="any valid token, for itself alone")]
+
+
 @dataclass(frozen=True)
 class Viewer:
     services: Services
@@ -64,7 +68,7 @@ class Viewer:
 
 
 @router.post("/v1/ui/links", status_code=201)
-async def ui_link(call: Annotated[Call, requires(AUTHENTICATED)], request: Request) -> Response:
+async def ui_link(call: SignInCall, request: Request) -> Response:
     """A one-time sign-in link to the web view for whoever asks (its code is good once, for two minutes)."""
     code, ttl = call.services.sign_ins.issue_code(
         {k.lower(): v for k, v in request.headers.items()}, call.workspace, call.principal.actor_id

@@ -19,9 +19,9 @@ from bashgym.ledger.store import Ledger
 
 CAPABILITIES: tuple[str, ...] = (
     "ledger.read", "ledger.write", "training.launch", "training.control", "training.stop", "eval.run",
-    "eval.protected", "runcard.write", "promotion.decide", "promotion.override", "artifact.publish_private",
-    "artifact.publish_public", "budget.amend", "campaign.create", "campaign.control", "campaign.conclude",
-    "device.manage", "authority.manage", "delegate.discord", "ledger.backup",
+    "eval.protected", "evidence.import", "runcard.write", "promotion.decide", "promotion.override",
+    "artifact.publish_private", "artifact.publish_public", "budget.amend", "campaign.create", "campaign.control",
+    "campaign.conclude", "device.manage", "authority.manage", "delegate.discord", "ledger.backup",
 )  # fmt: skip
 
 _VIEWER = frozenset({"ledger.read"})
@@ -33,6 +33,8 @@ _LEAD = _RESEARCHER | {
     "training.stop", "promotion.decide", "budget.amend", "eval.protected", "campaign.conclude", "device.manage",
 }  # fmt: skip
 # promotion.override and artifact.publish_public are granted only explicitly; delegate.discord only to the bot.
+# evidence.import (recording results and comparisons another system made) is an admin's: a caller's typed figures
+# are not what the daemon measured.
 EXPLICIT_ONLY = frozenset({"promotion.override", "artifact.publish_public", "delegate.discord"})
 _ADMIN = frozenset(CAPABILITIES) - EXPLICIT_ONLY
 
