@@ -13,7 +13,9 @@ Who may do what:
   A read-role token gets 403 on a write route (repo create, preupload, commit, run_job, cancel_job). A private repo
   exists only for a token whose user or one of whose orgs owns its namespace: anyone else gets 404 "Repository not
   found", as from the Hub; writing to another namespace's public repo is 403, and so is any Jobs route of a
-  namespace the token is not in.
+  namespace the token is not in. A fine-grained token (role "fineGrained") does only what its scoped grants allow
+  within those namespaces: reading a private repo needs `repo.content.read` (or `repo.write`) on the repo or its
+  namespace, writing `repo.write`, creating a repo `repo.write` on the namespace, the Jobs routes `job.write`.
 
 Faults: `fail_next(status, count, retry_after=...)` makes the next `count` requests (any route) answer `status`;
 `state.fail_with` makes every request answer it until reset (an outage, a revoked key).
@@ -24,7 +26,10 @@ Facts relied on, read from huggingface_hub 2.4.0:
   Authorization header" is a bad token, not a missing repo. Retries (http_backoff: 408, 429, 5xx) wait the integer
   `Retry-After` seconds + 1, or 1 s, 2 s, ... without one; list calls (list_jobs, list_repo_tree) retry, plain
   GETs (model_info, inspect_job, whoami) and the download HEAD do not.
-- whoami-v2: `{type: "user", name, orgs: [{name}], auth: {type: "access_token", accessToken: {displayName, role}}}`.
+- whoami-v2: `{type: "user", name, orgs: [{name}], auth: {type: "access_token", accessToken: {displayName, role}}}`;
+  a fine-grained token's role is "fineGrained" and its accessToken also carries `fineGrained: {canReadGatedRepos,
+  global: [permission], scoped: [{entity: {_id, type: "user" | "org" | "model", name}, permissions: [...]}]}`, an
+  entity being a namespace (user or org) or one repo (its id as name), as the Hub answers for such tokens.
 - Downloads: hf_hub_download HEADs `/{repo}/resolve/{revision}/{file}` (`/datasets/{repo}/...` for datasets; the
   revision URL-quoted) and needs `X-Repo-Commit` and `ETag` (the git blob sha1, quoted; `Content-Length` gives the
   size); no `X-Xet-Hash`, so the client downloads with a plain GET, which honours `Range`. snapshot_download reads
@@ -88,21 +93,62 @@ class Repo:
         return sha
 
 
+# A fine-grained grant of the first permission also grants the second (the Hub's token form ticks both).
+IMPLIED = {"repo.write": "repo.content.read"}
+
+
 @dataclass(frozen=True)
 class TokenInfo:
-    """Who a bearer token is: its user, its role ("read" or "write") and the orgs the user belongs to."""
+    """Who a bearer token is: its user, its role ("read", "write" or "fineGrained") and the orgs the user belongs
+    to. A fine-grained token's `scoped` grants are (entity, permissions) pairs, the entity a namespace or a repo id;
+    `global_permissions` are the grants of no entity (discussion.write, inference.serverless.write, ...)."""
 
     user: str
     role: str = "write"
     orgs: tuple[str, ...] = ()
     display_name: str = "stand-in token"
+    scoped: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    global_permissions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.role not in ("read", "write"):
-            raise ValueError(f"role must be 'read' or 'write', got {self.role!r}")
+        if self.role not in ("read", "write", "fineGrained"):
+            raise ValueError(f"role must be 'read', 'write' or 'fineGrained', got {self.role!r}")
 
     def owns(self, namespace: str) -> bool:
         return namespace == self.user or namespace in self.orgs
+
+    def may(self, permission: str, target: str) -> bool:
+        """Whether this token may `permission` (repo.content.read, repo.write, job.write) on `target`, a namespace
+        or a repo id: a classic token wherever its user may (writing with the write role only), a fine-grained one
+        only where a scoped grant says so."""
+        namespace = target.split("/")[0]
+        if not self.owns(namespace):
+            return False
+        if self.role != "fineGrained":
+            return self.role == "write" or permission.endswith(".read")
+        return any(
+            entity in (namespace, target) and (permission in granted or permission in map(IMPLIED.get, granted))
+            for entity, granted in self.scoped
+        )
+
+    def access_token(self) -> dict[str, Any]:
+        """whoami-v2's `auth.accessToken` for this token."""
+        answer: dict[str, Any] = {"displayName": self.display_name, "role": self.role}
+        if self.role == "fineGrained":
+            answer["fineGrained"] = {
+                "canReadGatedRepos": False,
+                "global": list(self.global_permissions),
+                "scoped": [
+                    {"entity": _entity(entity, self.user), "permissions": list(granted)}
+                    for entity, granted in self.scoped
+                ],
+            }
+        return answer
+
+
+def _entity(name: str, user: str) -> dict[str, str]:
+    kind = "model" if "/" in name else "user" if name == user else "org"
+    return {"_id": hashlib.sha1(name.encode()).hexdigest()[:24], "type": kind, "name": name}
 
 
 ANYONE = TokenInfo("tester")  # who every caller is without `tokens`
@@ -113,6 +159,7 @@ class HubState:
     repos: dict[str, Repo] = field(default_factory=dict)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, bearer token or None)
     tokens_seen: set[str] = field(default_factory=set)
     api_key: str | None = None
     tokens: dict[str, TokenInfo] | None = None
@@ -164,8 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
         with state.changed:
             state.requests.append((self.command, self.path))
             auth = self.headers.get("Authorization", "")
-            if auth.startswith("Bearer "):
-                state.tokens_seen.add(auth[7:])
+            bearer = auth[7:] if auth.startswith("Bearer ") else None
+            state.calls.append((self.command, self.path, bearer))
+            if bearer is not None:
+                state.tokens_seen.add(bearer)
         path = self.path.split("?")[0]
         if not path.startswith(self.prefix + "/"):
             self._no_route(path)
@@ -192,17 +241,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.who = None if token is None else state.tokens[token]
         return path[len(self.prefix) :]
 
-    def _owns(self, namespace: str) -> bool:
-        return self.state.tokens is None or (self.who is not None and self.who.owns(namespace))
+    def _may(self, permission: str, target: str) -> bool:
+        return self.state.tokens is None or (self.who is not None and self.who.may(permission, target))
 
-    def _may_write(self, what: str, namespace: str | None = None) -> bool:
-        """Whether the caller may `what` (in `namespace`); False once the refusal has been sent."""
+    def _may_write(self, what: str, permission: str = "repo.write", target: str | None = None) -> bool:
+        """Whether the caller may `what` (`permission` on `target`, a namespace or repo id); False once the refusal
+        has been sent."""
         if self.who is None:
             self._error(401, f"{what} needs a token")
-        elif self.who.role != "write":
+        elif self.who.role == "read":
             self._error(403, f"{what} needs a token with the write role; this token's role is read")
-        elif namespace is not None and not self._owns(namespace):
-            self._error(403, f"{self.who.user} may not {what} in the namespace {namespace}")
+        elif target is not None and not self._may(permission, target):
+            self._error(403, f"{self.who.user} may not {what} in {target} ({permission} is not granted)")
         else:
             return True
         return False
@@ -211,7 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
         """The repo if it exists for this caller; None once the Hub's 404 has been sent."""
         with self.state.changed:
             repo = self.state.repos.get(repo_id)
-        if repo is None or repo.repo_type != repo_type or (repo.private and not self._owns(repo.namespace)):
+        hidden = repo is not None and repo.private and not self._may("repo.content.read", repo_id)
+        if repo is None or repo.repo_type != repo_type or hidden:
             self._error(404, NO_REPO, "RepoNotFound")
             return None
         return repo
@@ -277,7 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "name": who.user,
                 "fullname": who.user,
                 "orgs": [{"type": "org", "name": org} for org in who.orgs],
-                "auth": {"type": "access_token", "accessToken": {"displayName": who.display_name, "role": who.role}},
+                "auth": {"type": "access_token", "accessToken": who.access_token()},
             },
         )
 
@@ -288,7 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         assert self.who is not None
         namespace = payload.get("organization") or self.who.user
-        if not self._owns(namespace):
+        if not self._may("repo.write", namespace):
             self._error(403, f"You don't have the rights to create a repo under the namespace {namespace}")
             return
         repo_id = f"{namespace}/{payload['name']}"
@@ -308,7 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _writable_repo(self, repo_type: str, repo_id: str, what: str) -> Repo | None:
         repo = self._readable_repo(repo_type, repo_id)
-        if repo is None or not self._may_write(what, repo.namespace):
+        if repo is None or not self._may_write(what, "repo.write", repo.repo_id):
             return None
         return repo
 
@@ -454,7 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._no_route(self.path)
             return
         what = "run a job" if len(rest) == 1 else "cancel a job"
-        if not self._may_write(what, namespace):
+        if not self._may_write(what, "job.write", namespace):
             return
         if len(rest) == 3:
             job = self.jobs.find(namespace, rest[1])
@@ -481,7 +532,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Jobs routes need a caller in the namespace; False once the refusal has been sent."""
         if self.who is None:
             self._error(401, "Jobs routes need a token")
-        elif not self._owns(namespace):
+        elif not self._may("job.read", namespace) and not self._may("job.write", namespace):
             self._error(403, f"{self.who.user} is not a member of the namespace {namespace}")
         else:
             return True

@@ -22,10 +22,13 @@ pytestmark = pytest.mark.timeout(60)
 ALICE = "hf_alice_write"  # alice, member of the org "team"
 READER = "hf_alice_read"
 BOB = "hf_bob_write"
+SCOPED = "hf_alice_fine_grained"  # reads one repo of team, writes alice's own namespace
+GRANTS = (("team/rows", ("repo.content.read",)), ("alice", ("repo.write",)))
 TOKENS = {
     ALICE: TokenInfo("alice", "write", ("team",)),
     READER: TokenInfo("alice", "read", ("team",), display_name="read-only"),
     BOB: TokenInfo("bob", "write"),
+    SCOPED: TokenInfo("alice", "fineGrained", ("team",), scoped=GRANTS, global_permissions=("discussion.write",)),
 }
 SECRET = "s3cret-" + "Qx7" * 8
 PY = "python"  # the stand-in puts the test venv's directory first on an executed job's PATH
@@ -178,6 +181,29 @@ def test_token_roles(hub: HubStandIn) -> None:
     assert hub.state.jobs == {} and hub.state.repos == {}
     api(hub).create_repo("team/new", private=True)
     assert hub.state.repos["team/new"].private
+
+
+def test_a_fine_grained_token_does_only_what_its_grants_say(hub: HubStandIn) -> None:
+    hub.add_repo("team/rows", repo_type="dataset", files={"a.jsonl": b"{}\n"}, private=True)
+    hub.add_repo("team/other", repo_type="dataset", files={"b.jsonl": b"{}\n"}, private=True)
+    scoped = api(hub, SCOPED)
+    token = scoped.whoami()["auth"]["accessToken"]
+    assert token["role"] == "fineGrained" and token["fineGrained"]["global"] == ["discussion.write"]
+    entities = [(g["entity"]["type"], g["entity"]["name"], g["permissions"]) for g in token["fineGrained"]["scoped"]]
+    assert entities == [("model", "team/rows", ["repo.content.read"]), ("user", "alice", ["repo.write"])]
+    assert scoped.dataset_info("team/rows").id == "team/rows"
+    with pytest.raises(RepositoryNotFoundError):
+        scoped.dataset_info("team/other")  # alice may read it, this token may not
+    scoped.create_repo("alice/new", private=True)
+    assert api(hub).model_info("alice/new").private
+    for refused in (
+        lambda: scoped.create_repo("team/new"),
+        lambda: scoped.run_job(image="python:3.12", command=["true"], namespace="alice"),  # no job.write
+    ):
+        with pytest.raises(HfHubHTTPError) as answer:
+            refused()
+        assert answer.value.response.status_code == 403
+    assert "team/new" not in hub.state.repos and hub.state.jobs == {}
 
 
 def test_private_repo_is_not_found_outside_its_namespace(hub: HubStandIn) -> None:
