@@ -127,11 +127,12 @@ ISOLATED = "namespaces"  # the sandbox level where an attempt, and a dataset's c
 
 def has_command_checks(path: Path) -> bool:
     """Whether a GRPO/RLVR dataset carries shell code of its author's: a row whose verifier kind is `command`.
-    Every row is parsed as the trainer parses it: a raw-text shortcut missed a kind written `\u0063ommand`."""
-    with path.open(errors="replace") as rows:
+    Every row is parsed as the trainer parses it: a raw-text shortcut missed a kind written `\u0063ommand`, and a
+    row read without utf-8-sig missed one behind a byte-order mark (the trainer drops it, so does the contract)."""
+    with path.open("rb") as rows:
         for line in rows:
             try:
-                row = json.loads(line)
+                row = json.loads(line.decode("utf-8-sig", errors="replace"))
             except ValueError:
                 continue  # the contract check has refused such a file already
             verifier = row.get("verifier") if isinstance(row, dict) else None

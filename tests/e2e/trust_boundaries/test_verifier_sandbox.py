@@ -99,6 +99,11 @@ async def test_command_checks_train_only_where_the_sandbox_isolates_them(
         escaped = await admin.post("/v1/training/start", json=disguised_request)
         assert escaped.status_code == 403 and "this host gives netns" in escaped.text, escaped.text
         safe = [{"prompt": "Say ok", "verifier": {"kind": "exact_match", "task_id": "t", "expected": "ok"}}] * 2
+        # A byte-order mark before the one command row: the trainer reads the file as utf-8-sig and sees it.
+        data.write_bytes(b"\xef\xbb\xbf" + (json.dumps(rows[0]) + "\n" + json.dumps(safe[0]) + "\n").encode())
+        marked_request = training_request(build_tiny(tmp_path / "t5"), data, strategy="rlvr", max_steps=1)
+        marked = await admin.post("/v1/training/start", json=marked_request)
+        assert marked.status_code == 403 and "this host gives netns" in marked.text, marked.text
         data.write_text("".join(json.dumps(row) + "\n" for row in safe))
         planned = await admin.post(
             "/v1/training/plan", json=training_request(build_tiny(tmp_path / "t2"), data, strategy="rlvr")
