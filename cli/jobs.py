@@ -64,7 +64,9 @@ def _hf_args(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=duration_s, default=7200, help="longest the job may run: 2h, 90m (default 2h)"
     )
     parser.add_argument("--cost-ceiling", type=float, help="most the job may cost, USD (shortens the timeout to fit)")
-    parser.add_argument("--image", help="container image (default: the daemon's hf_jobs_image)")
+    parser.add_argument(
+        "--image", help="one of the operator's allowed images, NAME@sha256:... (default: its first; jobs surfaces)"
+    )
     parser.add_argument("--follow", action="store_true", help="follow the job until it ends")
 
 

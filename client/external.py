@@ -42,7 +42,8 @@ class HfJobSubmission(Spec):
 
     `request` is a training request without its data paths (the job downloads `dataset`); `output_repo` is the
     private Hub repo the job pushes its adapter, metrics and run evidence to before it exits, and must sit under
-    the namespace the operator allows (settings `hf_jobs_namespace`)."""
+    the namespace the operator allows (setting `hf_namespaces`); `image` must be one the operator allows (setting
+    `hf_job_images`; absent: its first)."""
 
     request: dict[str, Any]
     dataset: HubDataset

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.client.errors import InvalidInput
+from bashgym.client.validation import IDENTIFIER_RE
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORT = 8321
+# An image reference pinned by digest: [registry[:port]/]path[:tag]@sha256:<64 hex>.
+IMAGE_RE = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}$"
+)
+HUB_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 DAEMON_LOG = Path("logs", "daemon.log")  # under the home
 
 
@@ -74,11 +82,28 @@ class Settings(BaseSettings):
     nemo_poll_s: float = Field(5.0, gt=0, description="Seconds between status polls of a NeMo Customizer job.")
     nemo_gpus: int = Field(1, ge=0, le=1024, description="GPUs a NeMo Customizer job occupies, for GPU-hours.")
     hf_jobs_token_env: str = Field(
-        "HF_TOKEN", description="Name of the environment variable holding the Hub token Hugging Face Jobs run with."
+        "HF_TOKEN",
+        description="Name of the environment variable holding the daemon's Hub token: it submits and follows "
+        "Hugging Face Jobs and reads what they train on (in hf_read_namespaces only); no job ever gets it.",
+    )
+    hf_job_token_env: str = Field(
+        "HF_JOB_TOKEN",
+        pattern=r"^[A-Z_][A-Z0-9_]{0,127}$",
+        description="Name of the environment variable holding the token a Hugging Face Job gets as its HF_TOKEN "
+        "secret: a fine-grained token, not the daemon's, granted nothing outside hf_namespaces and "
+        "hf_read_namespaces, with write on hf_namespaces only; unset: no job is submitted.",
     )
     hf_endpoint: str = Field("", description="Hugging Face Hub endpoint for jobs (default: huggingface_hub's).")
-    hf_jobs_image: str = Field(
-        "ghcr.io/astral-sh/uv:python3.12-bookworm", description="Container image a Hugging Face Job runs in."
+    hf_job_images: list[str] = Field(
+        default_factory=list,
+        description="Container images (comma-separated, each pinned as NAME@sha256:<64 hex digits>) a Hugging Face "
+        "Job may run in; a submission names one or gets the first. None: no job is submitted.",
+    )
+    hf_read_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Hub namespaces the daemon's token reads a job's dataset and models from, comma-separated: "
+        "NAMESPACE for every project, WORKSPACE/PROJECT:NAMESPACE for one project, WORKSPACE/*:NAMESPACE for one "
+        "workspace's projects. A repo elsewhere is read without a token: public repos only.",
     )
     hf_jobs_install: str = Field(
         "",
@@ -190,13 +215,52 @@ class Settings(BaseSettings):
         return None if value == "" else value
 
     @field_validator(
-        "discord_guild_ids", "secret_env_vars", "data_roots", "export_roots", "hf_namespaces", mode="before"
+        "discord_guild_ids",
+        "secret_env_vars",
+        "data_roots",
+        "export_roots",
+        "hf_namespaces",
+        "hf_job_images",
+        "hf_read_namespaces",
+        mode="before",
     )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("hf_job_images")
+    @classmethod
+    def _pinned_images(cls, images: list[str]) -> list[str]:
+        """A tag can be moved to other code after the operator looked at it; a digest names exactly one image."""
+        for image in images:
+            if not IMAGE_RE.match(image):
+                raise ValueError(
+                    f"{image!r} is not an image pinned by digest; name each as NAME@sha256:<64 hex digits> "
+                    "(`docker buildx imagetools inspect NAME:TAG` shows the digest)"
+                )
+        return images
+
+    @field_validator("hf_read_namespaces")
+    @classmethod
+    def _read_grants(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            read_grant(entry)
+        return entries
+
+    def hub_read_namespaces(self, workspace: str, project: str) -> list[str]:
+        """The Hub namespaces the daemon's token reads for a job of `project` in `workspace`."""
+        found = []
+        for entry in self.hf_read_namespaces:
+            ws, scope_project, namespace = read_grant(entry)
+            if ws in ("*", workspace) and scope_project in ("*", project) and namespace not in found:
+                found.append(namespace)
+        return found
+
+    def hub_read_namespaces_anywhere(self) -> set[str]:
+        """Every namespace some project may read through the daemon's token."""
+        return {read_grant(entry)[2] for entry in self.hf_read_namespaces}
 
     @field_validator("providers", mode="before")
     @classmethod
@@ -240,9 +304,32 @@ class Settings(BaseSettings):
         return self.home / "artifacts"
 
 
+def read_grant(entry: str) -> tuple[str, str, str]:
+    """(workspace, project, namespace) of one hf_read_namespaces entry, "*" for every workspace or project.
+
+    NAMESPACE, WORKSPACE/PROJECT:NAMESPACE or WORKSPACE/*:NAMESPACE: a project is named with its workspace, as a
+    project id alone names a project in every workspace."""
+    scope, _, namespace = entry.rpartition(":")
+    workspace, slash, project = scope.partition("/")
+    if not HUB_NAMESPACE_RE.match(namespace) or (
+        scope and not (slash and IDENTIFIER_RE.match(workspace) and (project == "*" or IDENTIFIER_RE.match(project)))
+    ):
+        raise ValueError(
+            f"{entry!r} is not a read namespace; write NAMESPACE (every project), WORKSPACE/PROJECT:NAMESPACE "
+            "(one project) or WORKSPACE/*:NAMESPACE (one workspace), e.g. acme or default/nightly:acme"
+        )
+    return (workspace, project, namespace) if scope else ("*", "*", namespace)
+
+
 def secret_values(settings: Settings, environ: dict[str, str]) -> list[str]:
     """The values of the environment variables named as secrets, to hand to the redactor."""
-    names = [*settings.secret_env_vars, settings.discord_token_env, settings.nemo_api_key_env]
+    names = [
+        *settings.secret_env_vars,
+        settings.discord_token_env,
+        settings.nemo_api_key_env,
+        settings.hf_jobs_token_env,
+        settings.hf_job_token_env,
+    ]
     return [environ[name] for name in names if environ.get(name)]
 
 

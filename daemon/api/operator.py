@@ -159,7 +159,8 @@ async def _external_surface_checks(services: Services) -> list[dict[str, Any]]:
         detail = f"the Hub did not say who the token is within {SURFACES_TIMEOUT_S:.0f} s"
         return [check("surface hf-jobs", False, detail, required=False)]
     hub = surfaces["hf_jobs"]
-    is_usable = not hub["token_set"] or not hub.get("problem")  # unset is "not configured", like the NeMo lane
+    # Unset is "not configured", like the NeMo lane; a set token without an image or a fit job token submits nothing.
+    is_usable = not hub["token_set"] or not (hub.get("problem") or hub.get("job_problems"))
     facts = {key: value for key, value in hub.items() if key != "problem"}
     checks = [check("surface hf-jobs", is_usable, _hub_detail(hub), required=False, **facts)]
     for name, provider in sorted(surfaces["providers"].items()):
@@ -175,7 +176,14 @@ def _hub_detail(hub: dict[str, Any]) -> str:
     if hub.get("problem"):
         return f"${hub['token_env']} is set, but {hub['problem']}"
     role = f", role {hub['role']}" if hub.get("role") else ""
-    return f"${hub['token_env']} verified as {hub.get('verified_as')}{role}"
+    verified = f"${hub['token_env']} verified as {hub.get('verified_as')}{role}"
+    if hub.get("job_problems"):
+        return f"{verified}, but no job can be submitted: {'; '.join(hub['job_problems'])}"
+    images = len(hub.get("job_images") or [])
+    return (
+        f"{verified}; jobs get ${hub['job_token_env']} (verified as {hub.get('job_verified_as')}, "
+        f"role {hub.get('job_role')}), {images} allowed image{'s' if images != 1 else ''}"
+    )
 
 
 async def _notice_failures_check(services: Services, workspace: str) -> dict[str, Any] | None:

@@ -63,9 +63,15 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True)
 class HubIdentity:
+    """Who a token belongs to, and what it may do: a classic token (role read or write) what its user may; a
+    fine-grained one only its grants: `scoped` (entity, permissions) pairs, the entity a namespace or a repo id,
+    and `global_permissions`, the grants of no entity."""
+
     name: str
     orgs: tuple[str, ...]
     role: str  # the token's role: read, write, or fineGrained
+    scoped: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    global_permissions: tuple[str, ...] = ()
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -108,16 +114,28 @@ def _asking(what: str) -> Iterator[None]:
 class HubJobs:
     """One token's view of the Hub and its jobs; `endpoint` empty means huggingface_hub's default."""
 
-    def __init__(self, endpoint: str, token: str) -> None:
+    def __init__(self, endpoint: str, token: str | None) -> None:
         self.endpoint = endpoint or None
-        self._api = huggingface_hub.HfApi(endpoint=self.endpoint, token=token)
+        # token=False: no token at all, not even one huggingface_hub finds in the environment or its cache.
+        self._api = huggingface_hub.HfApi(endpoint=self.endpoint, token=token if token is not None else False)
+        self.is_anonymous = token is None
+
+    def anonymous(self) -> HubJobs:
+        """The same Hub asked without any token: what anyone may read (public repos)."""
+        return HubJobs(self.endpoint or "", None)
 
     def identity(self) -> HubIdentity:
         with _asking("who the token belongs to (whoami)"):
             who = self._api.whoami()
         access = (who.get("auth") or {}).get("accessToken") or {}
         orgs = tuple(str(org.get("name")) for org in who.get("orgs") or [] if org.get("name"))
-        return HubIdentity(str(who.get("name", "")), orgs, str(access.get("role", "")))
+        grants = access.get("fineGrained") or {}
+        scoped = tuple(
+            (str((grant.get("entity") or {}).get("name", "")), tuple(str(p) for p in grant.get("permissions") or []))
+            for grant in grants.get("scoped") or []
+        )
+        global_permissions = tuple(str(p) for p in grants.get("global") or [])
+        return HubIdentity(str(who.get("name", "")), orgs, str(access.get("role", "")), scoped, global_permissions)
 
     def flavors(self) -> dict[str, Flavor]:
         with _asking("for the jobs hardware list"):
@@ -229,11 +247,11 @@ def job_spec(
     install: str,
     flavor: str,
     timeout_s: int,
-    token: str,
+    job_token: str,
     workspace: str,
 ) -> dict[str, Any]:
-    """The arguments of `run_job`: our trainer as the command, the request in the environment, the token only as
-    a secret (never in the command or the environment)."""
+    """The arguments of `run_job`: our trainer as the command in an operator's image, the request in the
+    environment, the job token (never the daemon's) only as a secret, never in the command or the environment."""
     script = f"set -e; {install}; exec python -u -m bashgym.trainers.external_job --workdir bashgym-job"
     return {
         "image": image,
@@ -247,7 +265,7 @@ def job_spec(
             DATASET_REVISION_ENV: dataset_commit,
             **({DATASET_EVAL_FILE_ENV: dataset.eval_file} if dataset.eval_file else {}),
         },
-        "secrets": {"HF_TOKEN": token},
+        "secrets": {"HF_TOKEN": job_token},
         "flavor": flavor,
         "timeout": timeout_s,
         "labels": {JOB_LABEL: job_id, "bashgym-workspace": workspace, "bashgym-method": str(request["method"])},

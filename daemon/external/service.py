@@ -41,6 +41,16 @@ from bashgym.client.validation import canonical_json, sha256_text
 from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.external.follow import SYSTEM, Followers, where
 from bashgym.daemon.external.hf_jobs import HubJobs, UpstreamError, job_spec
+from bashgym.daemon.external.hub_access import (
+    check_job_token,
+    check_job_token_value,
+    check_no_command_checks,
+    job_image,
+    job_token_problem,
+    job_token_value_problem,
+    reader_for,
+    unreadable,
+)
 from bashgym.daemon.external.providers import METADATA_KEY, METHOD_TYPES, Provider, provider_rows
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.settings import Settings
@@ -69,6 +79,7 @@ class ExternalJobs:
         self.settings = settings
         self.ledger = ledger
         self._hf_token = environ.get(settings.hf_jobs_token_env) or ""
+        self._job_token = environ.get(settings.hf_job_token_env) or ""
         self._keys = {name: environ.get(p.api_key_env) or "" for name, p in settings.providers.items()}
         self.followers = Followers(settings, ledger, self._hf_token, self._keys)
 
@@ -91,6 +102,10 @@ class ExternalJobs:
             "token_env": self.settings.hf_jobs_token_env,
             "token_set": bool(self._hf_token),
             "namespaces": list(self.settings.hf_namespaces),
+            "read_namespaces": list(self.settings.hf_read_namespaces),
+            "job_images": list(self.settings.hf_job_images),
+            "job_token_env": self.settings.hf_job_token_env,
+            "job_token_set": bool(self._job_token),
         }
         if self._hf_token:
             try:
@@ -98,6 +113,7 @@ class ExternalJobs:
                 hub.update(verified_as=who.name, role=who.role, orgs=list(who.orgs))
             except UpstreamError as exc:
                 hub["problem"] = exc.message
+            hub.update(await self._job_setup())
         providers = {
             name: {"base_url": p.base_url, "api_key_env": p.api_key_env, "key_set": bool(self._keys.get(name))}
             for name, p in self.settings.providers.items()
@@ -113,6 +129,27 @@ class ExternalJobs:
             )
         found = await _asked(self.followers.hub().flavors, "The Hub's jobs hardware list could not be read")
         return [{"flavor": f.name, "gpus": f.gpus, "usd_per_hour": f.usd_per_hour} for f in found.values()]
+
+    async def _job_setup(self) -> dict[str, Any]:
+        """What stops every job submission (no image allowed, no job token, one that can do too much), as
+        `job_problems`, and who the job token verifies as."""
+        found: dict[str, Any] = {}
+        problems = []
+        if not self.settings.hf_job_images:
+            problems.append("no job image is allowed (set BASHGYM_HF_JOB_IMAGES to NAME@sha256:<digest> images)")
+        problem = job_token_value_problem(self.settings, self._job_token, self._hf_token)
+        if problem is None:
+            try:
+                who = await asyncio.to_thread(HubJobs(self.settings.hf_endpoint, self._job_token).identity)
+                found.update(job_verified_as=who.name, job_role=who.role)
+                problem = job_token_problem(self.settings, who)
+            except UpstreamError as exc:
+                problem = f"the job token could not be verified: {exc.message}"
+        if problem is not None:
+            problems.append(f"{problem} (set ${self.settings.hf_job_token_env} to a fine-grained token)")
+        if problems:
+            found["job_problems"] = problems
+        return found
 
     def plan_secrets(self) -> dict[str, str]:
         """The values a launched plan's engine injects (never written into the plan)."""
@@ -130,6 +167,8 @@ class ExternalJobs:
                 "nothing was submitted.",
                 hint="Set it (a token with write access to the output namespace) and restart the daemon.",
             )
+        image = job_image(self.settings, body.image)
+        check_job_token_value(self.settings, self._job_token, token)
         namespace = body.output_repo.split("/")[0]
         if namespace not in self.settings.hf_namespaces:
             allowed = ", ".join(self.settings.hf_namespaces) or "none are configured"
@@ -142,7 +181,7 @@ class ExternalJobs:
         context, _ = context_in_workspace(request.tracking_context, ws)
         project = context.project_id if context else UNASSIGNED
         hub = self.followers.hub()
-        facts = await self._hub_checks(hub, request, body, namespace, f"{ws}/{project}")
+        facts = await self._hub_checks(hub, request, body, ws, project)
         _check_named_data(context, facts["sha256"], f"{body.dataset.repo}/{body.dataset.file}")
         flavor = facts["flavor"]
         timeout_s, cost_usd = _timeout_within_ceiling(body, flavor.usd_per_hour)
@@ -181,11 +220,11 @@ class ExternalJobs:
             dataset=body.dataset,
             dataset_commit=facts["dataset_commit"],
             output_repo=body.output_repo,
-            image=body.image or self.settings.hf_jobs_image,
+            image=image,
             install=self.settings.hf_jobs_install or f"pip install --quiet 'bashgym[train]=={bashgym_version()}'",
             flavor=flavor.name,
             timeout_s=timeout_s,
-            token=token,
+            job_token=self._job_token,
             workspace=ws,
         )
         try:
@@ -196,9 +235,10 @@ class ExternalJobs:
         return await self._submitted(ws, job, receipt)
 
     async def _hub_checks(
-        self, hub: HubJobs, request: TrainingRequest, body: HfJobSubmission, namespace: str, owner: str
+        self, hub: HubJobs, request: TrainingRequest, body: HfJobSubmission, ws: str, project: str
     ) -> dict[str, Any]:
         """Everything the Hub can refuse, asked before anything is recorded."""
+        namespace, owner = body.output_repo.split("/")[0], f"{ws}/{project}"
         try:
             who = await asyncio.to_thread(hub.identity)
         except UpstreamError as exc:
@@ -215,32 +255,43 @@ class ExternalJobs:
                 f"{', '.join(who.namespaces)}. Nothing was submitted.",
                 hint="Use a token of a member of that organisation, or push under the token's own namespace.",
             )
+        job_token = await _asked(
+            HubJobs(self.settings.hf_endpoint, self._job_token).identity, "The Hub refused the job token"
+        )
+        check_job_token(self.settings, job_token, body.output_repo)
         flavors = await _asked(hub.flavors, "The Hub's jobs hardware list could not be read")
         if body.flavor not in flavors:
             raise InvalidInput(
                 f"Unknown flavor {body.flavor!r}; the Hub offers {', '.join(sorted(flavors))}. Nothing was submitted.",
                 hint="Pick one of those (bashgym jobs hf flavors lists them with their prices).",
             )
-        dataset_commit = await _asked(
-            lambda: hub.dataset_commit(body.dataset), f"The job could not read dataset {body.dataset.repo}"
+        # Every repo is found readable before anything is downloaded: the models first, then the dataset.
+        model_commit = await self._model_commit(hub, ws, project, "Base model", request.base_model)
+        if request.teacher_model:
+            await self._model_commit(hub, ws, project, "Teacher model", request.teacher_model)
+        dataset = body.dataset
+        reader = reader_for(self.settings, hub, ws, project, dataset.repo)
+        refusal = unreadable(self.settings, "Dataset", dataset.repo, ws, project)
+        dataset_commit = await _read(
+            reader, lambda: reader.dataset_commit(dataset), f"The job could not read dataset {dataset.repo}", refusal
         )
         with tempfile.TemporaryDirectory(prefix="bashgym-hub-data-") as scratch:
-            files = await _asked(
-                lambda: hub.download_dataset(body.dataset, dataset_commit, Path(scratch)),
-                f"Dataset {body.dataset.repo} could not be downloaded",
+            files = await _read(
+                reader,
+                lambda: reader.download_dataset(dataset, dataset_commit, Path(scratch)),
+                f"Dataset {dataset.repo} could not be downloaded",
+                refusal,
             )
             for path in files.values():
                 report = await asyncio.to_thread(validate_request_data, request, path)
                 if not report.ok:
                     raise InvalidInput(
-                        f"{body.dataset.repo}/{path.name} does not meet the {request.method} dataset contract: "
+                        f"{dataset.repo}/{path.name} does not meet the {request.method} dataset contract: "
                         f"{format_report(report)}",
                         hint="Fix the rows and push a new revision; nothing was submitted.",
                     )
+            await asyncio.to_thread(check_no_command_checks, request.method, files, dataset.repo)
             sha256, _ = await asyncio.to_thread(file_digest, files["dataset_path"])
-        model_commit = await _asked(
-            lambda: hub.model_commit(request.base_model), f"The job could not read base model {request.base_model}"
-        )
         existing = await _asked(lambda: hub.repo_files(body.output_repo), f"Repo {body.output_repo} could not be read")
         if existing is not None:
             private, present = existing
@@ -261,6 +312,13 @@ class ExternalJobs:
             "sha256": sha256,
             "model_commit": model_commit,
         }
+
+    async def _model_commit(self, hub: HubJobs, ws: str, project: str, what: str, repo: str) -> str:
+        """The commit a model repo the job downloads points at, read as the project's read namespaces allow."""
+        reader = reader_for(self.settings, hub, ws, project, repo)
+        refusal = unreadable(self.settings, what, repo, ws, project)
+        asked = f"The job could not read {what.lower()} {repo}"
+        return str(await _read(reader, lambda: reader.model_commit(repo), asked, refusal))
 
     # -- managed providers -----------------------------------------------------------------------------------------
 
@@ -467,13 +525,15 @@ def _timeout_within_ceiling(body: HfJobSubmission, usd_per_hour: float) -> tuple
 
 
 def _check_named_data(context: Any, sha256: str, where: str) -> None:
-    """An official run trains on the exact data its tracking context names."""
+    """An official run trains on the exact data its tracking context names. The answer never shows the file's own
+    digest: the caller may not be able to read that file (a private Hub repo), and a digest is a right to bytes."""
     if context is not None and context.dataset_content_digest != sha256:
         raise RuleRejected(
-            f"{where} has sha256 {sha256[:12]}, but the tracking context names dataset version "
-            f"{context.dataset_version_id!r} with digest {context.dataset_content_digest[:12]}; an official run must "
-            "train on the exact data it names. Nothing was submitted.",
-            hint="Register that file as a new dataset version and name it in the tracking context.",
+            f"{where} is not the data the tracking context names: dataset version {context.dataset_version_id!r} has "
+            f"digest {context.dataset_content_digest}, and this file's sha256 differs. An official run must train on "
+            "the exact data it names. Nothing was submitted.",
+            hint="Compute the sha256 of the file you mean to train on (sha256sum FILE, at the revision you submit), "
+            "register it as a dataset version, and name that version in the tracking context.",
         )
 
 
@@ -492,6 +552,17 @@ def _check_hub_model(request: TrainingRequest) -> None:
             "A Hugging Face Job cannot use a reward model version from this ledger.",
             hint="Train GRPO with verifier rewards there, or on the local lane.",
         )
+
+
+async def _read(reader: HubJobs, call: Any, what: str, refusal: Forbidden) -> Any:
+    """`call` on a repo: a refusal of a tokenless read (the Hub's answer to a private repo) is `refusal`."""
+    try:
+        return await asyncio.to_thread(call)
+    except UpstreamError as exc:
+        from_hub = exc.__cause__ is not None  # not our own check (a missing file in a repo that answered)
+        if reader.is_anonymous and from_hub and exc.status in {401, 403, 404}:
+            raise refusal from exc
+        raise _refused(what, exc) from exc
 
 
 async def _asked(call: Any, what: str) -> Any:

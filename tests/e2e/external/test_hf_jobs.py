@@ -25,8 +25,13 @@ from tests.support.helpers import inprocess_daemon, running_daemon, wait_for_sta
 from tests.support.hub_standin import HubStandIn, TokenInfo
 
 pytestmark = pytest.mark.anyio
-WRITE, READ = "hf_write_secret_token", "hf_read_secret_token"
-TOKENS = {WRITE: TokenInfo(user="alice", role="write", orgs=("acme",)), READ: TokenInfo(user="bob", role="read")}
+WRITE, READ, JOB = "hf_write_secret_token", "hf_read_secret_token", "hf_job_secret_token"
+TOKENS = {
+    WRITE: TokenInfo(user="alice", role="write", orgs=("acme",)),
+    READ: TokenInfo(user="bob", role="read"),
+    JOB: TokenInfo("acme-bot", "fineGrained", ("acme",), scoped=(("acme", ("repo.content.read", "repo.write")),)),
+}
+IMAGE = "ghcr.io/acme/bashgym-job@sha256:" + "0" * 64
 
 
 @pytest.fixture
@@ -40,12 +45,19 @@ def hub(tmp_path: Path) -> Iterator[HubStandIn]:
 
 
 def settings(hub: HubStandIn) -> dict[str, Any]:
-    return {"hf_endpoint": hub.url, "hf_namespaces": ["acme"], "external_poll_s": 0.05}
+    return {
+        "hf_endpoint": hub.url,
+        "hf_namespaces": ["acme"],
+        "hf_read_namespaces": ["acme"],
+        "hf_job_images": [IMAGE],
+        "external_poll_s": 0.05,
+    }
 
 
 @pytest.fixture
 async def api(ledger: Ledger, tmp_path: Path, hub: HubStandIn) -> AsyncIterator[httpx.AsyncClient]:
-    async with inprocess_daemon(ledger, tmp_path / "home", {"HF_TOKEN": WRITE}, **settings(hub)) as client:
+    environ = {"HF_TOKEN": WRITE, "HF_JOB_TOKEN": JOB}
+    async with inprocess_daemon(ledger, tmp_path / "home", environ, **settings(hub)) as client:
         yield client
 
 
@@ -101,7 +113,7 @@ def pushed_by_the_job(tmp_path: Path, hub: HubStandIn, job: dict[str, Any], *, r
         "exit_code": 0,
     }
     (run / "bashgym-run.json").write_text(json.dumps(evidence))
-    env = {"HF_TOKEN": WRITE, "HF_ENDPOINT": hub.url, "BASHGYM_JOB_ID": job["job_id"]}
+    env = {"HF_TOKEN": JOB, "HF_ENDPOINT": hub.url, "BASHGYM_JOB_ID": job["job_id"]}  # the job holds the job token
     pushed = push_run(run, job["request"], "acme/nightly-sft", env)
     return f"bashgym: pushed {pushed['repo_id']}@{pushed['commit_sha']}"
 
@@ -114,9 +126,10 @@ async def test_a_job_is_submitted_followed_and_its_pushed_model_imported_with_di
     job = answer.json()
     assert job["state"] == "submitted" and job["surface"] == "hf-jobs" and job["upstream_job_id"]
     received = hub.state.jobs[job["upstream_job_id"]].spec
-    # The token travels as a secret only; the request the job trains is the one whose digest the ledger holds.
-    assert received["secrets"] == {"HF_TOKEN": WRITE}
-    assert WRITE not in json.dumps([received.get("command"), received.get("arguments"), received.get("environment")])
+    # The job token travels as a secret only (never the daemon's); the request the job trains is the one whose
+    # digest the ledger holds, in the operator's image.
+    assert received["secrets"] == {"HF_TOKEN": JOB} and received["dockerImage"] == IMAGE
+    assert JOB not in json.dumps([received.get("command"), received.get("arguments"), received.get("environment")])
     sent = received["environment"]["BASHGYM_JOB_REQUEST"]
     assert hashlib.sha256(sent.encode()).hexdigest() == job["request_digest"]
     assert received["labels"]["bashgym-job"] == job["job_id"] and received["flavor"] == "a10g-small"
@@ -192,16 +205,22 @@ async def test_a_hub_answering_5xx_while_polled_is_asked_again(api: httpx.AsyncC
     assert len(hub.state.jobs) == 1
 
 
+BOTH = {"HF_TOKEN": WRITE, "HF_JOB_TOKEN": JOB}
+
+
 @pytest.mark.parametrize(
-    ("environ", "change", "expected"),
+    ("environ", "configured", "change", "expected"),
     [
-        ({}, {}, "No Hugging Face token"),
-        ({"HF_TOKEN": READ}, {}, "read-only"),
-        ({"HF_TOKEN": WRITE}, {"flavor": "h100-imaginary"}, "Unknown flavor"),
-        ({"HF_TOKEN": WRITE}, {"dataset": {"repo": "acme/absent"}}, "could not read dataset"),
-        ({"HF_TOKEN": WRITE}, {"dataset": {"repo": "acme/data", "file": "missing.jsonl"}}, "no file"),
-        ({"HF_TOKEN": WRITE}, {"output_repo": "elsewhere/out"}, "may not push"),
-        ({"HF_TOKEN": WRITE}, {"timeout_s": 36000, "flavor": "h200x2"}, "GPU-hours"),
+        ({}, {}, {}, "No Hugging Face token"),
+        (BOTH, {"hf_job_images": []}, {}, "No container image is allowed"),
+        ({"HF_TOKEN": WRITE}, {}, {}, "No job token"),
+        ({"HF_TOKEN": WRITE, "HF_JOB_TOKEN": WRITE}, {}, {}, "the daemon's own token"),
+        ({"HF_TOKEN": READ, "HF_JOB_TOKEN": JOB}, {}, {}, "read-only"),
+        (BOTH, {}, {"flavor": "h100-imaginary"}, "Unknown flavor"),
+        (BOTH, {}, {"dataset": {"repo": "acme/absent"}}, "could not read dataset"),
+        (BOTH, {}, {"dataset": {"repo": "acme/data", "file": "missing.jsonl"}}, "no file"),
+        (BOTH, {}, {"output_repo": "elsewhere/out"}, "may not push"),
+        (BOTH, {}, {"timeout_s": 36000, "flavor": "h200x2"}, "GPU-hours"),
     ],
 )
 async def test_what_cannot_run_is_refused_before_anything_is_submitted_or_recorded(
@@ -209,10 +228,11 @@ async def test_what_cannot_run_is_refused_before_anything_is_submitted_or_record
     tmp_path: Path,
     hub: HubStandIn,
     environ: dict[str, str],
+    configured: dict[str, Any],
     change: dict[str, Any],
     expected: str,
 ) -> None:
-    async with inprocess_daemon(ledger, tmp_path / "home", environ, **settings(hub)) as api:
+    async with inprocess_daemon(ledger, tmp_path / "home", environ, **{**settings(hub), **configured}) as api:
         await api.post("/v1/projects", json={"project_id": "nightly", "name": "Nightly SFT"})
         budget = {"gpu_hours": 10.0, "runs": 5, "reason": "the month's allowance"}
         assert (await api.post("/v1/projects/nightly/budget/limit", json=budget)).status_code == 201
@@ -232,8 +252,11 @@ def test_a_daemon_killed_after_the_hub_took_the_job_finds_it_by_label_and_never_
 ) -> None:
     env = {
         "HF_TOKEN": WRITE,
+        "HF_JOB_TOKEN": JOB,
         "BASHGYM_HF_ENDPOINT": hub.url,
         "BASHGYM_HF_NAMESPACES": "acme",
+        "BASHGYM_HF_READ_NAMESPACES": "acme",
+        "BASHGYM_HF_JOB_IMAGES": IMAGE,
         "BASHGYM_EXTERNAL_POLL_S": "0.1",
     }
     home = tmp_path / "home"

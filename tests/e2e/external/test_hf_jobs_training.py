@@ -19,18 +19,25 @@ from tests.support.helpers import running_daemon
 from tests.support.hub_standin import HubStandIn, TokenInfo
 
 pytestmark = pytest.mark.slow
-TOKEN = "hf_job_secret_token"
+TOKEN, JOB_TOKEN = "hf_daemon_secret_token", "hf_job_secret_token"
+IMAGE = "ghcr.io/acme/bashgym-job@sha256:" + "0" * 64
 
 
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[HubStandIn]:
     tiny = build_tiny(tmp_path / "tiny")
     files = {str(p.relative_to(tiny)): p.read_bytes() for p in tiny.rglob("*") if p.is_file()}
-    tokens = {TOKEN: TokenInfo(user="alice", orgs=("acme",))}
+    # The job reads the private model and data, and pushes, with its fine-grained job token only.
+    grants = (("acme", ("repo.content.read", "repo.write")),)
+    tokens = {
+        TOKEN: TokenInfo(user="alice", orgs=("acme",)),
+        JOB_TOKEN: TokenInfo("acme-bot", "fineGrained", ("acme",), scoped=grants),
+    }
     # A log read of a running job ends after 0.3 s of quiet, where the Hub's client would wait out its 5 s timeout.
     with HubStandIn(tokens=tokens, job_mode="execute", stream_idle_close_s=0.3) as server:
-        server.add_repo("acme/tiny", files=files)
-        server.add_repo("acme/data", repo_type="dataset", files={"train.jsonl": sft_data(tmp_path).read_bytes()})
+        server.add_repo("acme/tiny", files=files, private=True)
+        data = sft_data(tmp_path).read_bytes()
+        server.add_repo("acme/data", repo_type="dataset", files={"train.jsonl": data}, private=True)
         yield server
 
 
@@ -48,6 +55,9 @@ def until(client: httpx.Client, path: str, done: Any, timeout_s: float = 400) ->
 def test_a_job_trains_pushes_and_its_imported_model_is_evaluated_and_gated(hub: HubStandIn, tmp_path: Path) -> None:
     env = {
         "HF_TOKEN": TOKEN,
+        "HF_JOB_TOKEN": JOB_TOKEN,
+        "BASHGYM_HF_JOB_IMAGES": IMAGE,
+        "BASHGYM_HF_READ_NAMESPACES": "acme",
         "HF_ENDPOINT": hub.url,  # the evaluator downloads the base model the adapter sits on from the same Hub
         "BASHGYM_HF_ENDPOINT": hub.url,
         "BASHGYM_HF_NAMESPACES": "acme",
@@ -72,7 +82,8 @@ def test_a_job_trains_pushes_and_its_imported_model_is_evaluated_and_gated(hub: 
         assert {a["kind"] for a in run["artifacts"]} >= {"adapter"}
         assert ended["result"]["repo"] == "acme/tiny-sft" and ended["compute_started"]
         spec = hub.state.jobs[job["upstream_job_id"]].spec
-        assert TOKEN not in str(spec.get("command")) + str(spec.get("environment"))
+        assert spec["secrets"] == {"HF_TOKEN": JOB_TOKEN} and TOKEN not in str(spec)
+        assert JOB_TOKEN not in str(spec.get("command")) + str(spec.get("environment"))
 
         started = client.post(
             "/v1/projects/unassigned/evaluations", json={"run_id": job["run_id"], "limit_tasks": 2, "max_new_tokens": 4}
