@@ -2,13 +2,15 @@
 
 A request reaches the daemon's host only through these: a file or directory inside a data root
 (host_paths.HostPaths), or a blob its project holds (`bashgym://artifacts/sha256/<digest>`, the form the
-CLI sends after uploading). A model is a hub id or one of those. Every path into a launch (training and
-plan routes, evaluations, model registration, campaign recipes) passes its fields through here.
+CLI sends after uploading; held_blob is the only way a digest becomes bytes). A model is a hub id or one of
+those. Every path into a launch (training and plan routes, evaluations, model registration, campaign recipes)
+passes its fields through here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bashgym.client.errors import InvalidInput, NotFound
@@ -37,14 +39,15 @@ class Reach:
         return HostPaths(self.settings, workspace=self.workspace)
 
 
-async def require_held(reach: Reach, project: str, sha256: str) -> None:
-    """A blob a request names must be held by the request's project: knowing a digest is not a right to its bytes.
-    A blob not held there and one not stored at all get the same answer."""
+async def held_blob(reach: Reach, project: str, sha256: str) -> Path:
+    """The one way a digest becomes bytes: the blob's path, when the request's project holds it. Knowing a digest
+    is not a right to its bytes, so a blob not held there and one not stored at all get the same answer."""
     if not await reach.ledger.holds_blob(reach.workspace, project, sha256) or not reach.blobs.has(sha256):
         raise NotFound(
             f"Project {project!r} holds no uploaded file with sha256 {sha256[:12]}.",
             hint=f"Upload it for this project first: PUT /v1/blobs?project={project} (the CLI does this for you).",
         )
+    return reach.blobs.path_for(sha256)
 
 
 async def confine_request(
@@ -67,9 +70,7 @@ async def confine_request(
 async def data_reference(reach: Reach, value: str, *, field: str, project: str) -> str:
     """Where on this host the data `value` names may be read: a blob `project` holds, or a file in a data root."""
     if value.startswith(BLOB_URI):
-        sha256 = value.removeprefix(BLOB_URI)
-        await require_held(reach, project, sha256)
-        return str(reach.blobs.path_for(sha256))
+        return str(await held_blob(reach, project, value.removeprefix(BLOB_URI)))
     return str(reach.paths.readable(value, field=field))
 
 
@@ -99,4 +100,4 @@ async def check_model_source(reach: Reach, project: str, version: dict[str, Any]
         await reach.ledger.get_run(reach.workspace, project, source.removeprefix(RUNS))  # NotFound elsewhere
     elif source.startswith(STORED):
         for entry in version.get("files") or []:
-            await require_held(reach, project, str(entry["sha256"]))
+            await held_blob(reach, project, str(entry["sha256"]))

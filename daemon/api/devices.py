@@ -13,7 +13,7 @@ from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.host_paths import HostPaths, check_device_host, check_device_reach
 from bashgym.daemon.lanes.ssh import Device, bootstrap, preflight
-from bashgym.daemon.request_paths import require_held
+from bashgym.daemon.request_paths import held_blob
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -91,8 +91,8 @@ async def device_bootstrap(call: ManageCall, device_id: str, body: BootstrapRequ
                 "wheel_sha256 must come with wheel_name, its file name.",
                 hint="bashgym device bootstrap --wheel FILE uploads it for you.",
             )
-        await require_held(call.reach, UNASSIGNED, body.wheel_sha256)
-        wheel = await asyncio.to_thread(_named_copy, call.services.blobs.path_for(body.wheel_sha256), body.wheel_name)
+        held = await held_blob(call.reach, UNASSIGNED, body.wheel_sha256)
+        wheel = await asyncio.to_thread(_named_copy, held, body.wheel_name)
     result: dict[str, Any] = await bootstrap(device, base_python=body.base_python, pip_args=body.pip_args, wheel=wheel)
     if not result["ok"]:
         raise RuleRejected(

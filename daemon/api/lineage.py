@@ -27,7 +27,7 @@ from bashgym.daemon.api.routing import (
 )
 from bashgym.daemon.blobs import count_rows
 from bashgym.daemon.evidence.sources import RUNS, kind_of_method, run_model_spec
-from bashgym.daemon.request_paths import check_model_source, require_held
+from bashgym.daemon.request_paths import check_model_source, held_blob
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
@@ -100,10 +100,8 @@ async def register_dataset_version(call: WriteCall, project: str, body: DatasetV
 
 @router.post("/projects/{project}/dataset-versions/from-blob", response_model=WriteResult, status_code=201)
 async def register_dataset_from_blob(call: WriteCall, project: str, body: DatasetFromBlob) -> Response:
-    blobs = call.services.blobs
-    await require_held(call.reach, project, body.sha256)
     name = Path(body.filename).name
-    rows = await asyncio.to_thread(count_rows, blobs.path_for(body.sha256), name)
+    rows = await asyncio.to_thread(count_rows, await held_blob(call.reach, project, body.sha256), name)
     spec = DatasetVersionSpec(
         dataset_version_id=body.dataset_version_id,
         dataset_id=body.dataset_id,

@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
+from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.redaction import redact_text
 from bashgym.client.specs import (
     MAX_BUDGET_GPU_HOURS,
@@ -26,7 +26,7 @@ from bashgym.daemon.evidence.sources import base_model_of
 from bashgym.daemon.lanes.admission import shaped_for_lane
 from bashgym.daemon.launch_authority import authorise_launch
 from bashgym.daemon.launch_context import environment_id, named_experiment, registered_context
-from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, check_model_source, confine_request
+from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, check_model_source, confine_request, held_blob
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.fields import effective_config, request_from_recipe
@@ -177,15 +177,7 @@ async def _dataset_version_path(call: Call, http: Request, payload: dict[str, An
     project = check_identifier(str(project), field="dataset_project")
     call.principal.require("ledger.read", workspace_id=call.workspace, project_id=project)
     record = await call.services.ledger.get_dataset_version(call.workspace, project, version)
-    blobs = call.services.blobs
-    if not blobs.has(record["content_digest"]):
-        raise RuleRejected(
-            f"Dataset version {version} was registered by reference ({record['source_uri']}); the daemon does "
-            "not hold its content.",
-            hint="Upload the file with the request (bashgym training start --dataset-path FILE does), or register "
-            "it with bashgym dataset register.",
-        )
-    return str(blobs.path_for(record["content_digest"]))
+    return str(await held_blob(call.reach, project, str(record["content_digest"])))
 
 
 def _authorised_project(call: Call, request: TrainingRequest) -> tuple[str, list[str], str]:

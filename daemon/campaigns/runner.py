@@ -29,7 +29,7 @@ from bashgym.daemon.evidence.sources import base_model_of
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.launch_authority import check_hub_target, check_retention, implied_capabilities
 from bashgym.daemon.launch_context import environment_id, registered_context
-from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
+from bashgym.daemon.request_paths import Reach, check_model_source, confine_request, held_blob
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.store import Ledger
@@ -430,11 +430,9 @@ class CampaignRunner(BackgroundLoop):
         # Looked up in the campaign's project only: another project's model or data is missing here.
         model = await self.ledger.get_model_version(ws, project, model_version)
         data = await self.ledger.get_dataset_version(ws, project, dataset_version)
-        if not self.blobs.has(data["content_digest"]):
-            raise BashGymError(
-                f"Dataset version {dataset_version} has no stored content to train on.",
-                hint="Register it with bashgym dataset register.",
-            )
+        reach = Reach(self.settings, self.ledger, self.blobs, ws)
+        # What a launch by the campaign's owner would reach: the project's own bytes.
+        rows = await held_blob(reach, project, str(data["content_digest"]))
         experiment = {
             "experiment_id": f"campaign-{campaign['campaign_id']}"[:128],
             "name": campaign["title"][:200],
@@ -451,7 +449,6 @@ class CampaignRunner(BackgroundLoop):
             environment=environment_id(spec["compute_target"], prefix="campaign-"),
         )
         context["campaign_id"] = campaign["campaign_id"]
-        reach = Reach(self.settings, self.ledger, self.blobs, ws)
         await check_model_source(reach, project, model)
         source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
         # The recipe comes from people: its paths and models are confined like a launch's.
@@ -460,7 +457,7 @@ class CampaignRunner(BackgroundLoop):
             {
                 **chosen,
                 "base_model": source,
-                "dataset_path": str(self.blobs.path_for(data["content_digest"])),
+                "dataset_path": str(rows),
                 "compute_target": spec["compute_target"],
                 "tracking_context": context,
                 "correlation_id": it["iteration_id"],

@@ -21,7 +21,7 @@ from bashgym.daemon.evidence.sources import local_model_dir, run_model_dir
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.remote import read_from
 from bashgym.daemon.lanes.ssh import Device, RemoteRun
-from bashgym.daemon.request_paths import Reach, check_model_source
+from bashgym.daemon.request_paths import Reach, check_model_source, held_blob
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
@@ -264,20 +264,17 @@ class EvaluationService:
     async def _ensure_suite(self, actor: Actor, ws: str, project: str, suite: SuiteDefinition) -> None:
         await self.ledger.register_eval_suite(actor, ws, project, terminal_suite_spec(suite))
 
+    def _reach(self, ws: str) -> Reach:
+        return Reach(self.settings, self.ledger, self.blobs, ws)
+
     async def _with_registered_rows(self, ws: str, project: str, body: EvalRunBody) -> EvalRunBody:
         """dataset_version_id's stored content as the held-out rows: a version of this project, whose bytes the
         daemon holds (one registered by reference has none here)."""
         if body.dataset_path is not None:
             raise RuleRejected("Give dataset_path or dataset_version_id, not both.")
         version = await self.ledger.get_dataset_version(ws, project, str(body.dataset_version_id))
-        digest = str(version["content_digest"])
-        if not self.blobs.has(digest) or not await self.ledger.holds_blob(ws, project, digest):
-            raise RuleRejected(
-                f"Dataset version {body.dataset_version_id} was registered by reference; the daemon does not hold "
-                "its rows.",
-                hint="Register the file itself: bashgym dataset register --file FILE.",
-            )
-        return body.model_copy(update={"dataset_path": str(self.blobs.path_for(digest)), "dataset_version_id": None})
+        rows = await held_blob(self._reach(ws), project, str(version["content_digest"]))
+        return body.model_copy(update={"dataset_path": str(rows), "dataset_version_id": None})
 
     async def _subject_kind(self, ws: str, project: str, body: EvalRunBody) -> str:
         """What the evaluated model is (a model version's kind): a run's comes from its method."""
@@ -335,7 +332,7 @@ class EvaluationService:
                 hint="Evaluate a registered model version instead (--model-version).",
             )
         version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
-        await check_model_source(Reach(self.settings, self.ledger, self.blobs, ws), project, version)
+        await check_model_source(self._reach(ws), project, version)
         directory = await asyncio.to_thread(local_model_dir, self.settings, self.blobs, ws, project, version)
         if directory is None or not await asyncio.to_thread(directory.is_dir):
             raise RuleRejected(
