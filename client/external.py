@@ -7,11 +7,10 @@ proves a submission, only `running` with log or metric evidence proves compute s
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from bashgym.client.specs import Spec
-from bashgym.client.validation import Identifier
+from bashgym.client.validation import HUB_REPO_RE, Identifier
 from pydantic import Field
 
 Surface = Literal["hf-jobs", "managed", "skypilot", "dstack"]
@@ -22,7 +21,6 @@ ENDED_STATES = frozenset({"completed", "failed", "cancelled"})
 ObservationKind = Literal["state", "log", "metric", "event", "receipt", "result", "cancel"]
 Engine = Literal["skypilot", "dstack"]
 
-HUB_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 HubRepo = Annotated[str, Field(pattern=HUB_REPO_RE.pattern, max_length=200)]
 HubFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,299}$", max_length=300)]
 Revision = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", max_length=128)]

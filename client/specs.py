@@ -6,7 +6,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from bashgym.client.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier
+from bashgym.client.validation import METRIC_NAME_MAX, METRIC_NAME_RE, Digest, Identifier, ModelSourceUri
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 RunStatus = Literal["queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled"]
@@ -60,7 +60,7 @@ class FileDigest(Spec):
 class ModelVersionSpec(Spec):
     model_version_id: Identifier
     model_id: Identifier
-    source_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    source_uri: ModelSourceUri
     source_revision: Annotated[str, Field(max_length=200)] = ""
     config_digest: Digest | None = None
     parent_version_id: Identifier | None = None
@@ -96,7 +96,7 @@ class TrackingContext(Spec):
     task_type: Annotated[str, Field(min_length=1, max_length=200)]
     model_id: Identifier
     model_version_id: Identifier
-    model_source_uri: Annotated[str, Field(min_length=1, max_length=2000)]
+    model_source_uri: ModelSourceUri
     model_config_digest: Digest
     dataset_id: Identifier
     dataset_version_id: Identifier

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from bashgym.client.errors import InvalidInput, PayloadTooLarge
 from bashgym.client.states import TRANSITIONS
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 IDENTIFIER_MAX = 160
@@ -125,6 +125,33 @@ def _digest(value: str) -> str:
 
 Identifier = Annotated[str, AfterValidator(_identifier)]
 Digest = Annotated[str, AfterValidator(_digest)]
+
+# A Hugging Face Hub repo id, `org/name`: letters, digits and _ . - (the Hub also refuses `..` and `--`). It never
+# starts with `/`, `.` or `~` and holds one `/`, so it is never taken for an absolute or climbing path.
+HUB_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+HUB = "hf://"
+MODEL_SOURCES = (
+    "hf://ORG/NAME (a Hub repo id), file:///DIR (a directory in a data root), bashgym://models/ID (files uploaded for "
+    "the project: bashgym model register --dir) or bashgym://runs/RUN (a run of the project)"
+)
+
+
+def hub_repo_of(source_uri: str) -> str | None:
+    """The Hub repo id an `hf://` model source names, or None when it names none (a path, a bad id)."""
+    repo = source_uri.removeprefix(HUB)
+    if not source_uri.startswith(HUB) or not HUB_REPO_RE.match(repo) or ".." in repo or "--" in repo:
+        return None
+    return repo
+
+
+def _model_source(value: str) -> str:
+    if value.startswith(HUB) and hub_repo_of(value) is None:
+        raise ValueError(f"{value!r} names no Hub repo (hf://ORG/NAME); a model's source is {MODEL_SOURCES}")
+    return value
+
+
+# What a model version's files are; an `hf://` one is checked here, the rest where the daemon resolves them.
+ModelSourceUri = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_model_source)]
 
 
 def is_secret_key(key: str) -> bool:

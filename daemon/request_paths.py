@@ -3,23 +3,26 @@
 A request reaches the daemon's host only through these: a file or directory inside a data root
 (host_paths.HostPaths), or a blob its project holds (`bashgym://artifacts/sha256/<digest>`, the form the
 CLI sends after uploading; held_blob is the only way a digest becomes bytes). A model is a hub id or one of
-those. Every path into a launch (training and plan routes, evaluations, model registration, campaign recipes)
-passes its fields through here.
+those, and so is every model version a launch resolves (model_files). Every path into a launch (training and
+plan routes, evaluations, exports, model registration, campaign recipes and runs) passes through here.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import BLOB_URI
+from bashgym.client.validation import HUB, MODEL_SOURCES, hub_repo_of
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.evidence.sources import RUNS, STORED
+from bashgym.daemon.evidence.sources import FILE, RUNS, STORED, run_model_dir, stored_model_dir
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
+from bashgym.trainers.contracts.fields import names_a_local_path
 
 DATA_FIELDS = ("dataset_path", "eval_dataset_path")
 MODEL_FIELDS = ("base_model", "teacher_model")
@@ -89,15 +92,53 @@ def model_reference(reach: Reach, value: str, *, field: str) -> str:
 
 
 async def check_model_source(reach: Reach, project: str, version: dict[str, Any]) -> None:
-    """What a model version's files are, checked when it is registered and again before they are read (training,
-    evaluation, export), so a record made before these rules is held to them too: a `file://` directory lies in
-    a data root, a run's model is a run of this project (run directories are named by id alone), and stored
-    files are blobs the project holds (bashgym model register --dir uploads them for it)."""
+    """A model version's source, checked when it is registered as model_files checks it before its files are
+    read (nothing is placed)."""
+    await model_files(reach, project, version, place=False)
+
+
+async def model_files(reach: Reach, project: str, version: dict[str, Any], *, place: bool = True) -> Path | None:
+    """Where a model version's files are on this host (None for a Hub repo: the trainer downloads it), confined as a
+    path a caller types, whenever the version was registered: a `file://` directory lies in a data root, a run's
+    model is a run of this project (run directories are named by id alone), stored files are blobs the project
+    holds (materialised here once when `place`), and `hf://` names a Hub repo id that is no path where trainers
+    start. Any other source is refused, so a record made before these rules is held to them too."""
     source = str(version["source_uri"])
-    if source.startswith("file://"):
-        reach.paths.readable(source.removeprefix("file://"), field="source_uri")
-    elif source.startswith(RUNS):
-        await reach.ledger.get_run(reach.workspace, project, source.removeprefix(RUNS))  # NotFound elsewhere
-    elif source.startswith(STORED):
-        for entry in version.get("files") or []:
-            await held_blob(reach, project, str(entry["sha256"]))
+    if source.startswith(FILE):
+        return reach.paths.readable(source.removeprefix(FILE), field="source_uri")
+    if source.startswith(RUNS):
+        run = await reach.ledger.get_run(reach.workspace, project, source.removeprefix(RUNS))  # NotFound elsewhere
+        return await asyncio.to_thread(run_model_dir, reach.settings, str(run["run_id"])) if place else None
+    if source.startswith(STORED):
+        held = {str(f["sha256"]): await held_blob(reach, project, str(f["sha256"])) for f in version.get("files") or []}
+        if not place:
+            return None
+        return await asyncio.to_thread(stored_model_dir, reach.settings, reach.workspace, project, version, held)
+    hub_repo(version)
+    return None
+
+
+async def base_model_of(reach: Reach, project: str, version: dict[str, Any]) -> str:
+    """What a training request's base_model is for a model version: its confined directory here, or its Hub repo."""
+    directory = await model_files(reach, project, version)
+    return str(directory) if directory is not None else hub_repo(version)
+
+
+def hub_repo(version: dict[str, Any]) -> str:
+    """The Hub repo id of an `hf://` version; refused for any other source, and for an id that names a path where
+    trainers start (transformers would load that path instead)."""
+    source = str(version["source_uri"])
+    repo = hub_repo_of(source)
+    if repo is None:
+        why = "names no Hub repo id" if source.startswith(HUB) else "is none of the accepted forms"
+    elif names_a_local_path(repo):
+        why = "names a Hub repo id that is also a path in the working directory where the daemon's trainers start"
+    else:
+        return repo
+    raise InvalidInput(
+        f"Model version {version['model_version_id']}: `source_uri` {source!r} {why}. A model version's source_uri is "
+        f"{MODEL_SOURCES}.",
+        hint="Register the model again in one of those forms (bashgym model register --hub-id ORG/NAME --revision "
+        "SHA, or --dir DIR).",
+        details={"field": "source_uri"},
+    )

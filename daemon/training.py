@@ -27,7 +27,6 @@ from bashgym.client.states import TERMINAL
 from bashgym.client.validation import canonical_json, check_identifier, sha256_text
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import BlobStore, file_digest
-from bashgym.daemon.evidence.sources import local_model_dir
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python_facts
 from bashgym.daemon.lanes.group import GroupSupervisor
@@ -37,7 +36,7 @@ from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_no_credentials, check_unisolated_checks, has_command_checks
-from bashgym.daemon.request_paths import Reach, check_model_source
+from bashgym.daemon.request_paths import Reach, model_files
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
@@ -632,12 +631,8 @@ class TrainingService:
                 "needs a scalar score per completion.",
                 hint="Train one with method reward_model, register its model, and name that version.",
             )
-        blobs = BlobStore(self.settings.artifacts_dir)
-        reach = Reach(self.settings, self.ledger, blobs, workspace)
-        await check_model_source(reach, context.project_id, version)
-        directory = await asyncio.to_thread(
-            local_model_dir, self.settings, blobs, workspace, context.project_id, version
-        )
+        reach = Reach(self.settings, self.ledger, BlobStore(self.settings.artifacts_dir), workspace)
+        directory = await model_files(reach, context.project_id, version)
         if directory is None:
             raise RuleRejected(
                 f"Reward model {version_id} lives at {version['source_uri']}, not in files on the daemon's host.",

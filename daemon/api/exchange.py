@@ -13,9 +13,9 @@ from bashgym.client.validation import Identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, requires, written
 from bashgym.daemon.evidence.exchange import export_bundle, verify_bundle
-from bashgym.daemon.evidence.sources import RUNS, local_model_dir
+from bashgym.daemon.evidence.sources import RUNS
 from bashgym.daemon.host_paths import HostPaths
-from bashgym.daemon.request_paths import check_model_source
+from bashgym.daemon.request_paths import model_files
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -50,10 +50,7 @@ async def model_export(call: ExportCall, project: str, version: str, body: Expor
     if run_id:
         source_dir = call.services.settings.runs_dir / run_id  # its files are recorded relative to the run
     else:
-        await check_model_source(call.reach, project, record)
-        found = await asyncio.to_thread(
-            local_model_dir, call.services.settings, call.services.blobs, ws, project, record
-        )
+        found = await model_files(call.reach, project, record)
         if found is None:
             raise RuleRejected(
                 f"Model version {version} is a hub id ({source}); its files are not on this host.",

@@ -22,11 +22,10 @@ from bashgym.client.specs import (
 from bashgym.client.validation import check_identifier, check_scope
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, requires, requires_run_control, requires_somewhere
-from bashgym.daemon.evidence.sources import base_model_of
 from bashgym.daemon.lanes.admission import shaped_for_lane
 from bashgym.daemon.launch_authority import authorise_launch
 from bashgym.daemon.launch_context import environment_id, named_experiment, registered_context
-from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, check_model_source, confine_request, held_blob
+from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, base_model_of, confine_request, held_blob
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.fields import effective_config, request_from_recipe
@@ -125,9 +124,8 @@ async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) 
         ledger.get_dataset_version(ws, project, query["dataset_version"]),
         f"bashgym dataset register --project {project} --dataset ID --version {query['dataset_version']} --file FILE",
     )
-    await check_model_source(call.reach, project, model)
     _check_kind(model, str(payload.get("method") or payload.get("strategy") or ""))
-    base_model = await asyncio.to_thread(base_model_of, call.services.settings, call.services.blobs, ws, project, model)
+    base_model = await base_model_of(call.reach, project, model)
     experiment = await named_experiment(ledger, ws, project, query.get("experiment"))
     target = str(payload.get("compute_target") or "local")
     context = await registered_context(

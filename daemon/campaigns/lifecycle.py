@@ -13,7 +13,7 @@ from typing import Any
 from bashgym.client.errors import BashGymError, NotFound, RuleRejected
 from bashgym.client.specs import Actor, BudgetEntrySpec
 from bashgym.daemon.launch_authority import check_hub_target, check_retention, owner_lacks
-from bashgym.daemon.request_paths import Reach, confine_request
+from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import TrainingRequest, parse_compute_target
@@ -161,10 +161,10 @@ def _parsed(spec: dict[str, Any], recipe: dict[str, Any]) -> TrainingRequest | N
 
 
 async def _launch_rights(spec: dict[str, Any], project: str, reach: Reach) -> list[dict[str, str]]:
-    """What no one could allow the campaign's launches: a path outside the roots, a Hub namespace the
-    operator did not allow. (A capability its owner lacks is not a finding: that launch waits for a holder
-    to lend it, see waits_for.)"""
-    found = []
+    """What no one could allow the campaign's launches: a path outside the roots (the starting model's source
+    too), a Hub namespace the operator did not allow. (A capability its owner lacks is not a finding: that launch
+    waits for a holder to lend it, see waits_for.)"""
+    found = await _starting_model(spec, project, reach)
     for where, recipe in launches(spec):
         request = _parsed(spec, recipe)
         if request is None:
@@ -176,6 +176,21 @@ async def _launch_rights(spec: dict[str, Any], project: str, reach: Reach) -> li
         except BashGymError as exc:
             found.append(finding("launch_refused", f"{where}: {exc.message}", exc.hint or f"Fix {where}."))
     return found
+
+
+async def _starting_model(spec: dict[str, Any], project: str, reach: Reach) -> list[dict[str, str]]:
+    """The starting model's source, confined as a launch confines it (a version registered before the rules too)."""
+    starting = spec["starting_model_version_id"]
+    try:
+        model = await reach.ledger.get_model_version(reach.workspace, project, starting)
+    except NotFound:
+        return []  # model_missing says so
+    try:
+        await check_model_source(reach, project, model)
+    except BashGymError as exc:
+        where = f"starting model version {starting}"
+        return [finding("launch_refused", f"{where}: {exc.message}", exc.hint or f"Register {where} again.")]
+    return []
 
 
 async def waits_for(ledger: Ledger, ws: str, project: str, spec: dict[str, Any], owner: str) -> list[str]:

@@ -25,11 +25,10 @@ from bashgym.daemon.campaigns.cascade import CascadeSteps, is_cascade
 from bashgym.daemon.campaigns.lifecycle import authority_reason, in_training_window
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.evidence.promotion import SAFETY_METRIC
-from bashgym.daemon.evidence.sources import base_model_of
 from bashgym.daemon.failpoints import reach
 from bashgym.daemon.launch_authority import check_hub_target, check_retention, implied_capabilities
 from bashgym.daemon.launch_context import environment_id, registered_context
-from bashgym.daemon.request_paths import Reach, check_model_source, confine_request, held_blob
+from bashgym.daemon.request_paths import Reach, base_model_of, confine_request, held_blob
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.store import Ledger
@@ -431,8 +430,9 @@ class CampaignRunner(BackgroundLoop):
         model = await self.ledger.get_model_version(ws, project, model_version)
         data = await self.ledger.get_dataset_version(ws, project, dataset_version)
         reach = Reach(self.settings, self.ledger, self.blobs, ws)
-        # What a launch by the campaign's owner would reach: the project's own bytes.
+        # What a launch by the campaign's owner would reach: the project's own bytes, a model confined as typed.
         rows = await held_blob(reach, project, str(data["content_digest"]))
+        source = await base_model_of(reach, project, model)
         experiment = {
             "experiment_id": f"campaign-{campaign['campaign_id']}"[:128],
             "name": campaign["title"][:200],
@@ -449,8 +449,6 @@ class CampaignRunner(BackgroundLoop):
             environment=environment_id(spec["compute_target"], prefix="campaign-"),
         )
         context["campaign_id"] = campaign["campaign_id"]
-        await check_model_source(reach, project, model)
-        source = await asyncio.to_thread(base_model_of, self.settings, self.blobs, ws, project, model)
         # The recipe comes from people: its paths and models are confined like a launch's.
         chosen = await confine_request(reach, dict(recipe), project, skip=("base_model", "dataset_path"))
         return request_from_recipe(

@@ -17,11 +17,11 @@ from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
-from bashgym.daemon.evidence.sources import local_model_dir, run_model_dir
+from bashgym.daemon.evidence.sources import run_model_dir
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.remote import read_from
 from bashgym.daemon.lanes.ssh import Device, RemoteRun
-from bashgym.daemon.request_paths import Reach, check_model_source, held_blob
+from bashgym.daemon.request_paths import Reach, held_blob, model_files
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
@@ -332,8 +332,7 @@ class EvaluationService:
                 hint="Evaluate a registered model version instead (--model-version).",
             )
         version = await self.ledger.get_model_version(ws, project, str(body.model_version_id))
-        await check_model_source(self._reach(ws), project, version)
-        directory = await asyncio.to_thread(local_model_dir, self.settings, self.blobs, ws, project, version)
+        directory = await model_files(self._reach(ws), project, version)
         if directory is None or not await asyncio.to_thread(directory.is_dir):
             raise RuleRejected(
                 f"Model version {body.model_version_id} lives at {version['source_uri']}, not a directory here.",

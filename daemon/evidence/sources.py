@@ -1,9 +1,10 @@
 """Where a registered model version's files are on this host, for training, evaluation and export.
 
-A version points at its files in one of four ways: `file://DIR` (a directory on the daemon's host),
+A version points at its files in one of four ways: `file://DIR` (a directory in a data root),
 `bashgym://runs/RUN` (a run's kept model), `bashgym://models/ID` (files copied into the content store
-by `bashgym model register --dir`), or `hf://ORG/NAME` (a hub id, resolved by the trainer). Stored files
-are materialised once, as hard links to their blobs, into `$BASHGYM_HOME/models/<ws>/<project>/<version>/`.
+by `bashgym model register --dir`), or `hf://ORG/NAME` (a Hub repo id, resolved by the trainer); nothing else.
+request_paths.model_files confines each before anything reads it. Stored files are materialised once, as hard
+links to their blobs, into `$BASHGYM_HOME/models/<ws>/<project>/<version>/`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from typing import Any
 
 from bashgym.client.errors import RuleRejected
 from bashgym.client.specs import ModelVersionSpec
-from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.settings import Settings
 
 RUNS = "bashgym://runs/"
 STORED = "bashgym://models/"
-HUB = "hf://"
+FILE = "file://"
 COMPLETE = ".bashgym-complete"  # written last: a directory without it is rebuilt
 
 
@@ -62,36 +62,16 @@ def run_model_dir(settings: Settings, run_id: str) -> Path:
     return merged if merged.is_dir() else run_dir / "final"
 
 
-def local_model_dir(settings: Settings, blobs: BlobStore, ws: str, project: str, record: dict[str, Any]) -> Path | None:
-    """The version's directory on this host, or None for a hub id (the trainer downloads it). Blocking."""
-    source = str(record["source_uri"])
-    if source.startswith("file://"):
-        return Path(source.removeprefix("file://"))
-    if source.startswith(RUNS):
-        return run_model_dir(settings, source.removeprefix(RUNS))
-    if source.startswith(STORED):
-        return _materialise(settings, blobs, ws, project, record)
-    return None
-
-
-def base_model_of(settings: Settings, blobs: BlobStore, ws: str, project: str, record: dict[str, Any]) -> str:
-    """What a training request's base_model names for this version: its local directory or its hub id."""
-    directory = local_model_dir(settings, blobs, ws, project, record)
-    if directory is not None:
-        return str(directory)
-    return str(record["source_uri"]).removeprefix(HUB)
-
-
-def _materialise(settings: Settings, blobs: BlobStore, ws: str, project: str, record: dict[str, Any]) -> Path:
+def stored_model_dir(settings: Settings, ws: str, project: str, record: dict[str, Any], held: dict[str, Path]) -> Path:
+    """A stored version's directory, materialised once from its blobs: `held` maps each file's sha256 to its blob,
+    every one held by the project (request_paths.held_blob gives them). Blocking."""
     target = settings.home / "models" / ws / project / str(record["model_version_id"])
     if (target / COMPLETE).is_file():
         return target
     files = record.get("files") or []
-    missing = [f["path"] for f in files if not blobs.has(f["sha256"])]
-    if not files or missing:
+    if not files:
         raise RuleRejected(
-            f"Model version {record['model_version_id']} has no stored content here"
-            + (f" ({', '.join(missing[:5])} missing)." if missing else "."),
+            f"Model version {record['model_version_id']} has no stored content here.",
             hint="Register it again with bashgym model register --dir DIR.",
         )
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +83,7 @@ def _materialise(settings: Settings, blobs: BlobStore, ws: str, project: str, re
                 raise RuleRejected(f"Model file path {entry['path']!r} leaves its directory.")
             placed = building / relative
             placed.parent.mkdir(parents=True, exist_ok=True)
-            blob = blobs.path_for(entry["sha256"])
+            blob = held[entry["sha256"]]
             try:
                 os.link(blob, placed)  # the blob store never rewrites a blob, so a link is as good as a copy
             except OSError:

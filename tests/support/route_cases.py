@@ -428,7 +428,7 @@ async def _campaign(h: Harness, *actions: str) -> tuple[str, str]:
     await h.admin_call("POST", f"/v1/projects/{project}/campaigns", json=_campaign_spec(campaign))
     for action in actions:
         if action == "ready":  # validation needs the pinned model and data to exist
-            model = {"model_version_id": "mv", "model_id": "m", "source_uri": "hf://m"}
+            model = {"model_version_id": "mv", "model_id": "m", "source_uri": "hf://org/m"}
             await h.admin_call("POST", f"/v1/projects/{project}/model-versions", json=model)
             data = {
                 "dataset_version_id": "dv",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,10 +216,18 @@ def refusals(request: TrainingRequest, machine: Capabilities) -> list[str]:
     return problems
 
 
+def names_a_local_path(model: str) -> bool:
+    """Whether a model name that is not an absolute path names something in the working directory, where the
+    trainer starts (the daemon's own on `local`, the run's directory on a device): transformers loads such a name
+    from disk before asking the Hub, so a hub id `org/name` there would read that directory instead."""
+    return not model.startswith("/") and os.path.lexists(model)
+
+
 def model_problems(request: TrainingRequest) -> list[str]:
-    """A model named by path is a model directory on the machine that trains; a teacher shares the student's
-    vocabulary (distillation compares their token distributions position by position). A hub id is checked
-    where its config is already on this machine, and otherwise when the trainer loads it."""
+    """A model named by path is a model directory on the machine that trains, and a hub id names no path there; a
+    teacher shares the student's vocabulary (distillation compares their token distributions position by
+    position). A hub id is checked where its config is already on this machine, and otherwise when the trainer
+    loads it."""
     problems, configs = [], {}
     for field in ("base_model", "teacher_model"):
         value = getattr(request, field)
@@ -238,6 +247,12 @@ def model_problems(request: TrainingRequest) -> list[str]:
                 )
             else:
                 configs[field] = _read_config(config)
+        elif names_a_local_path(value):
+            problems.append(
+                f"{field} {value!r} is not an absolute path, yet it names something in the working directory of the "
+                "machine that would train: transformers would load that instead of the hub's model. Name a hub id "
+                "that is no path there, or the model directory by its absolute path."
+            )
         elif (cached := _cached_config(value)) is not None:
             configs[field] = _read_config(cached)
     if request.method == "distillation" and len(configs) == 2:

@@ -176,6 +176,93 @@ def _status_once_ended(client: Any, base: str, params: dict[str, str] | None = N
     return str(eventually(f"{base} to end", ended))
 
 
+def test_a_hub_source_names_a_hub_repo_never_a_path_at_registration(host: dict[str, Any]) -> None:
+    daemon, operator = host["daemon"], host["operator"]
+    with tenant(daemon, host["rita"]) as rita:
+        for source in (
+            f"hf://{operator}",  # hf:///<dir>
+            f"hf://{operator.parent}/../{operator.parent.name}/tiny",
+            "hf://../../etc",
+            "hf://./tiny",
+            "hf://~/models",
+            "hf://~root/.ssh",
+            "hf://org/../../etc",
+            "hf://org/name/extra",
+            "hf://org",
+            "hf://",
+            f"hf://{SHADOWED}",  # a directory where the daemon's trainers start
+            str(operator),  # no scheme at all
+            f"s3://bucket{operator}",
+        ):
+            version = {"model_version_id": "x", "model_id": "m", "source_uri": source}
+            answer = rita.post("/v1/projects/mine/model-versions", json=version)
+            assert answer.status_code == 422, (source, answer.text)
+            message = answer.json()["error"]["message"]
+            assert "source_uri" in message and "hf://ORG/NAME" in message, (source, message)
+        hub = {"model_version_id": "hub", "model_id": "m", "source_uri": "hf://org/model-1b", "source_revision": "a"}
+        assert rita.post("/v1/projects/mine/model-versions", json=hub).status_code == 201
+
+
+def test_a_typed_hub_id_that_names_a_directory_where_trainers_start_is_refused(host: dict[str, Any]) -> None:
+    daemon = host["daemon"]
+    with tenant(daemon, host["rita"]) as rita:
+        sha = rita.put("/v1/blobs", params={"project": "mine"}, content=MINE_ROWS.encode()).json()["sha256"]
+        launch = {
+            "method": "sft",
+            "base_model": SHADOWED,
+            "dataset_path": BLOB_URI + sha,
+            "max_steps": 1,
+            "tracking_context": tracking_context(project_id="mine", dataset_content_digest=sha),
+        }
+        planned = rita.post("/v1/training/plan", json=launch).json()
+        assert not planned["ready"] and SHADOWED in " ".join(planned["reasons"]), planned
+        started = rita.post("/v1/training/start", json=launch)
+        assert started.status_code == 422 and SHADOWED in started.text, started.text
+        distill = {**launch, "method": "distillation", "base_model": "org/student", "teacher_model": SHADOWED}
+        planned = rita.post("/v1/training/plan", json=distill).json()
+        assert not planned["ready"] and "teacher_model" in " ".join(planned["reasons"]), planned
+        assert rita.get("/v1/projects/mine/runs").json() == []
+
+
+def test_a_version_made_before_the_rule_is_refused_wherever_it_resolves(host: dict[str, Any]) -> None:
+    daemon = host["daemon"]
+    with tenant(daemon, host["rita"]) as rita:
+        for version in ("stolen", "bare", "shadow"):
+            named = {"project": "mine", "model_version": version, "dataset_version": "rows-v1"}
+            for route in ("/v1/training/plan", "/v1/training/start"):
+                answer = rita.post(route, params=named, json={"method": "sft", "max_steps": 1})
+                assert answer.status_code in {403, 422} and "source_uri" in answer.text, (version, route, answer.text)
+        rewarded = {
+            "method": "grpo",
+            "grpo_reward_source": "reward_model",
+            "grpo_reward_model": "stolen-rm",
+            "max_steps": 1,
+        }
+        named = {"project": "mine", "model_version": "hub-m", "dataset_version": "rows-v1"}
+        planned = rita.post("/v1/training/plan", params=named, json=rewarded).json()
+        assert not planned["ready"] and "stolen-rm" in " ".join(planned["reasons"]), planned
+        for version in ("stolen", "bare"):
+            evaluated = rita.post("/v1/projects/mine/evaluations", json={"model_version_id": version, "limit_tasks": 2})
+            assert evaluated.status_code in {403, 422}, evaluated.text
+            exported = rita.post(f"/v1/projects/mine/model-versions/{version}/export", json={"to": f"out-{version}"})
+            assert exported.status_code in {403, 422}, exported.text
+        assert not list((daemon.home / "exports").rglob("out-*"))
+
+        draft = {"campaign_id": "new-hub", "title": "t", "objective": "o", "suite_id": "bash-tasks-v1",
+                 "starting_model_version_id": "stolen", "dataset_version_ids": ["rows-v1"],
+                 "base_recipe": {"method": "sft", "max_steps": 1}, "budget": {"runs": 1}}  # fmt: skip
+        assert rita.post("/v1/projects/mine/campaigns", json=draft).status_code == 201
+        checked = rita.post("/v1/projects/mine/campaigns/new-hub/validate", json={"expected_version": 1}).json()
+        assert not checked["ok"] and checked["campaign"]["status"] == "draft", checked
+        assert any("source_uri" in f["message"] for f in checked["findings"]), checked["findings"]
+
+        base = "/v1/projects/mine/campaigns/old-hub"
+        first = _first_stage_once_resumed(rita, base)
+        assert (first["run_id"], first["reason_code"]) == (None, "launch_refused"), first
+        assert _status_once_ended(rita, base) == "failed"
+        assert rita.get("/v1/projects/mine/runs").json() == []  # nothing trained on the operator's directory
+
+
 def test_a_digest_known_from_another_workspace_trains_nothing_until_the_project_uploads_it(
     host: dict[str, Any],
 ) -> None:

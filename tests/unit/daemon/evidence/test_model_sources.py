@@ -1,75 +1,108 @@
-"""A model version's files on this host: stored ones are materialised once from the content store, a
-hub id stays a hub id, and a version whose content is gone says how to bring it back."""
+"""A model version's files on this host: stored ones are materialised once from the blobs its project holds, a
+hub id stays a hub id (and never a path), every other source is confined as a typed path, and a version whose
+content is gone says how to bring it back."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from bashgym.client.errors import RuleRejected
+from bashgym.client.errors import InvalidInput, NotFound
+from bashgym.client.specs import Actor, ProjectSpec, RunRegistration
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.evidence.sources import COMPLETE, base_model_of, local_model_dir
+from bashgym.daemon.evidence.sources import COMPLETE
+from bashgym.daemon.host_paths import PathRefused
+from bashgym.daemon.request_paths import Reach, base_model_of, model_files
 from bashgym.daemon.settings import Settings
+from bashgym.ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
+ACTOR = Actor(actor_id="system:test")
 
 
-async def stored_version(tmp_path: Path) -> tuple[Settings, BlobStore, dict[str, object]]:
-    settings = Settings(home=tmp_path / "home")
-    blobs = BlobStore(settings.artifacts_dir)
+async def stored_version(tmp_path: Path, ledger: Ledger) -> tuple[Reach, dict[str, object]]:
+    """A version of project nightly whose files were uploaded for it."""
+    settings = Settings(home=tmp_path / "home", data_roots=[tmp_path / "roots"])
+    reach = Reach(settings, ledger, BlobStore(settings.artifacts_dir), "default")
+    await ledger.create_project(ACTOR, "default", ProjectSpec(project_id="nightly", name="Nightly"))
     source = tmp_path / "model"
     (source / "sub").mkdir(parents=True)
     (source / "config.json").write_text('{"hidden_size": 8}')
     (source / "sub" / "weights.bin").write_bytes(b"\x00\x01" * 100)
     files = []
     for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        sha, size = await blobs.put_file(path)
+        sha, size = await reach.blobs.put_file(path)
+        await ledger.hold_blob(ACTOR, "default", "nightly", sha, size)
         files.append({"path": str(path.relative_to(source)), "sha256": sha, "size_bytes": size})
     record = {"model_version_id": "tiny-v1", "source_uri": "bashgym://models/tiny", "files": files}
-    return settings, blobs, record
+    return reach, record
 
 
-async def test_a_stored_version_is_materialised_once_with_its_exact_bytes(tmp_path: Path) -> None:
-    settings, blobs, record = await stored_version(tmp_path)
-    directory = local_model_dir(settings, blobs, "default", "nightly", record)
-    assert directory == settings.home / "models" / "default" / "nightly" / "tiny-v1"
+async def test_a_stored_version_is_materialised_once_with_its_exact_bytes(tmp_path: Path, ledger: Ledger) -> None:
+    reach, record = await stored_version(tmp_path, ledger)
+    directory = await model_files(reach, "nightly", record)
+    assert directory == reach.settings.home / "models" / "default" / "nightly" / "tiny-v1"
     assert directory is not None and (directory / COMPLETE).is_file()
     assert (directory / "sub" / "weights.bin").read_bytes() == b"\x00\x01" * 100
     assert (directory / "config.json").read_text() == '{"hidden_size": 8}'
     (directory / "config.json").unlink()  # not rebuilt while its completion mark stands: built once
-    assert local_model_dir(settings, blobs, "default", "nightly", record) == directory
+    assert await model_files(reach, "nightly", record) == directory
     assert not (directory / "config.json").exists()
 
 
-async def test_an_interrupted_build_is_rebuilt(tmp_path: Path) -> None:
-    settings, blobs, record = await stored_version(tmp_path)
-    partial = settings.home / "models" / "default" / "nightly" / "tiny-v1"
+async def test_an_interrupted_build_is_rebuilt(tmp_path: Path, ledger: Ledger) -> None:
+    reach, record = await stored_version(tmp_path, ledger)
+    partial = reach.settings.home / "models" / "default" / "nightly" / "tiny-v1"
     partial.mkdir(parents=True)
     (partial / "config.json").write_text("half")
-    directory = local_model_dir(settings, blobs, "default", "nightly", record)
+    directory = await model_files(reach, "nightly", record)
     assert directory is not None and (directory / "config.json").read_text() == '{"hidden_size": 8}'
 
 
-async def test_missing_content_says_how_to_bring_it_back(tmp_path: Path) -> None:
-    settings, blobs, record = await stored_version(tmp_path)
+async def test_missing_content_says_how_to_bring_it_back(tmp_path: Path, ledger: Ledger) -> None:
+    reach, record = await stored_version(tmp_path, ledger)
     files = record["files"]
     assert isinstance(files, list)
-    blobs.path_for(files[0]["sha256"]).unlink()
-    with pytest.raises(RuleRejected, match=r"config\.json missing") as refused:
-        local_model_dir(settings, blobs, "default", "nightly", record)
-    assert "bashgym model register --dir" in refused.value.hint
-    assert not (settings.home / "models" / "default" / "nightly" / "tiny-v1").exists()
+    reach.blobs.path_for(files[0]["sha256"]).unlink()
+    with pytest.raises(NotFound, match=rf"holds no uploaded file with sha256 {files[0]['sha256'][:12]}") as refused:
+        await model_files(reach, "nightly", record)
+    assert "PUT /v1/blobs?project=nightly" in refused.value.hint
+    assert not (reach.settings.home / "models" / "default" / "nightly" / "tiny-v1").exists()
 
 
-def test_directories_runs_and_hub_ids(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home")
-    blobs = BlobStore(settings.artifacts_dir)
+async def test_stored_files_another_project_holds_are_not_this_ones(tmp_path: Path, ledger: Ledger) -> None:
+    reach, record = await stored_version(tmp_path, ledger)
+    await ledger.create_project(ACTOR, "default", ProjectSpec(project_id="other", name="Other"))
+    with pytest.raises(NotFound, match="Project 'other' holds no uploaded file"):
+        await model_files(reach, "other", record)
+    assert not (reach.settings.home / "models" / "default" / "other").exists()
 
-    def where(uri: str) -> str:
-        return base_model_of(settings, blobs, "default", "p", {"model_version_id": "v", "source_uri": uri})
 
-    assert where("file:///models/tiny") == "/models/tiny"
-    assert where("hf://org/model-1b") == "org/model-1b"
-    assert where("bashgym://runs/run-1") == str(settings.runs_dir / "run-1" / "final")
-    (settings.runs_dir / "run-1" / "merged").mkdir(parents=True)
-    assert where("bashgym://runs/run-1") == str(settings.runs_dir / "run-1" / "merged")
+async def test_directories_runs_and_hub_ids(tmp_path: Path, ledger: Ledger) -> None:
+    reach, _ = await stored_version(tmp_path, ledger)
+    run = (await ledger.register_run(ACTOR, "default", RunRegistration(method="sft"))).record["run_id"]
+
+    async def where(uri: str, project: str = "unassigned") -> str:
+        return await base_model_of(reach, project, {"model_version_id": "v", "source_uri": uri})
+
+    assert await where(f"file://{tmp_path}/roots/tiny") == str(tmp_path / "roots" / "tiny")
+    assert await where("hf://org/model-1b") == "org/model-1b"
+    assert await where(f"bashgym://runs/{run}") == str(reach.settings.runs_dir / run / "final")
+    (reach.settings.runs_dir / run / "merged").mkdir(parents=True)
+    assert await where(f"bashgym://runs/{run}") == str(reach.settings.runs_dir / run / "merged")
+    with pytest.raises(NotFound):
+        await where(f"bashgym://runs/{run}", "nightly")  # a run of another project
+    with pytest.raises(PathRefused):
+        await where("file:///models/tiny")  # outside every root
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["hf:///models/tiny", "hf://../x", "hf://./x", "hf://~/x", "hf://org/../../x", "hf://org/a/b", "hf://org--x/y",
+     "hf://org", "/models/tiny", "models/tiny", "s3://bucket/tiny", "https://huggingface.co/org/m"],
+)  # fmt: skip
+async def test_a_source_in_no_accepted_form_is_refused(tmp_path: Path, ledger: Ledger, uri: str) -> None:
+    reach, _ = await stored_version(tmp_path, ledger)
+    with pytest.raises(InvalidInput, match=r"`source_uri`.*hf://ORG/NAME") as refused:
+        await base_model_of(reach, "nightly", {"model_version_id": "v", "source_uri": uri})
+    assert refused.value.details == {"field": "source_uri"}

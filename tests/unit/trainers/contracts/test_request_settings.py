@@ -213,6 +213,19 @@ def test_models_are_checked_where_they_are_named(tmp_path: Path) -> None:
     assert model_problems(request_from_recipe(base("sft", base_model=str(student)))) == []
 
 
+def test_a_hub_id_that_names_a_path_where_the_trainer_starts_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "acme" / "shadow").mkdir(parents=True)  # transformers would load it before asking the Hub
+    monkeypatch.chdir(tmp_path)
+    shadowed = request_from_recipe(base("distillation", base_model="acme/shadow", teacher_model="acme/shadow"))
+    assert [p.split(" is not")[0] for p in model_problems(shadowed)] == [
+        "base_model 'acme/shadow'",
+        "teacher_model 'acme/shadow'",
+    ]
+    assert model_problems(request_from_recipe(base("sft", base_model="acme/elsewhere"))) == []
+
+
 def test_groups_whose_rewards_did_not_vary_leave_the_loss() -> None:
     advantages = torch.tensor([0.0, 0.0, 0.7, -0.7, 0.0, 0.0, 0.0, 0.0, 1.2, -1.2])
     assert taught_rows(advantages, 2).tolist() == [0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
