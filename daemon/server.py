@@ -168,7 +168,9 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 settings.ledger_path, synchronous=settings.ledger_synchronous, readers=settings.ledger_readers
             ) as ledger,
             TrainingService(settings, ledger, environ, threads=threads) as training,
-            EvaluationService(settings, ledger, BlobStore(settings.artifacts_dir), threads=threads) as evaluations,
+            EvaluationService(
+                settings, ledger, BlobStore(settings.artifacts_dir), threads=threads, environ=environ
+            ) as evaluations,
             ReportScheduler(ledger, settings.home / "reports") as scheduler,
             CampaignRunner(settings, ledger, training, evaluations),
             _console_channel(settings, ledger, environ),
@@ -204,6 +206,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 external=external,
                 discord_configured=bool(environ.get(settings.discord_token_env)),
                 nemo_key_set=bool(environ.get(settings.nemo_api_key_env)),
+                environ=environ,
             )
             # Shutdown order: the API stops accepting (in _serve), then TrainingService stops its
             # trainers and records their outcomes, then the ledger closes last.

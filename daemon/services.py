@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bashgym.daemon.authority import RateLimiter, WaitSlots
@@ -37,6 +38,8 @@ class Services:
     bot_polled_at: float | None = None
     discord_configured: bool = False  # a bot token is set in the daemon's environment
     nemo_key_set: bool = False  # the variable nemo_api_key_env names is set
+    # The daemon's own environment: a tool it runs (nvidia-smi) gets settings.child_environment's share of it.
+    environ: Mapping[str, str] = field(default_factory=dict)
     read_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(6000, 600, what="reads"))
     # Keyed by client address: requests whose token is unknown, revoked, expired or malformed.
     bad_token_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(60, 20, what="failed sign-ins"))
@@ -47,7 +50,7 @@ class Services:
     def evaluator(self) -> EvaluationService:
         """The evaluation service; made on first use where the caller (a test harness) supplied none."""
         if self.evaluations is None:
-            self.evaluations = EvaluationService(self.settings, self.ledger, self.blobs)
+            self.evaluations = EvaluationService(self.settings, self.ledger, self.blobs, environ=self.environ)
         return self.evaluations
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,35 @@ IMAGE_RE = re.compile(
 )
 HUB_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 DAEMON_LOG = Path("logs", "daemon.log")  # under the home
+
+# What a process the daemon starts (a trainer and the ranks it launches, an evaluator, the trainer-Python probe, a
+# tool such as nvidia-smi) gets of the daemon's environment, by name: the system's basics, where Python, torch, CUDA
+# and the Hugging Face libraries find their files, caches and offline switches, and how many threads they take.
+# Nothing else: a credential the operator keeps there (a provider's key, the Discord token, a sink's secret, one
+# with a name no list knows) stays in the daemon. README, "Security model", says which secret reaches which process.
+CHILD_ENV_NAMES = frozenset(
+    {
+        *("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP"),
+        *("LD_LIBRARY_PATH", "LIBRARY_PATH", "CC", "CXX", "VIRTUAL_ENV", "CONDA_PREFIX"),  # CUDA libraries, compilers
+        *("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR"),
+        *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
+        *("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"),
+        # huggingface_hub, datasets and transformers; never HF_TOKEN, which only a run that pushes gets.
+        *("HF_HOME", "HF_HUB_CACHE", "HF_ASSETS_CACHE", "HF_DATASETS_CACHE", "HF_XET_CACHE", "HUGGINGFACE_HUB_CACHE"),
+        *("HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET"),
+        *("HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_SYMLINKS_WARNING", "HF_HUB_ENABLE_HF_TRANSFER"),
+        *("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_VERBOSITY", "TOKENIZERS_PARALLELISM"),
+        *("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "BNB_CUDA_VERSION", "BITSANDBYTES_NOWELCOME"),
+        *("OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS", "VECLIB_MAXIMUM_THREADS"),
+    }
+)
+CHILD_ENV_PREFIXES = (
+    *("LC_", "PYTHON"),  # the locale; Python's own (PYTHONHASHSEED, PYTHONPATH, PYTHONUNBUFFERED, ...)
+    *("CUDA_", "NCCL_", "GLOO_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_", "ACCELERATE_", "DS_"),
+    *("TRANSFORMERS_", "OMP_", "MKL_", "KMP_"),
+)
+# The variable the trainer reads the Hub token from (trainers/hub.py TOKEN_ENV), in the daemon's environment too.
+HUB_TOKEN_ENV = "HF_TOKEN"
 
 
 class ProviderSettings(BaseModel):
@@ -153,6 +183,11 @@ class Settings(BaseSettings):
         ],
         description="Environment variables whose values are secrets, redacted wherever they would appear.",
     )
+    trainer_env_vars: list[str] = Field(
+        default_factory=list,
+        description="Further variables of the daemon's environment (names, comma-separated) its local trainers, "
+        "evaluators and probes get beyond the built-in list (README, Security model); never a secret's.",
+    )
 
     # Trust boundaries (README, "Security model"): the host paths callers may name, and what they may reach.
     data_roots: list[Path] = Field(
@@ -217,6 +252,7 @@ class Settings(BaseSettings):
     @field_validator(
         "discord_guild_ids",
         "secret_env_vars",
+        "trainer_env_vars",
         "data_roots",
         "export_roots",
         "hf_namespaces",
@@ -321,16 +357,35 @@ def read_grant(entry: str) -> tuple[str, str, str]:
     return (workspace, project, namespace) if scope else ("*", "*", namespace)
 
 
-def secret_values(settings: Settings, environ: dict[str, str]) -> list[str]:
+def secret_env_names(settings: Settings) -> list[str]:
+    """The environment variables that hold secrets: those named as such, and the keys each integration reads."""
+    names = [*settings.secret_env_vars, settings.discord_token_env, settings.nemo_api_key_env]
+    names += [settings.hf_jobs_token_env, settings.hf_job_token_env]
+    names += [provider.api_key_env for provider in settings.providers.values()]
+    return list(dict.fromkeys(names))
+
+
+def secret_values(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     """The values of the environment variables named as secrets, to hand to the redactor."""
-    names = [
-        *settings.secret_env_vars,
-        settings.discord_token_env,
-        settings.nemo_api_key_env,
-        settings.hf_jobs_token_env,
-        settings.hf_job_token_env,
-    ]
-    return [environ[name] for name in names if environ.get(name)]
+    return [environ[name] for name in secret_env_names(settings) if environ.get(name)]
+
+
+def child_environment(settings: Settings, environ: Mapping[str, str], *, hub_upload: bool = False) -> dict[str, str]:
+    """The environment of a process the daemon starts: the part of the daemon's own `environ` a trainer, evaluator
+    or tool reads (CHILD_ENV_NAMES and _PREFIXES, plus trainer_env_vars), never a secret's variable; the failpoint
+    setting; and, for a run that uploads to the Hub, the daemon's Hub token, under the name the trainer reads."""
+    secret = set(secret_env_names(settings))
+    extra = set(settings.trainer_env_vars)
+    child = {
+        name: value
+        for name, value in environ.items()
+        if name not in secret and (name in CHILD_ENV_NAMES or name.startswith(CHILD_ENV_PREFIXES) or name in extra)
+    }
+    if settings.failpoint:
+        child["BASHGYM_FAILPOINT"] = settings.failpoint
+    if hub_upload and environ.get(HUB_TOKEN_ENV):
+        child[HUB_TOKEN_ENV] = environ[HUB_TOKEN_ENV]
+    return child
 
 
 def load_settings(environ: dict[str, str], **overrides: Any) -> Settings:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from bashgym.client.validation import canonical_json, check_identifier, sha256_t
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.failpoints import reach
-from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python_facts
+from bashgym.daemon.lanes.admission import check_lane, shaped_for_lane, trainer_python, trainer_python_facts
 from bashgym.daemon.lanes.group import GroupSupervisor
 from bashgym.daemon.lanes.nemo import LANE_CAPABILITIES, PAUSE_REFUSED, NemoCustomizer, NemoError
 from bashgym.daemon.lanes.nemo_data import NemoDataset, customizer_dataset, job_body, job_hyperparameters
@@ -37,7 +37,7 @@ from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_no_credentials, check_unisolated_checks, has_command_checks
 from bashgym.daemon.request_paths import Reach, model_files
-from bashgym.daemon.settings import Settings
+from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.datasets import format_report, leaked_pairs, validate_request_data
@@ -59,7 +59,8 @@ class TrainingService:
     ) -> None:
         self.settings = settings
         self.ledger = ledger
-        self._nemo_key = (environ or {}).get(settings.nemo_api_key_env) or None
+        self._environ = environ or {}  # the daemon's own: its trainers get child_environment's share of it
+        self._nemo_key = self._environ.get(settings.nemo_api_key_env) or None
         self._threads = threads  # each local trainer's torch threads (settings.local_thread_limit); None: its default
         self._slots = asyncio.Semaphore(settings.local_slots)
         self._device_slots: dict[str, asyncio.Semaphore] = {}
@@ -227,7 +228,7 @@ class TrainingService:
             raise RuleRejected("The daemon is shutting down and takes no new runs.", hint="Retry once it is back.")
         check_no_credentials(request)  # the API checked it already; a campaign's or the demo's launch too
         request = await shaped_for_lane(self.ledger, workspace, request)
-        device = await check_lane(self.ledger, self.settings, workspace, request)
+        device = await check_lane(self.ledger, self.settings, self._environ, workspace, request)
         await self._check_profile(workspace, request)
         await self._check_dataset(request)
         reward_model_version = request.grpo_reward_model
@@ -361,7 +362,7 @@ class TrainingService:
 
         device: Device | None = None
         try:
-            device = await check_lane(self.ledger, self.settings, workspace, request)
+            device = await check_lane(self.ledger, self.settings, self._environ, workspace, request)
             lane = await self._lane_facts(workspace, request, device)
         except BashGymError as exc:
             refused(exc)
@@ -405,7 +406,7 @@ class TrainingService:
         if not request.load_in_4bit or request.lane == "nemo":
             return Capabilities()
         if request.lane == "local":
-            facts = await trainer_python_facts(self.settings.trainer_python or sys.executable)
+            facts = await trainer_python_facts(self.settings, self._environ)
             return Capabilities(cuda=bool(facts.get("cuda")), bitsandbytes=bool(facts.get("bitsandbytes")))
         known = (await self._device_facts(workspace, request, device)).values()
         return Capabilities(
@@ -654,9 +655,15 @@ class TrainingService:
             capability="training.launch",
             correlation_id=actor.correlation_id,
         )
-        python = self.settings.trainer_python or sys.executable
         return Supervisor(
-            handle, self.ledger, system, python, self.settings.grace_s, self.settings.local_gpus, threads=self._threads
+            handle,
+            self.ledger,
+            system,
+            trainer_python(self.settings),
+            self.settings.grace_s,
+            self.settings.local_gpus,
+            threads=self._threads,
+            environment=functools.partial(child_environment, self.settings, self._environ),
         )
 
     async def _remote_supervisor(self, handle: RunHandle, actor: Actor, lane: LaneState) -> Supervisor:

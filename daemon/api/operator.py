@@ -21,6 +21,7 @@ from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
 from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.daemon.services import Services
+from bashgym.daemon.settings import child_environment
 from bashgym.ledger.queries import ENTITY_KINDS
 from fastapi import APIRouter
 from starlette.responses import Response
@@ -35,12 +36,13 @@ def check(name: str, ready: bool, detail: str, *, required: bool = True, **facts
     return {"check": name, "ready": ready, "required": required, "detail": detail, "facts": facts}
 
 
-def _gpus() -> list[str]:
-    if shutil.which("nvidia-smi") is None:
+def _gpus(env: dict[str, str]) -> list[str]:
+    if shutil.which("nvidia-smi", path=env.get("PATH")) is None:
         return []
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            env=env,
             capture_output=True,
             text=True,
             timeout=5,
@@ -64,7 +66,7 @@ async def server_checks(services: Services, workspace: str | None) -> list[dict[
             last_cursor=health.get("last_cursor"),
         )
     )
-    gpus = await asyncio.to_thread(_gpus)
+    gpus = await asyncio.to_thread(_gpus, child_environment(settings, services.environ))
     trainer_has_torch = settings.trainer_python == "" and importlib.util.find_spec("torch") is not None
     local_detail = f"{os.cpu_count()} CPUs, {len(gpus)} GPUs" + ("" if not gpus else f" ({'; '.join(gpus)})")
     if settings.trainer_python == "" and not trainer_has_torch:

@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import os
-import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,10 +19,11 @@ from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
 from bashgym.daemon.evidence.sources import run_model_dir
 from bashgym.daemon.host_paths import check_device_reach
+from bashgym.daemon.lanes.admission import trainer_python
 from bashgym.daemon.lanes.remote import read_from
 from bashgym.daemon.lanes.ssh import Device, RemoteRun
 from bashgym.daemon.request_paths import Reach, held_blob, model_files
-from bashgym.daemon.settings import Settings
+from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
@@ -154,9 +155,18 @@ class CompareBody(BaseModel):
 class EvaluationService:
     """Owns the evaluator child processes; their results are recorded when they finish."""
 
-    def __init__(self, settings: Settings, ledger: Ledger, blobs: BlobStore, *, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        blobs: BlobStore,
+        *,
+        threads: int | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.settings = settings
         self.threads = threads  # each local evaluator's torch threads (settings.local_thread_limit)
+        self.environ = environ or {}  # the daemon's own: an evaluator gets child_environment's share of it
         self.ledger = ledger
         self.blobs = blobs
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -386,9 +396,8 @@ class EvaluationService:
             job["status"], job["error"] = "failed", f"{type(exc).__name__}: {exc}"[:2000]
 
     async def _child(self, eval_dir: Path, job: dict[str, Any]) -> int:
-        python = self.settings.trainer_python or sys.executable
         proc = await asyncio.create_subprocess_exec(
-            python,
+            trainer_python(self.settings),
             "-u",
             "-m",
             "bashgym.trainers.evaluate",
@@ -396,6 +405,7 @@ class EvaluationService:
             "--parent-pid",
             str(os.getpid()),
             *([] if self.threads is None else ["--threads", str(self.threads)]),
+            env=child_environment(self.settings, self.environ),
             stdout=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

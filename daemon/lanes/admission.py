@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from bashgym.client.errors import NotFound, RuleRejected
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.nemo_data import TRAINING_TYPES
 from bashgym.daemon.lanes.ssh import Device
-from bashgym.daemon.settings import Settings
+from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 from bashgym.trainers.contracts.topology import DistributedRefused, check_strategy
@@ -32,8 +33,11 @@ _PROBE = (
 )
 
 
-async def check_lane(ledger: Ledger, settings: Settings, workspace: str, request: TrainingRequest) -> Device | None:
-    """Refuse a lane that cannot take this run; the SSH lane's device when it can."""
+async def check_lane(
+    ledger: Ledger, settings: Settings, environ: Mapping[str, str], workspace: str, request: TrainingRequest
+) -> Device | None:
+    """Refuse a lane that cannot take this run; the SSH lane's device when it can. `environ` is the daemon's own,
+    for the probe of the local trainer's Python."""
     if request.lane == "ssh":
         device_id = request.ssh_device or ""
         record = await _found(ledger.get_device(workspace, device_id))
@@ -47,7 +51,7 @@ async def check_lane(ledger: Ledger, settings: Settings, workspace: str, request
     elif request.lane == "nemo":
         await check_nemo(settings, request)
     elif request.lane == "local":
-        await check_local_strategy(settings, request)
+        await check_local_strategy(settings, environ, request)
     return None
 
 
@@ -113,17 +117,16 @@ def check_machine_share(request: TrainingRequest, machines: list[str], gpus: lis
         raise RuleRejected(str(exc), hint="Nothing was launched.") from exc
 
 
-async def check_local_strategy(settings: Settings, request: TrainingRequest) -> None:
+async def check_local_strategy(settings: Settings, environ: Mapping[str, str], request: TrainingRequest) -> None:
     """A local strategy other than ddp needs what the trainer's Python has: CUDA, and DeepSpeed's package.
     ddp runs anywhere accelerate does (GPUs, or gloo on the CPU); the launcher refuses more ranks than GPUs."""
     if not request.is_distributed or request.distributed_strategy == "ddp":
         return
-    python = settings.trainer_python or sys.executable
-    facts = await trainer_python_facts(python)
+    facts = await trainer_python_facts(settings, environ)
     try:
         check_strategy(request, cuda=bool(facts.get("cuda")), has_deepspeed=bool(facts.get("deepspeed")))
     except DistributedRefused as exc:
-        raise RuleRejected(f"{exc} (checked with {python})", hint="Nothing was launched.") from exc
+        raise RuleRejected(f"{exc} (checked with {trainer_python(settings)})", hint="Nothing was launched.") from exc
 
 
 async def check_nemo(settings: Settings, request: TrainingRequest) -> None:
@@ -169,10 +172,22 @@ async def shaped_for_lane(ledger: Ledger, workspace: str, request: TrainingReque
     return TrainingRequest.model_validate({**request.model_dump(exclude_unset=True), **shape})
 
 
-async def trainer_python_facts(python: str) -> dict[str, Any]:
-    """What the local lane's trainer Python has: CUDA, DeepSpeed, bitsandbytes (it imports torch: seconds)."""
+def trainer_python(settings: Settings) -> str:
+    """The Python that runs local trainers and evaluators."""
+    return settings.trainer_python or sys.executable
+
+
+async def trainer_python_facts(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
+    """What the local lane's trainer Python has: CUDA, DeepSpeed, bitsandbytes (it imports torch: seconds). It
+    runs as a trainer would, with child_environment's share of the daemon's `environ`."""
+    python = trainer_python(settings)
     proc = await asyncio.create_subprocess_exec(
-        python, "-c", _PROBE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        python,
+        "-c",
+        _PROBE,
+        env=child_environment(settings, environ),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
     if proc.returncode != 0:

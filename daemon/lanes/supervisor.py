@@ -12,7 +12,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from bashgym.client.errors import BashGymError, InvalidTransition
 from bashgym.client.specs import (
@@ -60,6 +60,18 @@ class TrainerEvent(BaseModel):
     metrics: dict[str, float] | None = None
     error: str | None = None
     path: str | None = None
+
+
+class TrainerEnvironment(Protocol):
+    """The environment a local trainer starts with, given whether its run uploads to the Hub: settings'
+    child_environment, bound to the daemon's settings and environment."""
+
+    def __call__(self, *, hub_upload: bool) -> dict[str, str]: ...
+
+
+def no_environment(*, hub_upload: bool) -> dict[str, str]:
+    """Remote lanes start no local trainer; one started without a TrainerEnvironment would get nothing."""
+    return {}
 
 
 @dataclass(frozen=True)
@@ -127,9 +139,11 @@ class Supervisor:
         gpus: int = 0,
         *,
         threads: int | None = None,
+        environment: TrainerEnvironment = no_environment,
     ) -> None:
         self.handle = handle
         self.threads = threads  # torch threads of a local trainer (settings.local_thread_limit); None: its default
+        self.environment = environment
         self.gpus = gpus
         self.ledger = ledger
         self.actor = actor
@@ -174,9 +188,17 @@ class Supervisor:
                 return await asyncio.shield(
                     until_stored(self._record_never_started, what=f"the end of run {self.handle.run_id}")
                 )
-            log.info("Starting trainer for %s: %s", self.handle.run_id, " ".join(command))
+            # Only what the run needs: the launcher of a scaled-out run hands it on to its ranks as it is.
+            env = self.environment(hub_upload=request.auto_push_hf and bool(request.hf_repo_name))
+            log.info(
+                "Starting trainer for %s: %s (environment: %s)",
+                self.handle.run_id,
+                " ".join(command),
+                ", ".join(sorted(env)),  # names only: the rerun by hand sets them from its own environment
+            )
             self.proc = await asyncio.create_subprocess_exec(
                 *command,
+                env=env,
                 stdout=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,

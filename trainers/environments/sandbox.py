@@ -110,7 +110,9 @@ def probe_isolation() -> Isolation:
 
 def _works(command: list[str]) -> bool:
     try:
-        return subprocess.run(command, capture_output=True, timeout=10, check=False).returncode == 0
+        # Whoever asks (the daemon, a trainer), the probe's `true` gets nothing of its environment.
+        done = subprocess.run(command, env={"PATH": SAFE_PATH}, capture_output=True, timeout=10, check=False)
+        return done.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
