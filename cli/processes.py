@@ -92,13 +92,24 @@ async def up(ctx: Ctx) -> int:
 
 
 def _bot_env(ctx: Ctx, settings: Settings) -> dict[str, str]:
-    """The bot's environment under `up`: it ends with this process (BASHGYM_BOT_PARENT_PID), even one killed
-    outright, and holds its notice cursor's lease under this home's name. One `up` runs per home (the daemon's
-    lock), so the bot of the next `up` takes that lease over at once instead of waiting out its TTL."""
+    """The bot's environment under `up`: what any child of the daemon gets (child_environment), the bot's own
+    settings (bot/settings.py reads BASHGYM_API, BASHGYM_DISCORD_* and BASHGYM_BOT_*) and its Discord token; none
+    of the daemon's other secrets. It ends with this process (BASHGYM_BOT_PARENT_PID), even one killed outright,
+    and holds its notice cursor's lease under this home's name. One `up` runs per home (the daemon's lock), so the
+    bot of the next `up` takes that lease over at once instead of waiting out its TTL."""
+    from bashgym.daemon.settings import child_environment
+
+    token_env = ctx.environ.get("BASHGYM_DISCORD_TOKEN_ENV", settings.discord_token_env)
+    own = {
+        name: value
+        for name, value in ctx.environ.items()
+        if name in {token_env, "BASHGYM_API"} or name.startswith(("BASHGYM_DISCORD_", "BASHGYM_BOT_"))
+    }
     return {
-        **ctx.environ,
+        **child_environment(settings, ctx.environ),
+        **own,
         "BASHGYM_HOME": str(settings.home),
-        "BASHGYM_DISCORD_TOKEN_ENV": ctx.environ.get("BASHGYM_DISCORD_TOKEN_ENV", settings.discord_token_env),
+        "BASHGYM_DISCORD_TOKEN_ENV": token_env,
         "BASHGYM_BOT_PARENT_PID": str(os.getpid()),
         "BASHGYM_BOT_LEASE_HOLDER": f"bashgym up {settings.home}",
     }

@@ -27,9 +27,11 @@ import pytest
 from bashgym.trainers.environments import sandbox
 from bashgym.trainers.environments.terminal_tasks import TerminalTask
 
+from tests.e2e.bot.test_bot_process import discord_env, start_up, wait_exit, wait_for_lease, wait_gone
 from tests.e2e.daemon.test_operator import Receiver
+from tests.support.discord_standin import FAKE_TOKEN, discord_standin
 from tests.support.factories import sft_data, tracking_context, training_request
-from tests.support.helpers import RunningDaemon, eventually, running_daemon, wait_for_run
+from tests.support.helpers import SUITE_OPERATOR_ENV, RunningDaemon, eventually, running_daemon, wait_for_run
 from tests.support.hub_standin import HubStandIn
 
 pytestmark = pytest.mark.timeout(300)
@@ -298,3 +300,23 @@ def test_a_sandboxed_attempt_and_its_checks_see_no_secret(
         leaked = [name for name, value in PLANTED.items() if value in result.stdout]
         assert not leaked, f"the attempt read {leaked} ({trust} check, {level})"
         assert result.passed, f"the {trust} check saw a secret in its environment, or failed: {result}"
+
+
+@pytest.mark.anyio
+async def test_the_bot_of_bashgym_up_gets_its_discord_token_and_no_other_secret(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    async with discord_standin() as standin:
+        env = {**os.environ, **SUITE_OPERATOR_ENV, **PLANTED, **discord_env(standin), "BASHGYM_HOME": str(home)}
+        env.pop("BASHGYM_API", None)
+        up = await start_up(home, env, tmp_path / "up.log")
+        try:
+            token = (home / "admin.token").read_text().strip()
+            await wait_for_lease(up.url, token, up.bot_pid, log=tmp_path / "up.log")  # the bot works with it
+            bot = Seen(psutil.Process(up.bot_pid).cmdline(), psutil.Process(up.bot_pid).environ(), "live")
+        finally:
+            up.proc.kill()  # its bot ends with it; a SIGTERM would wait out the bot's long-poll
+            await wait_exit(up.proc)
+            await wait_gone(home)
+    assert bot.runs("bashgym.bot"), bot.argv
+    assert bot.environ["BASHGYM_DISCORD_TOKEN"] == FAKE_TOKEN
+    assert not bot.holds(), f"the bot got the daemon's other secrets: {sorted(bot.holds())}"
