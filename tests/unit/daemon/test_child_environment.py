@@ -9,7 +9,8 @@ from pathlib import Path
 from bashgym.daemon.settings import HUB_TOKEN_ENV, Settings, child_environment, load_settings
 from bashgym.trainers import hub
 
-DAEMON_ENV = {
+# What any child gets of the daemon's environment below, and the rest, which no child gets.
+HANDED_ON = {
     "PATH": "/usr/bin:/bin",
     "HOME": "/home/ops",
     "LC_ALL": "C.UTF-8",
@@ -17,6 +18,9 @@ DAEMON_ENV = {
     "HF_ENDPOINT": "http://hub.internal",
     "CUDA_VISIBLE_DEVICES": "0,1",
     "OMP_NUM_THREADS": "4",
+}
+DAEMON_ENV = {
+    **HANDED_ON,
     "HF_TOKEN": "hf_" + "Ua1" * 12,
     "HUGGING_FACE_HUB_TOKEN": "hf_" + "Ub2" * 12,
     "OPENAI_API_KEY": "sk-" + "Uc3" * 10,
@@ -35,18 +39,10 @@ def _settings(tmp_path: Path, **environ: str) -> Settings:
 
 def test_a_child_gets_the_allow_listed_variables_and_no_secret(tmp_path: Path) -> None:
     settings = load_settings({"BASHGYM_SECRET_ENV_VARS": "HF_TOKEN,TORCH_HUB_TOKEN"}, home=str(tmp_path))
-    assert child_environment(settings, DAEMON_ENV) == {
-        "PATH": "/usr/bin:/bin",
-        "HOME": "/home/ops",
-        "LC_ALL": "C.UTF-8",
-        "HF_HOME": "/cache/hf",
-        "HF_ENDPOINT": "http://hub.internal",
-        "CUDA_VISIBLE_DEVICES": "0,1",
-        "OMP_NUM_THREADS": "4",
-    }
+    assert child_environment(settings, DAEMON_ENV) == HANDED_ON
 
 
-def test_the_operator_adds_names_but_never_a_secrets(tmp_path: Path) -> None:
+def test_the_operator_adds_names_but_never_a_secret(tmp_path: Path) -> None:
     settings = _settings(tmp_path, BASHGYM_TRAINER_ENV_VARS="WANDB_MODE,OPENAI_API_KEY,HF_TOKEN")
     child = child_environment(settings, DAEMON_ENV)
     assert child["WANDB_MODE"] == "offline"
