@@ -6,7 +6,8 @@ the daemon runs. A real daemon holds planted secrets here; while a run, a run th
 gold evaluation, a launch plan that probes the trainer's Python and the doctor's GPU query run, the environment of
 every process below the daemon is read (/proc/PID/environ), and that of each process started through the trainer
 Python (or `nvidia-smi`) is recorded by a shim that then execs the real program. The sandbox's share is checked
-directly: an attempt, its setup and its checks print their environment under a daemon's.
+directly: an attempt, its setup and its checks print their environment under a daemon's. The Discord bot that
+`bashgym up` starts is read too.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class Watch:
 
     def __init__(self, pid: int) -> None:
         self.root = psutil.Process(pid)
-        self.seen: dict[int, Seen] = {}
+        self.own_cmdline = self.root.cmdline()
+        self.seen: dict[tuple[int, tuple[str, ...]], Seen] = {}  # a pid is read again once it has exec'd
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -94,10 +96,12 @@ class Watch:
             except psutil.NoSuchProcess:
                 return
             for child in children:
-                if child.pid in self.seen:
-                    continue
                 try:
-                    self.seen[child.pid] = Seen(child.cmdline(), child.environ(), "live")
+                    argv = child.cmdline()
+                    # Between fork and exec a child is still the daemon (its memory, its environment): not yet
+                    # a process of its own, it is read again once it has exec'd.
+                    if argv != self.own_cmdline and (child.pid, tuple(argv)) not in self.seen:
+                        self.seen[(child.pid, tuple(argv))] = Seen(argv, child.environ(), "live")
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue  # gone before it could be read (a sandboxed `true`): the shims saw what matters
             time.sleep(0.05)
@@ -109,11 +113,12 @@ class Watch:
 
 
 def _shim(path: Path, records: Path, program: str) -> Path:
-    """An executable that records its argv and environment under `records`, then execs `program` in its place."""
+    """An executable that records its argv and environment under `records` (argv first: a record is read once its
+    environment is there), then execs `program` in its place."""
     path.write_text(
         "#!/bin/sh\n"
-        f"cp /proc/$$/environ {shlex.quote(str(records))}/$$.environ\n"
         f'printf "%s\\0" "$0" "$@" > {shlex.quote(str(records))}/$$.argv\n'
+        f"cp /proc/$$/environ {shlex.quote(str(records))}/$$.environ\n"
         f'exec {program} "$@"\n'
     )
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -248,7 +253,7 @@ def test_no_process_the_daemon_starts_sees_a_secret_it_does_not_need(children: C
     assert any(s.how == "live" for s in kinds["a trainer"]), "the running trainer was not read from /proc"
     leaks = {" ".join(s.argv)[:160]: sorted(s.holds()) for s in others if s.holds()}
     assert not leaks, f"secrets reached the daemon's children: {leaks}"
-    # What they do get: the system's basics, and the trainer's failpoint and thread settings pass as before.
+    # What they do get: the daemon's PATH, and the Hub endpoint (a setting, not a secret).
     (trainer, *_) = kinds["a trainer"]
     assert trainer.environ.get("PATH", "").startswith(str(Path(children.daemon.home).parent / "bin"))
     assert "HF_ENDPOINT" in trainer.environ
@@ -260,7 +265,8 @@ def test_a_run_that_pushes_gets_the_upload_token_and_nothing_else(children: Chil
     assert trainers and any(s.how == "live" for s in trainers), "the pushing run's trainer was never seen"
     for seen in trainers:
         assert seen.environ.get("HF_TOKEN") == HUB_TOKEN, "the run that pushes must get the Hub token as HF_TOKEN"
-        assert sorted(seen.holds()) == ["HF_TOKEN"], f"a pushing trainer got more than the Hub token: {seen.holds()}"
+        held = sorted(seen.holds())
+        assert held == ["HF_TOKEN"], f"a pushing trainer got more than the Hub token: {held}"
 
 
 @pytest.mark.parametrize("level", ["namespaces", "none"])
