@@ -37,17 +37,18 @@ async def serve(client: DaemonClient, workspace: str | None) -> None:
 
 
 async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
-    daemon = Daemon(client, workspace)
     try:
         principal = await client.whoami()
     except ApiError as exc:
         raise SystemExit(f"bashgym mcp: the daemon refused this token: {refusal(exc)}") from exc
+    # A token limited to one workspace works there: the daemon's default workspace is beyond it.
+    daemon = Daemon(client, workspace or principal.workspace_id)
     held = set(principal.capabilities)
     every = [*build(daemon), *external_jobs.build(daemon)]
     offered = [tool for tool in every if tool.capability is None or tool.capability in held]
     server: MCPServer = MCPServer(
         name="bashgym",
-        instructions=INSTRUCTIONS + f"\nThis server acts as {principal.actor_id}.",
+        instructions=INSTRUCTIONS + f"\nThis server acts as {principal.actor_id}{_in(daemon.workspace)}.",
         log_level="WARNING",
         middleware=[StrictArguments({tool.name: tool for tool in offered})],
     )
@@ -68,6 +69,10 @@ async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
     if "ledger.read" in held:
         _ledger_resources(server, daemon)
     return server
+
+
+def _in(workspace: str | None) -> str:
+    return f" in workspace {workspace}" if workspace else ""
 
 
 class StrictArguments:

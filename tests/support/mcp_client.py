@@ -68,10 +68,12 @@ def seeded_daemon(home: Path) -> Iterator[tuple[RunningDaemon, dict[str, Any]]]:
 
 
 @contextlib.asynccontextmanager
-async def session(daemon: RunningDaemon, token: str, **client: Any) -> AsyncIterator[ClientSession]:
-    """`bashgym mcp` started as a coding agent starts it: a subprocess speaking MCP on its stdin and stdout."""
+async def session(
+    daemon: RunningDaemon, token: str, *, options: tuple[str, ...] = (), **client: Any
+) -> AsyncIterator[ClientSession]:
+    """`bashgym mcp [options]` started as a coding agent starts it: a subprocess speaking MCP on stdin and stdout."""
     env = {**os.environ, "BASHGYM_HOME": str(daemon.home), "BASHGYM_API": daemon.url, "BASHGYM_TOKEN": token}
-    params = StdioServerParameters(command=BASHGYM[0], args=[*BASHGYM[1:], "mcp"], env=env)
+    params = StdioServerParameters(command=BASHGYM[0], args=[*BASHGYM[1:], "mcp", *options], env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write, **client) as opened:
         await opened.initialize()
         yield opened
