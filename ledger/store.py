@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -45,7 +45,14 @@ from bashgym.ledger.tx import ChainHead, Tx, utc_iso
 
 T = TypeVar("T")
 P = ParamSpec("P")
+K = TypeVar("K")
+V = TypeVar("V")
+# The events of a change of tokens or grants (ledger.access): their commit empties the cached lookups.
+AUTHORITY_EVENTS = frozenset({"auth.token_issued", "auth.token_revoked", "authority.granted", "authority.revoked"})
 Clock = Callable[[], datetime]
+# Raises (Unauthenticated, Forbidden) once the caller a wait is held for may no longer wait; see wait_for_events.
+Recheck = Callable[[], Awaitable[None]]
+RECHECK_S = 1.0
 Put = tuple[dict[str, Any], bool]  # a domain writer's answer: the record, and whether it was replayed
 
 
@@ -145,6 +152,7 @@ class Ledger:
         # object and clears both, so nothing cached is stale: a revocation applies on the next request.
         self._tokens: dict[str, dict[str, Any] | None] = {}
         self._grants: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        self._authority_changes = 0  # counts the clears: a lookup read across one is used once, never kept
         self._known_rows: dict[tuple[str, ...], dict[str, Any]] = {}
 
     @classmethod
@@ -203,6 +211,10 @@ class Ledger:
                 claimed = claim if claim is not None and conn.total_changes != changes else None
                 if claimed is not None:
                     access.record_claim(conn, claimed, cursor=tx.head.cursor, created_at=tx.now)
+            if tx.kinds & AUTHORITY_EVENTS:
+                # Here, before the next write commits: a request held open (a long-poll, a live stream) that
+                # reads anything written after a revocation finds the revocation too when it checks again.
+                self._forget_authority()
             if claimed is not None:
                 claimed.is_recorded = True
             self._head = tx.head
@@ -222,8 +234,22 @@ class Ledger:
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._readers.run(fn)
 
-    async def wait_for_events(self, after_cursor: int, timeout_s: float) -> None:
-        """Return once an event past after_cursor exists, or after timeout_s."""
+    async def wait_for_events(self, after_cursor: int, timeout_s: float, *, recheck: Recheck | None = None) -> None:
+        """Return once an event past after_cursor exists, or after timeout_s. A wait held for a caller (a long-poll,
+        a live stream) passes `recheck`, which raises once that caller may no longer wait (a revoked token): it runs
+        at every append and at least every RECHECK_S, and what it raises ends the wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            tick_s = deadline - loop.time() if recheck is None else min(RECHECK_S, deadline - loop.time())
+            await self._appended_past(after_cursor, max(0.0, tick_s))
+            if recheck is None:
+                return
+            await recheck()
+            if self._head.cursor > after_cursor or loop.time() >= deadline:
+                return
+
+    async def _appended_past(self, after_cursor: int, timeout_s: float) -> None:
         if self._head.cursor > after_cursor:
             return
         try:
@@ -758,11 +784,9 @@ class Ledger:
             self._forget_authority()
 
     async def find_token(self, token_hash: str) -> dict[str, Any] | None:
-        if token_hash not in self._tokens:
-            if len(self._tokens) > 10_000:
-                self._tokens.clear()  # bounded: unknown-token probes must not grow memory
-            self._tokens[token_hash] = await self.read(lambda conn: access.find_token(conn, token_hash))
-        return self._tokens[token_hash]
+        if token_hash in self._tokens:
+            return self._tokens[token_hash]
+        return await self._looked_up(self._tokens, token_hash, lambda conn: access.find_token(conn, token_hash))
 
     async def insert_grant(self, actor: Actor, **fields: Any) -> dict[str, Any]:
         try:
@@ -784,15 +808,27 @@ class Ledger:
 
     async def active_grants(self, workspace_id: str, user_id: str, role_ids: list[str]) -> list[dict[str, Any]]:
         key = (workspace_id, user_id, *sorted(role_ids))
-        if key not in self._grants:
-            if len(self._grants) > 10_000:
-                self._grants.clear()
-            self._grants[key] = await self.read(
-                lambda conn: access.active_grants(conn, workspace_id, user_id, role_ids)
-            )
-        return self._grants[key]
+        if key in self._grants:
+            return self._grants[key]
+        return await self._looked_up(
+            self._grants, key, lambda conn: access.active_grants(conn, workspace_id, user_id, role_ids)
+        )
+
+    async def _looked_up(self, cache: dict[K, V], key: K, read: Callable[[sqlite3.Connection], V]) -> V:
+        """Read `key` and keep it in `cache`, unless tokens or grants changed meanwhile: a row read before a
+        revocation committed would otherwise be kept, and the revoked token live again. At most 10,000 are kept,
+        so probes with unknown tokens cannot grow memory."""
+        changes = self._authority_changes
+        found = await self.read(read)
+        if changes == self._authority_changes:
+            if len(cache) > 10_000:
+                cache.clear()
+            cache[key] = found
+        return found
 
     def _forget_authority(self) -> None:
+        """Called on the writer thread after an authority write commits, and again when its caller resumes."""
+        self._authority_changes += 1
         self._tokens.clear()
         self._grants.clear()
 

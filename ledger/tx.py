@@ -60,6 +60,7 @@ class Tx:
         self.head = ChainHead(head.cursor, head.hash)
         self.now = utc_iso(clock())
         self.last_cursor: int | None = None
+        self.kinds: set[str] = set()  # the event types appended: what the commit changed, for the caches to know
 
     def append_event(
         self,
@@ -97,6 +98,7 @@ class Tx:
         )
         self.head = ChainHead(fields["cursor"], fields["hash"])
         self.last_cursor = fields["cursor"]
+        self.kinds.add(event_type)
         return int(fields["cursor"])
 
     def put(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, get_args
 
 from bashgym.client.errors import Conflict, Forbidden, InvalidInput
+from bashgym.daemon.api.long_polls import recheck_of
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.campaigns import research
@@ -21,7 +22,7 @@ from bashgym.daemon.campaigns.lifecycle import (
 )
 from bashgym.daemon.campaigns.reports import campaign_report, report_file
 from bashgym.ledger.campaign_specs import CampaignSpec
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -190,6 +191,7 @@ async def research_state(call: ReadCall, project: str, campaign_id: str) -> Resp
 @router.get("/projects/{project}/campaigns/{campaign_id}/wait")
 async def research_wait(
     call: ReadCall,
+    request: Request,
     project: str,
     campaign_id: str,
     after_cursor: int = 0,
@@ -202,7 +204,13 @@ async def research_wait(
     await ledger.get_campaign(call.workspace, project, campaign_id)
     with call.services.waits.hold(call.principal.actor_id):
         answer = await research.wait(
-            ledger, call.workspace, project, campaign_id, after_cursor=after_cursor, timeout_s=timeout
+            ledger,
+            call.workspace,
+            project,
+            campaign_id,
+            after_cursor=after_cursor,
+            timeout_s=timeout,
+            recheck=recheck_of(request, call),
         )
     return json_response(answer)
 

@@ -9,11 +9,12 @@ import time
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import ChannelSet, ConsumerCursor, NoticePage
 from bashgym.client.validation import Identifier, check_identifier
+from bashgym.daemon.api.long_polls import long_poll, recheck_of
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import ConsumerCall, ReadCall, WriteCall, written
 from bashgym.daemon.authority import act_as_consumer
 from bashgym.daemon.notices.render import NoticeRenderer
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -36,8 +37,11 @@ router = APIRouter(prefix="/v1", tags=["notices"])
 
 
 @router.get("/notices", response_model=NoticePage)
-async def notices(call: ReadCall, after_cursor: int = 0, limit: int = 50, wait_s: float = 0) -> Response:
-    """Notices after a cursor, across the workspace; with wait_s, held (up to 30 s) until an event arrives."""
+async def notices(
+    call: ReadCall, request: Request, after_cursor: int = 0, limit: int = 50, wait_s: float = 0
+) -> Response:
+    """Notices after a cursor, across the workspace; with wait_s, held (up to 30 s) until an event arrives, while
+    the caller may read them."""
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise InvalidInput(f"wait_s is {wait_s}; it must be between 0 and {MAX_WAIT_S:.0f} seconds.")
     if not 1 <= limit <= 500:
@@ -46,15 +50,20 @@ async def notices(call: ReadCall, after_cursor: int = 0, limit: int = 50, wait_s
         call.services.bot_polled_at = time.monotonic()
     ledger = call.services.ledger
     renderer = NoticeRenderer(ledger, call.services.settings.home / "reports")
-    deadline = time.monotonic() + wait_s
+
+    async def read() -> NoticePage:
+        return await renderer.page(call.workspace, after_cursor=after_cursor, limit=limit)
+
     with call.services.waits.hold(call.principal.actor_id) if wait_s else contextlib.nullcontext():
-        while True:
-            head = ledger.last_cursor
-            page = await renderer.page(call.workspace, after_cursor=after_cursor, limit=limit)
-            remaining = deadline - time.monotonic()
-            if page.notices or page.next_cursor != after_cursor or remaining <= 0:
-                return json_response(page)
-            await ledger.wait_for_events(max(head, after_cursor), remaining)
+        page = await long_poll(
+            ledger,
+            read,
+            lambda p: bool(p.notices) or p.next_cursor != after_cursor,
+            after_cursor=after_cursor,
+            wait_s=wait_s,
+            recheck=recheck_of(request, call),
+        )
+    return json_response(page)
 
 
 @router.post("/consumers/{name}/failures", response_model=ConsumerCursor, tags=["events"])

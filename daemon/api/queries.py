@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Annotated
 
 from bashgym.client.errors import InvalidInput
@@ -15,13 +14,15 @@ from bashgym.client.validation import (
     check_metric_name,
 )
 from bashgym.daemon.api.evaluations import withhold_protected
+from bashgym.daemon.api.long_polls import long_poll, recheck_of
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
     Call,
     ReadCall,
     check_optional,
 )
-from fastapi import APIRouter, Query
+from bashgym.ledger.queries import RawPage
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 MAX_WAIT_S = 30.0
@@ -67,43 +68,56 @@ async def compare(
 @router.get("/projects/{project}/events", response_model=EventPage)
 async def project_events(
     call: ReadCall,
+    request: Request,
     project: str,
     after_cursor: int = 0,
     limit: int = 100,
     wait_s: float = 0,
     type: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
-    return await _events(call, project, after_cursor, limit, wait_s, type)
+    return await _events(call, request, project, after_cursor, limit, wait_s, type)
 
 
 @router.get("/events", response_model=EventPage)
 async def workspace_events(
     call: ReadCall,
+    request: Request,
     after_cursor: int = 0,
     limit: int = 100,
     wait_s: float = 0,
     type: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
-    return await _events(call, None, after_cursor, limit, wait_s, type)
+    return await _events(call, request, None, after_cursor, limit, wait_s, type)
 
 
 async def _events(
-    call: Call, project: str | None, after_cursor: int, limit: int, wait_s: float, types: list[str] | None
+    call: Call,
+    request: Request,
+    project: str | None,
+    after_cursor: int,
+    limit: int,
+    wait_s: float,
+    types: list[str] | None,
 ) -> Response:
-    """A page of events; with wait_s, hold the request (up to 30 s) until one arrives."""
+    """A page of events; with wait_s, hold the request (up to 30 s) until one arrives, while the caller may read."""
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise InvalidInput(f"wait_s is {wait_s}; it must be between 0 and {MAX_WAIT_S:.0f} seconds.")
     for event_type in types or ():
         check_identifier(event_type, field="type")
     ledger = call.services.ledger
-    deadline = time.monotonic() + wait_s
+
+    async def read() -> RawPage:
+        return await ledger.events_page_json(
+            call.workspace, project, after_cursor=after_cursor, limit=limit, types=types
+        )
+
     with call.services.waits.hold(call.principal.actor_id) if wait_s else contextlib.nullcontext():
-        while True:
-            head = ledger.last_cursor
-            page = await ledger.events_page_json(
-                call.workspace, project, after_cursor=after_cursor, limit=limit, types=types
-            )
-            remaining = deadline - time.monotonic()
-            if page.count or remaining <= 0:
-                return Response(page.text, media_type="application/json")
-            await ledger.wait_for_events(max(head, after_cursor), remaining)
+        page = await long_poll(
+            ledger,
+            read,
+            lambda p: p.count > 0,
+            after_cursor=after_cursor,
+            wait_s=wait_s,
+            recheck=recheck_of(request, call),
+        )
+    return Response(page.text, media_type="application/json")

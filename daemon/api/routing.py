@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -10,7 +10,7 @@ from bashgym.client.errors import Unauthenticated
 from bashgym.client.specs import Actor, WriteResult
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import MUTATING, json_response
-from bashgym.daemon.authority import Principal, act_in_workspace, resolve_token
+from bashgym.daemon.authority import Principal, act_in_workspace, resolve_request, resolve_token
 from bashgym.daemon.request_paths import Reach
 from bashgym.daemon.services import Services
 from bashgym.ledger.store import Ledger
@@ -54,6 +54,18 @@ async def authenticate(request: Request, workspace: str | None) -> tuple[Service
     limiter = services.limiter if request.method in MUTATING else services.read_limiter
     limiter.check(principal.actor_id)
     return services, ws, principal
+
+
+async def resolve(services: Services, headers: Mapping[str, str], ws: str) -> Principal:
+    """The principal that `headers` (a bearer token, and for the bot a Discord user) stand for in workspace `ws`,
+    resolved afresh: a revoked or expired token or a revoked grant counts from this call on."""
+    return await resolve_request(
+        services.ledger,
+        headers,
+        now=services.ledger.now(),
+        workspace_id=ws,
+        allowed_guilds=frozenset(services.settings.discord_guild_ids),
+    )
 
 
 def call_of(request: Request, services: Services, ws: str, principal: Principal, capability: str) -> Call:

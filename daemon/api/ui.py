@@ -17,14 +17,14 @@ from typing import Annotated, Any
 from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from bashgym.client.validation import check_identifier, check_metric_name
 from bashgym.daemon.api.responses import json_response
-from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires
-from bashgym.daemon.authority import Principal, resolve_request
+from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires, resolve
+from bashgym.daemon.authority import Principal
 from bashgym.daemon.campaigns.reports import report_file
 from bashgym.daemon.services import Services
 from bashgym.daemon.ui import pages
 from bashgym.daemon.ui.html import message_page
 from bashgym.daemon.ui.sessions import COOKIE, SESSION_TTL_S
-from bashgym.ledger.store import Ledger
+from bashgym.ledger.store import Ledger, Recheck
 from fastapi import APIRouter, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
@@ -44,6 +44,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 LIVE_FOR_S = 600.0  # a live page's stream ends after this; the browser reconnects by itself
+KEEP_ALIVE_S = 15.0  # a quiet stream sends a comment this often, so proxies keep it open
 
 
 # Any valid token, for itself: the link signs in as the caller, with no more than the caller's own reads.
@@ -70,9 +71,8 @@ class Viewer:
 @router.post("/v1/ui/links", status_code=201)
 async def ui_link(call: SignInCall, request: Request) -> Response:
     """A one-time sign-in link to the web view for whoever asks (its code is good once, for two minutes)."""
-    code, ttl = call.services.sign_ins.issue_code(
-        {k.lower(): v for k, v in request.headers.items()}, call.workspace, call.principal.actor_id
-    )
+    # The headers as the principal was resolved from them (a header sent twice counts once, the first time).
+    code, ttl = call.services.sign_ins.issue_code(request.headers, call.workspace, call.principal.actor_id)
     base = (call.services.settings.public_url or str(request.base_url)).rstrip("/")
     return json_response({"url": f"{base}/ui/signin?code={code}", "expires_in_s": ttl}, 201)
 
@@ -236,7 +236,9 @@ async def series_data(
 async def live(request: Request, project: str, run_id: str) -> Response:
     """Server-sent events: `points` when the run's metrics grow, `status` when it moves; the page refetches. A
     stream holds one of its principal's long-poll slots while it is open (a page opens one, whatever its charts),
-    so no one holds more open streams and waits together than `max_waits_per_principal`."""
+    so no one holds more open streams and waits together than `max_waits_per_principal`. It lasts while its
+    session may read the project (long_polls.py): signed out, or its token or grant revoked or expired, it ends."""
+    session = request.cookies.get(COOKIE)
     try:
         viewer = await _viewer(request)
         name = viewer.require(project)
@@ -250,34 +252,53 @@ async def live(request: Request, project: str, run_id: str) -> Response:
         return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
     ledger = viewer.services.ledger
 
+    async def may_still_read() -> None:
+        (await _signed_in(viewer.services, session, viewer.workspace)).require(name)
+
     async def stream() -> AsyncIterator[bytes]:
         # Held while the stream runs, released when it ends or the browser goes (the task is cancelled here);
         # a stream that never started holds nothing.
         with viewer.services.waits.hold(viewer.principal.actor_id):
-            async for chunk in events(ledger, viewer, name, run_id):
+            async for chunk in events(ledger, viewer, name, run_id, recheck=may_still_read):
                 yield chunk
 
     headers = {**HEADERS, "X-Accel-Buffering": "no"}
     return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
 
-async def events(ledger: Ledger, viewer: Viewer, name: str, run_id: str) -> AsyncIterator[bytes]:
-    """The run's events as server-sent events, from now on, for LIVE_FOR_S."""
+async def events(ledger: Ledger, viewer: Viewer, name: str, run_id: str, *, recheck: Recheck) -> AsyncIterator[bytes]:
+    """The run's events as server-sent events, from now on, for LIVE_FOR_S, while `recheck` passes: once the
+    session may no longer read them, an `ended` event saying why, and the end."""
     cursor = ledger.last_cursor
     deadline = asyncio.get_running_loop().time() + LIVE_FOR_S
     yield b": live\n\n"
-    while asyncio.get_running_loop().time() < deadline:
-        await ledger.wait_for_events(cursor, 15.0)
-        head = ledger.last_cursor  # taken before the read: every event up to it is in the page (or has_more)
-        page = await ledger.events_page(viewer.workspace, name, after_cursor=cursor, limit=500, types=None)
-        for event in page.events:
-            if event.run_id == run_id:
-                kind = "points" if event.event_type == "metrics.ingested" else "status"
-                data = json.dumps({"cursor": event.cursor, "type": event.event_type})
-                yield f"event: {kind}\ndata: {data}\n\n".encode()
-        # Past this project's events read, and past the workspace's others: the next wait is for new ones.
-        cursor = page.next_cursor if page.has_more else max(page.next_cursor, head)
-        yield b": keep-alive\n\n"
+    try:
+        while asyncio.get_running_loop().time() < deadline:
+            await ledger.wait_for_events(cursor, KEEP_ALIVE_S, recheck=recheck)
+            chunks, cursor = await _next_page(ledger, viewer, name, run_id, cursor, recheck=recheck)
+            for chunk in chunks:
+                yield chunk
+    except (Unauthenticated, Forbidden) as exc:
+        yield f"event: ended\ndata: {json.dumps({'reason': exc.message})}\n\n".encode()
+
+
+async def _next_page(
+    ledger: Ledger, viewer: Viewer, name: str, run_id: str, cursor: int, *, recheck: Recheck
+) -> tuple[list[bytes], int]:
+    """The run's events past `cursor` as server-sent events and a keep-alive, and the cursor to go on from; read
+    before `recheck`, so nothing read after the session lost its reach is sent."""
+    head = ledger.last_cursor  # taken before the read: every event up to it is in the page (or has_more)
+    page = await ledger.events_page(viewer.workspace, name, after_cursor=cursor, limit=500, types=None)
+    await recheck()
+    chunks: list[bytes] = []
+    for event in page.events:
+        if event.run_id == run_id:
+            kind = "points" if event.event_type == "metrics.ingested" else "status"
+            data = json.dumps({"cursor": event.cursor, "type": event.event_type})
+            chunks.append(f"event: {kind}\ndata: {data}\n\n".encode())
+    # Past this project's events read, and past the workspace's others: the next wait is for new ones.
+    after = page.next_cursor if page.has_more else max(page.next_cursor, head)
+    return [*chunks, b": keep-alive\n\n"], after
 
 
 @router.get("/ui/{rest:path}", include_in_schema=False)
@@ -289,22 +310,27 @@ _SIGN_IN_HINT = "Run `bashgym ui` (or /ui in Discord) for a new link; it works o
 
 
 async def _viewer(request: Request) -> Viewer:
-    """The signed-in viewer, resolved afresh; Unauthenticated when there is no live session or its token died."""
+    """The signed-in viewer of a request, resolved afresh, its reads rate-limited (see _signed_in)."""
     services: Services = request.app.state.services
-    identity = services.sign_ins.identity(request.cookies.get(COOKIE))
+    viewer = await _signed_in(services, request.cookies.get(COOKIE), request.query_params.get("workspace"))
+    services.read_limiter.check(viewer.principal.actor_id)
+    return viewer
+
+
+async def _signed_in(services: Services, session: str | None, workspace: str | None) -> Viewer:
+    """The session's viewer in `workspace` (else the link's), resolved afresh; Unauthenticated when there is no live
+    session or its credential died, which ends the session: a revoked token signs its browser out for good."""
+    identity = services.sign_ins.identity(session)
     if identity is None:
         raise Unauthenticated("You are not signed in to the web view.", hint=_SIGN_IN_HINT)
-    workspace = request.query_params.get("workspace") or identity.workspace
-    check_identifier(workspace, field="workspace")
-    principal = await resolve_request(
-        services.ledger,
-        identity.headers,
-        now=services.ledger.now(),
-        workspace_id=workspace,
-        allowed_guilds=frozenset(services.settings.discord_guild_ids),
-    )
-    services.read_limiter.check(principal.actor_id)
-    return Viewer(services, principal, workspace)
+    ws = workspace or identity.workspace
+    check_identifier(ws, field="workspace")
+    try:
+        principal = await resolve(services, identity.headers, ws)
+    except Unauthenticated:
+        services.sign_ins.end(session)
+        raise
+    return Viewer(services, principal, ws)
 
 
 async def _serve(request: Request, build: Any) -> Response:

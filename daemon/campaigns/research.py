@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from bashgym.daemon.campaigns.reports import next_action
-from bashgym.ledger.store import Ledger
+from bashgym.ledger.store import Ledger, Recheck
 
 TERMINAL = frozenset({"completed", "exhausted", "blocked", "failed", "cancelled"})
 
@@ -68,22 +68,26 @@ async def state(ledger: Ledger, ws: str, project: str, campaign_id: str) -> dict
 
 
 async def wait(
-    ledger: Ledger, ws: str, project: str, campaign_id: str, *, after_cursor: int, timeout_s: float
+    ledger: Ledger, ws: str, project: str, campaign_id: str, *, after_cursor: int, timeout_s: float, recheck: Recheck
 ) -> dict[str, Any]:
-    """`terminal`, `action_required` or `changed` once an event about the campaign lands, else `timeout`."""
+    """`terminal`, `action_required` or `changed` once an event about the campaign lands, else `timeout`; while
+    the caller may read the campaign (`recheck`: Ledger.wait_for_events)."""
     deadline = time.monotonic() + timeout_s
     cursor = after_cursor
     runs = {i["run_id"] for i in await ledger.list_iterations(ws, project, campaign_id) if i["run_id"]}
+    has_waited = False
     while True:
         head = ledger.last_cursor  # read first: every event up to it is committed, so the page below holds them
         page = await ledger.events_page(ws, project, after_cursor=cursor, limit=1000)
         touched = [e for e in page.events if _about(e.payload, e.run_id, campaign_id, runs)]
+        campaign = await ledger.get_campaign(ws, project, campaign_id) if touched else None
+        if has_waited:
+            await recheck()  # what came while it waited goes only to a caller who may still read it
         if page.events:
             cursor = page.events[-1].cursor
         if not page.has_more:
             cursor = max(cursor, head)  # the rest up to head belongs to other projects
-        if touched:
-            campaign = await ledger.get_campaign(ws, project, campaign_id)
+        if campaign is not None:
             outcome = (
                 "terminal"
                 if campaign["status"] in TERMINAL
@@ -97,7 +101,8 @@ async def wait(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return {"outcome": "timeout", "next_cursor": cursor}
-        await ledger.wait_for_events(cursor, remaining)
+        await ledger.wait_for_events(cursor, remaining, recheck=recheck)
+        has_waited = True
 
 
 def _about(payload: dict[str, Any], run_id: str | None, campaign_id: str, runs: set[str]) -> bool:

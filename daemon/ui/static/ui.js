@@ -76,7 +76,12 @@
   function liveStream(project, run) {
     // One stream a page, whatever its charts: each holds one of the viewer's few long-poll slots on the daemon.
     const url = "/ui/live/p/" + encodeURIComponent(project) + "/runs/" + encodeURIComponent(run);
-    if (!streams.has(url)) streams.set(url, new EventSource(url));
+    if (!streams.has(url)) {
+      const source = new EventSource(url);
+      // The session may no longer read the run (signed out, its token revoked): stop; the page then says why.
+      source.addEventListener("ended", () => { source.close(); window.location.reload(); });
+      streams.set(url, source);
+    }
     return streams.get(url);
   }
 
