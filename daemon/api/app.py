@@ -22,6 +22,7 @@ from bashgym.daemon.api import (
     operator,
     queries,
     records,
+    replays,
     runs,
     system,
     training,
@@ -79,6 +80,7 @@ def create_app(services: Services) -> FastAPI:
     )
     app.state.services = services
     _install_error_handlers(app)
+    app.add_exception_handler(replays.Replay, replays.answer)
     register_routes(app)
     _document_errors(app)
     app.add_middleware(IdempotencyMiddleware, ledger=services.ledger)

@@ -12,6 +12,7 @@ from typing import Any
 from bashgym.client.errors import BashGymError
 from bashgym.client.redaction import REDACTED, contains_secret, redact_text
 from bashgym.client.validation import IDENTIFIER_RE
+from bashgym.daemon.api import replays
 from bashgym.daemon.api.responses import CORRELATION_HEADER, MUTATING, error_response
 from bashgym.ledger.access import REQUEST_CLAIM, UNANSWERED, IdempotencyClaim
 from bashgym.ledger.store import Ledger
@@ -197,7 +198,8 @@ class _NestedTooDeep(RefusedBody):
 
 
 class IdempotencyMiddleware:
-    """Same Idempotency-Key and body: the stored answer is replayed. Same key, other body: 409."""
+    """Same Idempotency-Key and body: the stored answer is replayed. Same key, other body: 409. Either only to a
+    caller who passes the route's authorisation now, as the principal the key belongs to (replays.py)."""
 
     def __init__(self, app: ASGIApp, *, ledger: Ledger) -> None:
         self.app = app
@@ -227,7 +229,7 @@ class IdempotencyMiddleware:
         except RefusedBody as exc:
             await error_response(exc.code, exc.message, exc.status, hint=exc.hint)(scope, receive, send)
             return
-        principal = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
+        principal = replays.principal_digest(scope)
         stored_key = key_digest(key)
         digest = hashlib.sha256(
             b"\n".join([scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""), body])
@@ -258,7 +260,9 @@ class IdempotencyMiddleware:
     ) -> None:
         stored = await self.ledger.find_idempotent(principal, stored_key)
         if stored is not None:
-            await self._replay(stored, digest, key, scope, receive, send)
+            # Through the route's authorisation first: it hands the stored answer out, or refuses the caller.
+            with replays.pending(_stored_answer(stored, digest, key)):
+                await self.app(scope, _replay_body(body), send)
             return
         captured = _Capture()
         # The request's first committing write records the key in its own transaction (ledger.access).
@@ -284,34 +288,33 @@ class IdempotencyMiddleware:
         for message in captured.messages:
             await send(message)
 
-    async def _replay(
-        self, stored: dict[str, Any], digest: str, key: str, scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        if stored["request_digest"] != digest:
-            response = error_response(
-                "idempotency_key_reused",
-                f"Idempotency-Key {key!r} was used with a different request ({stored['method']} {stored['path']}).",
-                409,
-                hint="Use a new key for a new request.",
-            )
-        elif stored["status_code"] == UNANSWERED:
-            cursor = json.loads(stored["response_json"]).get("cursor")
-            response = error_response(
-                "idempotent_request_unanswered",
-                f"The request with Idempotency-Key {key!r} ({stored['method']} {stored['path']}) was carried out, "
-                f"but the daemon stopped before it answered; its writes are in the ledger (up to event {cursor}).",
-                409,
-                hint="Read the result instead of resending (bashgym ledger events, or the resource's GET route); "
-                "it will not be carried out twice.",
-            )
-        else:
-            response = Response(
-                stored["response_json"],
-                status_code=stored["status_code"],
-                media_type="application/json",
-                headers={"Idempotent-Replayed": "true"},
-            )
-        await response(scope, receive, send)
+
+def _stored_answer(stored: dict[str, Any], digest: str, key: str) -> Response:
+    """What a key's stored record answers a request with the same key: its answer, or a 409 (another body, or a
+    request carried out but never answered)."""
+    if stored["request_digest"] != digest:
+        return error_response(
+            "idempotency_key_reused",
+            f"Idempotency-Key {key!r} was used with a different request ({stored['method']} {stored['path']}).",
+            409,
+            hint="Use a new key for a new request.",
+        )
+    if stored["status_code"] == UNANSWERED:
+        cursor = json.loads(stored["response_json"]).get("cursor")
+        return error_response(
+            "idempotent_request_unanswered",
+            f"The request with Idempotency-Key {key!r} ({stored['method']} {stored['path']}) was carried out, "
+            f"but the daemon stopped before it answered; its writes are in the ledger (up to event {cursor}).",
+            409,
+            hint="Read the result instead of resending (bashgym ledger events, or the resource's GET route); "
+            "it will not be carried out twice.",
+        )
+    return Response(
+        stored["response_json"],
+        status_code=stored["status_code"],
+        media_type="application/json",
+        headers={"Idempotent-Replayed": "true"},
+    )
 
 
 def key_digest(key: str) -> str:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from bashgym.client.errors import Unauthenticated
 from bashgym.client.specs import Actor, WriteResult
 from bashgym.client.validation import check_identifier
+from bashgym.daemon.api import replays
 from bashgym.daemon.api.responses import MUTATING, json_response
 from bashgym.daemon.authority import Principal, act_in_workspace, resolve_request, resolve_token
 from bashgym.daemon.request_paths import Reach
@@ -69,6 +70,9 @@ async def resolve(services: Services, headers: Mapping[str, str], ws: str) -> Pr
 
 
 def call_of(request: Request, services: Services, ws: str, principal: Principal, capability: str) -> Call:
+    """The authorised request; called once the route's authorisation passed, so a request whose Idempotency-Key
+    holds a stored answer gets that answer here, before its handler runs (replays.py)."""
+    replays.hand_out()
     correlation = request.scope.get("state", {}).get("correlation_id", "")
     return Call(services, principal, ws, principal.actor(capability, correlation))
 

@@ -1,8 +1,9 @@
-"""Revocation ends what a credential holds open.
+"""Revocation ends what a credential holds open, and an idempotent replay answers only whoever may see it now.
 
 Attacks of issue 50, finding 9: a web view live stream kept sending a run's events for up to 600 s after its token
-was revoked (or its session signed out), and a held long-poll answered a revoked token with the events written
-after its revocation.
+was revoked (or its session signed out), a held long-poll answered a revoked token with the events written after
+its revocation, a revoked token still got the stored answers of its Idempotency-Keys, and one Discord user got
+another's stored answer through the bot's token.
 """
 
 from __future__ import annotations
@@ -215,3 +216,61 @@ def _held_open(pool: ThreadPoolExecutor, holder: httpx.Client, path: str, params
         if probe.status_code == 429 and "waiting requests open" in probe.text and not held.done():
             return held
     pytest.fail("the long-poll was never held open")
+
+
+def _experiment(experiment_id: str) -> dict[str, str]:
+    return {"experiment_id": experiment_id, "name": experiment_id}
+
+
+def test_a_revoked_token_replaying_its_idempotency_key_gets_401_not_its_stored_answer(daemon: RunningDaemon) -> None:
+    token = issue_token(daemon, "replayer", "researcher")
+    key = {"Idempotency-Key": "replayer-once"}
+    with tenant(daemon, token) as holder:
+        first = holder.post("/v1/projects/nightly/experiments", json=_experiment("exp-replayer"), headers=key)
+        assert first.status_code == 201, first.text
+        again = holder.post("/v1/projects/nightly/experiments", json=_experiment("exp-replayer"), headers=key)
+        assert again.status_code == 201 and again.headers.get("idempotent-replayed") == "true"
+        with daemon.client() as admin:
+            assert admin.post(f"/v1/auth/tokens/{_token_id(daemon, token)}/revoke").status_code in {200, 201}
+        for body in (_experiment("exp-replayer"), _experiment("exp-other")):
+            replayed = holder.post("/v1/projects/nightly/experiments", json=body, headers=key)
+            assert replayed.status_code == 401, replayed.text
+            assert "idempotent-replayed" not in replayed.headers and "exp-replayer" not in replayed.text
+            assert "revoked" in replayed.json()["error"]["message"]
+
+
+def test_a_discord_user_never_gets_anothers_stored_answer_nor_one_after_losing_the_grant(
+    daemon: RunningDaemon,
+) -> None:
+    bot = issue_token(daemon, "discord-bot-replays", "", capabilities=("delegate.discord",))
+    with daemon.client() as admin:
+        grant = {"subject_kind": "user", "subject_id": "501", "profile": "researcher"}
+        granted = admin.post("/v1/authority/grants", json=grant)
+        assert granted.status_code == 201, granted.text
+        viewer = {"subject_kind": "user", "subject_id": "502", "profile": "viewer"}
+        assert admin.post("/v1/authority/grants", json=viewer).status_code == 201
+    as_user = {"X-Discord-Guild-Id": GUILD, "X-Discord-Role-Ids": "", "Idempotency-Key": "discord-1234"}
+    body = _experiment("exp-discord")
+    with tenant(daemon, bot) as relay:
+        owner = relay.post(
+            "/v1/projects/nightly/experiments", json=body, headers={**as_user, "X-Discord-User-Id": "501"}
+        )
+        assert owner.status_code == 201, owner.text
+        # Another user's request with the same key is that user's own request: refused, they may not write.
+        other = relay.post(
+            "/v1/projects/nightly/experiments", json=body, headers={**as_user, "X-Discord-User-Id": "502"}
+        )
+        assert other.status_code == 403, other.text
+        assert "idempotent-replayed" not in other.headers and "discord:502 lacks" in other.text
+        # The owner replays while they hold ledger.write; once the grant is revoked, the replay is refused.
+        mine = relay.post(
+            "/v1/projects/nightly/experiments", json=body, headers={**as_user, "X-Discord-User-Id": "501"}
+        )
+        assert mine.status_code == 201 and mine.headers.get("idempotent-replayed") == "true"
+        with daemon.client() as admin:
+            gone = admin.post(f"/v1/authority/grants/{granted.json()['grant_id']}/revoke")
+            assert gone.status_code in {200, 201}, gone.text
+        lost = relay.post(
+            "/v1/projects/nightly/experiments", json=body, headers={**as_user, "X-Discord-User-Id": "501"}
+        )
+        assert lost.status_code == 403 and "idempotent-replayed" not in lost.headers, lost.text
