@@ -48,7 +48,9 @@ P = ParamSpec("P")
 K = TypeVar("K")
 V = TypeVar("V")
 # The events of a change of tokens or grants (ledger.access): their commit empties the cached lookups.
-AUTHORITY_EVENTS = frozenset({"auth.token_issued", "auth.token_revoked", "authority.granted", "authority.revoked"})
+AUTHORITY_EVENTS = frozenset(
+    {"auth.token_issued", "auth.token_revoked", "auth.token_bound", "authority.granted", "authority.revoked"}
+)
 Clock = Callable[[], datetime]
 # Raises (Unauthenticated, Forbidden) once the caller a wait is held for may no longer wait; see wait_for_events.
 Recheck = Callable[[], Awaitable[None]]

@@ -7,6 +7,8 @@ ledger.read in the job's project; cancelling is run control (training.stop, or t
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Annotated, Any
 
 from bashgym.client.errors import InvalidInput, NotFound
@@ -27,6 +29,7 @@ from bashgym.daemon.api.routing import (
     requires_somewhere,
 )
 from bashgym.daemon.api.training import parse_training_request
+from bashgym.daemon.external.hub_access import check_no_command_checks
 from bashgym.daemon.external.planning import submit_plan
 from bashgym.daemon.external.service import JOB_DATA_PATH, ExternalJobs
 from bashgym.daemon.launch_authority import authorise_launch
@@ -121,6 +124,11 @@ async def plan_compute(call: LaunchCall, body: PlanSubmission) -> Response:
     project = _authorised(call, request, publishes=False)
     paths = {name: getattr(request, name) for name in ("dataset_path", "eval_dataset_path")}
     request = request.model_copy(update=await confine_request(call.reach, paths, project))
+    if body.launch:  # the task runs with the job token: no author's shell code runs beside it
+        files = {name: Path(path) for name in paths if (path := getattr(request, name))}
+        await asyncio.to_thread(
+            check_no_command_checks, request.method, files, "the plan's data", runs_in=f"the {body.engine} task"
+        )
     service = _service(call)
     answer = await submit_plan(
         call.services.settings,

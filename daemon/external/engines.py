@@ -137,7 +137,10 @@ def launch_refusal(plan: RenderedPlan, *, secrets: Mapping[str, str], home: Path
         )
     missing = [name for name in plan.secret_names if not secrets.get(name)]
     if missing:
-        return f"no value for the secret(s) {', '.join(missing)} the plan names; configure them for the daemon."
+        return (
+            f"no value for the secret(s) {', '.join(missing)} the plan names: a task gets the daemon's job token "
+            "($HF_JOB_TOKEN, BASHGYM_HF_JOB_TOKEN_ENV), never its own Hub token; set it where the daemon runs."
+        )
     match plan.engine:
         case "skypilot":
             return _skypilot_refusal()

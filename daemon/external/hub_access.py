@@ -120,18 +120,21 @@ def unreadable(settings: Settings, what: str, repo: str, workspace: str, project
     )
 
 
-def check_no_command_checks(method: str, files: dict[str, Path], where: str) -> None:
-    """A GRPO/RLVR dataset whose rows carry command checks does not train in a job (parsed as the trainer does)."""
+def check_no_command_checks(
+    method: str, files: dict[str, Path], where: str, *, runs_in: str = "the Hugging Face Job"
+) -> None:
+    """A GRPO/RLVR dataset whose rows carry command checks does not train in a job (parsed as the trainer does):
+    `runs_in` holds a Hub token its checks could read."""
     if method not in VERIFIED_METHODS:
         return
     for path in files.values():
         if has_command_checks(path):
             raise Forbidden(
                 f"{where}/{path.name} has command checks (rows whose verifier.kind is command): their author's shell "
-                "code would run inside the Hugging Face Job, where the job's Hub token is readable, so such a "
-                "dataset does not train there. Nothing was submitted.",
+                f"code would run inside {runs_in}, where the job's Hub token is readable, so such a dataset does not "
+                "train there. Nothing was submitted.",
                 hint="Train it on the local lane or an SSH device whose sandbox isolates its checks (namespaces), "
-                "or use exact_match or terminal_task verifiers for a Hugging Face Job.",
+                f"or use exact_match or terminal_task verifiers for {runs_in}.",
             )
 
 

@@ -152,8 +152,12 @@ class ExternalJobs:
         return found
 
     def plan_secrets(self) -> dict[str, str]:
-        """The values a launched plan's engine injects (never written into the plan)."""
-        return {"HF_TOKEN": self._hf_token} if self._hf_token else {}
+        """The values a launched plan's engine injects (never written into the plan): the job token, under the name
+        the job's trainer reads, as a Hugging Face Job gets it; never the daemon's own, which the task's code (a
+        dataset's, a model's) could read. None where no job token is set, and the launch says so."""
+        if job_token_value_problem(self.settings, self._job_token, self._hf_token) is not None:
+            return {}
+        return {"HF_TOKEN": self._job_token}
 
     # -- Hugging Face Jobs -----------------------------------------------------------------------------------------
 

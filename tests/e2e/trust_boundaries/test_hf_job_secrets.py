@@ -212,3 +212,34 @@ def test_a_wrong_context_digest_is_answered_without_the_files_digest(
     text = json.dumps(error)
     assert not [actual[i : i + 8] for i in range(len(actual) - 7) if actual[i : i + 8] in text], error
     assert claimed in error["message"], error
+
+
+# -- the same rule for SkyPilot and dstack plans the daemon launches --------------------------------------------------
+
+
+@pytest.mark.parametrize("file", sorted(CHECKS))
+def test_a_plan_with_command_checks_is_not_launched(daemon: RunningDaemon, rita: str, file: str) -> None:
+    with tenant(daemon, rita) as caller:
+        uploaded = caller.put("/v1/blobs", params={"project": "alpha"}, content=CHECKS[file]).json()["sha256"]
+        request = {
+            "method": "grpo",
+            "base_model": "acme/tiny",
+            "dataset_path": f"bashgym://artifacts/sha256/{uploaded}",
+            "tracking_context": tracking_context(project_id="alpha"),
+        }
+        before = caller.get("/v1/jobs").json()["jobs"]
+        answer = caller.post("/v1/compute/plans", json={"engine": "dstack", "request": request, "launch": True})
+        assert answer.status_code == 403, answer.text
+        assert "the dstack task" in answer.json()["error"]["message"]
+        assert caller.get("/v1/jobs").json()["jobs"] == before
+
+
+def test_a_launched_plan_gets_the_job_token_never_the_daemons(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from bashgym.daemon.external.service import ExternalJobs
+    from bashgym.daemon.settings import load_settings
+
+    settings = load_settings({}, home=str(tmp_path_factory.mktemp("plan-home")))
+    environ = {"HF_TOKEN": DAEMON_TOKEN, "HF_JOB_TOKEN": JOB_TOKEN}
+    assert ExternalJobs(settings, None, environ).plan_secrets() == {"HF_TOKEN": JOB_TOKEN}  # type: ignore[arg-type]
+    alone = ExternalJobs(settings, None, {"HF_TOKEN": DAEMON_TOKEN})  # type: ignore[arg-type]
+    assert alone.plan_secrets() == {}, "no job token: the launch is refused, never handed the daemon's own"
