@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import ipaddress
 import os
 import socket
@@ -139,6 +140,19 @@ class HostPaths:
         if not self.home.holds(real):
             return False
         return not any(r.holds(real) for r in self._public)
+
+
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def keep_environment_private() -> None:
+    """Make the daemon not dumpable: its /proc/PID/environ (the secrets it holds) and memory become root's alone, so
+    a process of the daemon's user (a sandboxed attempt below `namespaces`) cannot read them. Its children get
+    their own, scrubbed environment (settings.child_environment) and are dumpable again after exec. Linux only."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: no /proc to read the environment from
+        return
 
 
 def secure_home(home: Path) -> None:

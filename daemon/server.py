@@ -29,7 +29,7 @@ from bashgym.daemon.campaigns.runner import CampaignRunner
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.daemon.evidence.evaluations import EvaluationService
 from bashgym.daemon.external.service import ExternalJobs
-from bashgym.daemon.host_paths import secure_home
+from bashgym.daemon.host_paths import keep_environment_private, secure_home
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.notices.render import ConsoleNotifier, NoticeRenderer
 from bashgym.daemon.notices.sinks import SinkForwarder
@@ -158,6 +158,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
     started = time.monotonic()
     threads = local_thread_limit(settings, environ, os.cpu_count() or 1)  # local trainers and evaluators share it
     secure_home(settings.home)  # 0700, and 0600 for all it and its children create: it holds the ledger and tokens
+    keep_environment_private()  # the secrets in its environment are not for processes of its user to read
     lock = HomeLock(settings.lock_path)
     lock.acquire()
     sock: socket.socket | None = None

@@ -63,7 +63,7 @@ async def check(
 
 @router.post("/auth/tokens", response_model=TokenIssued, status_code=201)
 async def issue_token(call: IssueCall, body: TokenIssue) -> Response:
-    """A new token within the issuer's own reach (daemon/delegation.py)."""
+    """A new token within the issuer's own reach (daemon/authority/delegation.py)."""
     ledger = call.services.ledger
     scope = token_scope(
         call.principal,

@@ -1,7 +1,7 @@
 """A raw ledger write needs the capability of the action it records.
 
 Attacks of issue 50, finding 6: with `ledger.write` a researcher pointed `champion` at any version, recorded a
-promotion decision, evaluation results and comparisons, marked a colleague's running run failed (its trainer kept
+promotion decision, evaluation results and comparisons, marked a colleague's run failed (a running one's trainer kept
 running and holding the slot), and lifted a spent budget with `release` or negative `settle` entries.
 """
 
@@ -29,13 +29,16 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
 
 @pytest.fixture(scope="module")
 def live_run(daemon: RunningDaemon, tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A colleague's run (the admin's), training for as long as the module needs it."""
+    """A colleague's run (the admin's) that trained and is paused: the daemon still owns it (a resume goes on from
+    its checkpoint), and no trainer takes a core from the other tests meanwhile."""
     data = sft_data(tmp_path_factory.mktemp("data"))
     with daemon.client() as admin:
         started = admin.post("/v1/training/start", json=training_request(tiny, data, max_steps=5000, save_steps=5000))
         assert started.status_code == 201, started.text
         run_id = str(started.json()["run_id"])
         assert wait_for_run(admin, "nightly", run_id, {"running", *TERMINAL}, timeout_s=120)["status"] == "running"
+        assert admin.post(f"{P}/runs/{run_id}/pause").status_code == 202
+        assert wait_for_run(admin, "nightly", run_id, {"paused", *TERMINAL})["status"] == "paused"
         yield run_id
         admin.post(f"{P}/runs/{run_id}/stop")
         wait_for_run(admin, "nightly", run_id, TERMINAL)
@@ -88,15 +91,13 @@ def test_a_researcher_cannot_type_in_evaluation_results_or_comparisons(daemon: R
     _refused(daemon, rita, "comparisons", comparison, 403, "evidence.import")
 
 
-def test_a_colleagues_running_run_cannot_be_marked_failed(
-    daemon: RunningDaemon, live_run: str, rita: str, lee: str
-) -> None:
+def test_a_colleagues_run_cannot_be_marked_failed(daemon: RunningDaemon, live_run: str, rita: str, lee: str) -> None:
     failed = {"status": "failed", "reason": "I say so"}
     _refused(daemon, rita, f"runs/{live_run}/transitions", failed, 403, "training.stop")
     # Even the right to stop it does not write its state: the daemon's trainer records it, so that is a 409.
     _refused(daemon, lee, f"runs/{live_run}/transitions", failed, 409, "trained by this daemon")
     with daemon.client() as admin:
-        assert admin.get(f"{P}/runs/{live_run}").json()["status"] == "running"
+        assert admin.get(f"{P}/runs/{live_run}").json()["status"] == "paused"
 
 
 def test_a_spent_budget_is_not_lifted_by_bookkeeping(daemon: RunningDaemon, rita: str, lee: str) -> None:
