@@ -176,6 +176,7 @@ def home(tmp_path: Path) -> Path:
 # -- phases ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # make test-slow: the default suite keeps to its 10 minutes
 @pytest.mark.timeout(300)
 def test_run_queued_the_daemon_killed_while_a_run_waits_for_a_slot_starts_it_once_after_restart(
     tiny: Path, home: Path, tmp_path: Path
@@ -219,7 +220,10 @@ def test_run_recorded_the_daemon_killed_before_its_request_was_written_ends_fail
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("killed", ["daemon", "daemon-while-the-trainer-finishes", "trainer", "both"])
+@pytest.mark.parametrize(
+    "killed",
+    ["daemon", pytest.param("daemon-while-the-trainer-finishes", marks=pytest.mark.slow), "trainer", "both"],
+)
 def test_trainer_running_a_kill_resolves_the_run_exactly_once(
     killed: str, tiny: Path, home: Path, tmp_path: Path
 ) -> None:
@@ -493,6 +497,7 @@ def test_curator_writing_a_kill_before_its_cursor_moved_rewrites_the_same_receip
     assert versions == ["traces-v1.md", "traces-v2.md"]
 
 
+@pytest.mark.slow  # make test-slow: the default suite keeps to its 10 minutes
 @pytest.mark.anyio
 @pytest.mark.timeout(180)
 async def test_notifier_posting_a_bot_killed_after_discord_took_a_post_shows_it_once(home: Path) -> None:

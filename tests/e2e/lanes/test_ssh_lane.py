@@ -224,6 +224,7 @@ async def test_the_device_cli_registers_preflights_lists_and_removes(tmp_path: P
             assert listed["devices"] == []
 
 
+@pytest.mark.slow  # make test-slow: the default suite keeps to its 10 minutes
 async def test_a_remote_run_outlives_a_daemon_restart_and_is_reattached_once(
     ledger: Ledger, tiny: Path, tmp_path: Path
 ) -> None:
@@ -320,6 +321,7 @@ async def test_an_evaluation_runs_on_the_device_and_its_result_comes_home(lane: 
     assert not (lane.ssh.home / "work" / job["evaluation_id"]).exists(), "the device's copy is cleaned up"
 
 
+@pytest.mark.slow  # make test-slow: the default suite keeps to its 10 minutes
 async def test_a_trainer_and_an_evaluator_on_a_device_with_two_slots_take_half_its_cores(
     lane: Lane, tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -77,6 +77,7 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     assert cli(trainer_daemon.env(), "ledger", "verify").code == 0
 
 
+@pytest.mark.slow  # make test-slow: the default suite keeps to its 10 minutes
 def test_with_two_local_slots_a_trainer_and_an_evaluator_get_half_the_cores_and_record_it(
     tiny: Path, tmp_path: Path
 ) -> None:

@@ -168,8 +168,8 @@ def test_session_distillation_logs_its_masked_token_metrics(models: dict[str, Pa
     "policy, kept",
     [
         ("adapter_checkpoint", {"final", "checkpoint"}),
-        ("deployable", {"final", "merged"}),
-        ("full_run", {"final", "merged", "checkpoint"}),
+        pytest.param("deployable", {"final", "merged"}, marks=pytest.mark.slow),  # the default suite's 10 minutes
+        pytest.param("full_run", {"final", "merged", "checkpoint"}, marks=pytest.mark.slow),
     ],
 )
 def test_retention_keeps_what_the_policy_names(
