@@ -17,7 +17,8 @@ from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
-from bashgym.daemon.evidence.sources import run_model_dir
+from bashgym.daemon.evidence.sources import hub_models_loaded, run_model_dir
+from bashgym.daemon.external.hub_access import fetch_for_project
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.admission import trainer_python
 from bashgym.daemon.lanes.remote import read_from
@@ -379,7 +380,11 @@ class EvaluationService:
         try:
             async with self._slots:
                 job["status"] = "running"
-                code = await (self._child(eval_dir, job) if device is None else self._remote(eval_dir, job, device))
+                if device is None:
+                    fetched = await self._fetch_hub_models(ws, project, eval_dir)
+                    code = await self._child(eval_dir, job, offline=fetched)
+                else:
+                    code = await self._remote(eval_dir, job, device)
                 if code != 0:
                     job["status"], job["error"] = "failed", job["error"] or f"evaluator exited with code {code}"
                     return
@@ -395,7 +400,21 @@ class EvaluationService:
             log.exception("Evaluation %s failed", job["evaluation_id"])
             job["status"], job["error"] = "failed", f"{type(exc).__name__}: {exc}"[:2000]
 
-    async def _child(self, eval_dir: Path, job: dict[str, Any]) -> int:
+    async def _fetch_hub_models(self, ws: str, project: str, eval_dir: Path) -> bool:
+        """The Hub models the evaluator loads by id (an adapter's base, a full-weights run's reference), fetched
+        here as the project may read them: the evaluator holds no Hub token, so it then reads them offline, from
+        the cache. Whether there were any."""
+        request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
+        repos = await asyncio.to_thread(hub_models_loaded, request)
+        token = self.environ.get(self.settings.hf_jobs_token_env, "")
+        for repo in repos:
+            await asyncio.to_thread(fetch_for_project, self.settings, token, ws, project, repo)
+        return bool(repos)
+
+    async def _child(self, eval_dir: Path, job: dict[str, Any], *, offline: bool = False) -> int:
+        env = child_environment(self.settings, self.environ)
+        if offline:  # every Hub model it loads is in the cache already: it asks the Hub nothing, with no token
+            env["HF_HUB_OFFLINE"] = "1"
         proc = await asyncio.create_subprocess_exec(
             trainer_python(self.settings),
             "-u",
@@ -405,7 +424,7 @@ class EvaluationService:
             "--parent-pid",
             str(os.getpid()),
             *([] if self.threads is None else ["--threads", str(self.threads)]),
-            env=child_environment(self.settings, self.environ),
+            env=env,
             stdout=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

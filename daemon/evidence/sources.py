@@ -9,6 +9,8 @@ links to their blobs, into `$BASHGYM_HOME/models/<ws>/<project>/<version>/`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -17,7 +19,9 @@ from typing import Any
 
 from bashgym.client.errors import RuleRejected
 from bashgym.client.specs import ModelVersionSpec
+from bashgym.client.validation import HUB, hub_repo_of
 from bashgym.daemon.settings import Settings
+from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
 
 RUNS = "bashgym://runs/"
 STORED = "bashgym://models/"
@@ -95,3 +99,15 @@ def stored_model_dir(settings: Settings, ws: str, project: str, record: dict[str
         shutil.rmtree(building, ignore_errors=True)
         raise
     return target
+
+
+def hub_models_loaded(request: EvalRequest) -> list[str]:
+    """The Hub repos an evaluator of `request` loads by id: an adapter's base (its adapter_config.json), and a
+    full-weights run's reference model. Paths and the gold model name no repo. Blocking (it reads the config)."""
+    named = [request.reference_model or ""]
+    config = Path(request.model) / "adapter_config.json"
+    if request.model != GOLD and config.is_file():
+        # An unreadable config: the evaluator's own load says what is wrong with it.
+        with contextlib.suppress(OSError, ValueError):
+            named.append(str(json.loads(config.read_text()).get("base_model_name_or_path") or ""))
+    return list(dict.fromkeys(n for n in named if hub_repo_of(HUB + n) is not None and not Path(n).exists()))

@@ -230,6 +230,11 @@ class HubJobs:
             )
         return dest
 
+    def fetch_model(self, repo: str) -> Path:
+        """A model repo's files into the Hub cache (the one the evaluator reads, offline), as this token may."""
+        with _asking(f"for model {repo}"):
+            return Path(self._api.snapshot_download(repo))
+
     def read_file(self, repo: str, commit: str, name: str, dest: Path) -> Path:
         with _asking(f"for {repo}@{commit}/{name}"):
             return Path(self._api.hf_hub_download(repo, name, revision=commit, local_dir=dest))

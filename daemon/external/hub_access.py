@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bashgym.client.errors import Forbidden, RuleRejected
-from bashgym.daemon.external.hf_jobs import HubIdentity, HubJobs
+from bashgym.daemon.external.hf_jobs import HubIdentity, HubJobs, UpstreamError
 from bashgym.daemon.launch_authority import has_command_checks
 from bashgym.daemon.settings import Settings
 
@@ -107,14 +107,29 @@ def reader_for(settings: Settings, hub: HubJobs, workspace: str, project: str, r
     return hub if _namespace(repo) in settings.hub_read_namespaces(workspace, project) else hub.anonymous()
 
 
-def unreadable(settings: Settings, what: str, repo: str, workspace: str, project: str) -> Forbidden:
+def fetch_for_project(settings: Settings, token: str, workspace: str, project: str, repo: str) -> None:
+    """Put Hub model `repo` in the Hub cache for a process of this project that holds no token (an evaluator): read
+    with the daemon's `token` where the project may read its namespace, without one elsewhere (public repos).
+    Blocking. Raises Forbidden (`unreadable`) for a repo neither reaches."""
+    reader = reader_for(settings, HubJobs(settings.hf_endpoint, token or None), workspace, project, repo)
+    try:
+        reader.fetch_model(repo)
+    except UpstreamError as exc:
+        if reader.is_anonymous and exc.status in {401, 403, 404}:
+            raise unreadable(settings, "Model", repo, workspace, project, outcome="Nothing was evaluated.") from exc
+        raise RuleRejected(f"Model {repo} could not be fetched from the Hub: {exc.message}") from exc
+
+
+def unreadable(
+    settings: Settings, what: str, repo: str, workspace: str, project: str, *, outcome: str = "Nothing was submitted."
+) -> Forbidden:
     """The refusal of a repo outside the project's read namespaces that is not public either."""
     namespace = _namespace(repo)
     allowed = settings.hub_read_namespaces(workspace, project)
     return Forbidden(
         f"{what} {repo} is in namespace {namespace!r}, which the daemon's Hub token does not read for project "
         f"{workspace}/{project} (allowed: {_listed(allowed)}); read without a token, it does not exist or is not "
-        "public. Nothing was submitted.",
+        f"public. {outcome}",
         hint=f"Name a public repo or one under an allowed namespace, or ask the operator to allow it: "
         f"BASHGYM_HF_READ_NAMESPACES={workspace}/{project}:{namespace} (comma-separated with the others).",
     )

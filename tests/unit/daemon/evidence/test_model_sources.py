@@ -4,17 +4,19 @@ content is gone says how to bring it back."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.specs import Actor, ProjectSpec, RunRegistration
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.evidence.sources import COMPLETE
+from bashgym.daemon.evidence.sources import COMPLETE, hub_models_loaded
 from bashgym.daemon.host_paths import PathRefused
 from bashgym.daemon.request_paths import Reach, base_model_of, model_files
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
+from bashgym.trainers.contracts.evaluation import EvalRequest
 
 pytestmark = pytest.mark.anyio
 ACTOR = Actor(actor_id="system:test")
@@ -106,3 +108,15 @@ async def test_a_source_in_no_accepted_form_is_refused(tmp_path: Path, ledger: L
     with pytest.raises(InvalidInput, match=r"`source_uri`.*hf://ORG/NAME") as refused:
         await base_model_of(reach, "nightly", {"model_version_id": "v", "source_uri": uri})
     assert refused.value.details == {"field": "source_uri"}
+
+
+async def test_an_evaluator_loads_by_hub_id_only_an_adapters_hub_base_and_a_hub_reference(tmp_path: Path) -> None:
+    adapter = tmp_path / "final"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "acme/tiny"}))
+    assert hub_models_loaded(EvalRequest(model=str(adapter))) == ["acme/tiny"]
+    assert hub_models_loaded(EvalRequest(model=str(adapter), reference_model="acme/base")) == ["acme/base", "acme/tiny"]
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path)}))
+    assert hub_models_loaded(EvalRequest(model=str(adapter))) == [], "a base given by path is no Hub id"
+    assert hub_models_loaded(EvalRequest(model=str(tmp_path / "merged"))) == [], "full weights name no base"
+    assert hub_models_loaded(EvalRequest(model="gold")) == []
