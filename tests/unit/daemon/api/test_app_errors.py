@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,11 +79,8 @@ HOSTILE_8MB: dict[str, tuple[Callable[[], bytes], int]] = {
 
 
 @pytest.mark.parametrize("shape", HOSTILE_8MB)
-def test_json_nesting_of_a_hostile_8mb_body_takes_milliseconds(shape: str) -> None:
+def test_json_nesting_of_a_hostile_8mb_body_stops_past_the_limit(shape: str) -> None:
+    # How long it takes is bench/json_nesting.py's to measure (~0.03 s here): a unit test asserts no wall-clock time.
     make, depth = HOSTILE_8MB[shape]
-    body = make()
-    start = time.perf_counter()
-    found = json_nesting(body)
-    elapsed = time.perf_counter() - start
+    found = json_nesting(make())
     assert found == depth if depth <= MAX_JSON_DEPTH else found > MAX_JSON_DEPTH
-    assert elapsed < 0.25, f"{elapsed:.3f} s (~0.03 s here; a count per bracket in Python takes ~0.4 s)"
