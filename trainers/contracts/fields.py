@@ -151,12 +151,37 @@ def unread_fields(request: TrainingRequest) -> list[str]:
             for field in sorted(request.model_fields_set - NEMO_READS)
             if getattr(request, field) != "auto"  # "auto" leaves the choice to whoever trains
         ]
+    problems += _overridden(request)
     if request.method == "distillation" and not request.teacher_model:
         problems += [
             f"`{field}` applies to distillation from a teacher_model; without one the run learns the recorded "
             "teacher_response by cross-entropy. Name the teacher_model or drop it."
             for field in TEACHER_FIELDS
             if field in request.model_fields_set
+        ]
+    return problems
+
+
+# What the Hub upload reads, and only when auto_push_hf is true. The operator documents' storage block sends them at
+# their defaults with auto_push_hf false; a value other than the default there would be ignored.
+HUB_UPLOAD_FIELDS = ("hf_repo_name", "hf_private", "hf_upload_artifact")
+
+
+def _overridden(request: TrainingRequest) -> list[str]:
+    """A sentence for every field set to a value another field makes the trainer ignore."""
+    problems = []
+    if request.max_steps > 0 and "num_epochs" in request.model_fields_set and request.num_epochs != 1.0:
+        problems.append(
+            f"`num_epochs` {request.num_epochs:g} is ignored: max_steps {request.max_steps} overrides it (the trainer "
+            "stops at max_steps when it is positive). Drop num_epochs, or set max_steps -1 to train by epochs."
+        )
+    if not request.auto_push_hf:
+        fields = type(request).model_fields
+        problems += [
+            f"`{field}` is read only when auto_push_hf is true, so `{getattr(request, field)}` would be ignored; "
+            "set auto_push_hf true to push to the Hub, or drop it."
+            for field in HUB_UPLOAD_FIELDS
+            if field in request.model_fields_set and getattr(request, field) != fields[field].default
         ]
     return problems
 

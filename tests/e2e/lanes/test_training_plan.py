@@ -234,3 +234,31 @@ def test_plan_and_start_judge_a_context_of_another_workspace_alike(daemon: Runni
     planned, started = cli(env, "training", "plan", *args), cli(env, "training", "start", *args)
     assert planned.code == started.code == 4, (planned.stderr, started.stderr)
     assert "unassigned" in planned.stderr and "unassigned" in started.stderr
+
+
+def test_a_field_the_trainer_would_ignore_is_refused_by_plan_and_launch_alike(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """Issue 51, item 13: num_epochs beside a positive max_steps, and hf_* fields without auto_push_hf, were
+    silently ignored; plan, the CLI's validation and launch now refuse them with the same sentence."""
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"num_epochs": 3, "max_steps": 10, "hf_private": False}))
+    data = sft_data(tmp_path)
+    for command in ("plan", "start"):
+        result = cli(
+            daemon.env(), "training", command, "--strategy", "sft", "--model", "org/model",
+            "--dataset-path", str(data), "--config", str(config),
+        )  # fmt: skip
+        assert result.code == 7, (command, result.stdout, result.stderr)
+        assert "`num_epochs` 3 is ignored: max_steps 10 overrides it" in result.stderr
+        assert "`hf_private` is read only when auto_push_hf is true" in result.stderr
+    request = {"strategy": "sft", "base_model": "org/model", "dataset_path": str(data), "num_epochs": 2,
+               "max_steps": 5}  # fmt: skip
+    with daemon.client() as admin:
+        for route in ("/v1/training/plan", "/v1/training/start"):
+            answer = admin.post(route, json=request)
+            assert answer.status_code == 422, answer.text
+            assert "`num_epochs` 2 is ignored" in answer.json()["error"]["message"]
+        # Nothing was launched: no run was registered, so not even the `unassigned` project a run without a
+        # context goes to exists.
+        assert admin.get("/v1/projects/unassigned/runs").status_code == 404

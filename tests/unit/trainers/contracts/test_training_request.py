@@ -222,3 +222,22 @@ def test_a_refused_cloud_target_is_refused_for_the_lane_it_names(target: str, sa
     """`cloud:hf-jobs` and `cloud:nemo` were told "Bare `cloud` names no lane"."""
     with pytest.raises(ValidationError, match=re.escape(says)):
         TrainingRequest.model_validate({**recipe("sft"), "compute_target": target})
+
+
+@pytest.mark.parametrize(
+    "overrides, names",
+    [
+        ({"num_epochs": 3, "max_steps": 100}, "`num_epochs` 3 is ignored: max_steps 100 overrides it"),
+        ({"hf_repo_name": "acme/run"}, "`hf_repo_name` is read only when auto_push_hf is true"),
+        ({"hf_private": False}, "`hf_private` is read only when auto_push_hf is true"),
+        ({"hf_upload_artifact": "merged"}, "`hf_upload_artifact` is read only when auto_push_hf is true"),
+    ],
+)
+def test_a_field_another_field_makes_the_trainer_ignore_is_refused(overrides: dict[str, Any], names: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(names)):
+        request_from_recipe({**recipe("sft"), **overrides})
+
+
+def test_the_storage_block_at_its_defaults_and_one_epoch_beside_max_steps_are_accepted() -> None:
+    request = request_from_recipe({**recipe("sft"), "max_steps": 100})  # the recipe's num_epochs 1 and storage block
+    assert (request.max_steps, request.auto_push_hf, request.hf_private) == (100, False, True)
