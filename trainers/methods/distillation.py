@@ -77,19 +77,16 @@ def fit_prompt(prompt: Any, tokenizer: Any, budget: int) -> Any:
 def _from_responses(
     request: TrainingRequest, model: Any, tokenizer: Any, rows: list[dict[str, Any]], args: dict[str, Any]
 ) -> Any:
-    dataset = Dataset.from_list(
-        [
-            {"messages": [_user(row["prompt"]), {"role": "assistant", "content": row["teacher_response"]}]}
-            for row in rows
-        ]
-    )
+    dataset = Dataset.from_list([recorded_example(row) for row in rows])
     config = SFTConfig(**args, max_length=method_args(request)["max_length"], packing=False)
     return DeviceMetricsSFTTrainer(
         model=model, args=config, train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(request)
     )
 
 
-def _user(prompt: Any) -> dict[str, Any]:
-    if isinstance(prompt, list):  # a messages prompt: its last user turn
-        return next(m for m in reversed(prompt) if m.get("role") == "user")
-    return {"role": "user", "content": str(prompt)}
+def recorded_example(row: dict[str, Any]) -> dict[str, Any]:
+    """A recorded teacher response as a prompt-completion example: the whole prompt (a conversation keeps its system
+    message and every earlier turn, as the on-policy path does), the teacher's response the only tokens learned."""
+    prompt = row["prompt"]
+    turns = [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+    return {"prompt": turns, "completion": [{"role": "assistant", "content": row["teacher_response"]}]}
