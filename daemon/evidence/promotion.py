@@ -612,31 +612,43 @@ def reward_model_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Fi
     return found + _downstream_checks(e)
 
 
+# Each slice where length points the wrong way, and what a model wrong on it rewards: judged both ways, since a model
+# that prefers the shorter answer is as blind to quality as one that prefers the longer.
+LENGTH_SLICES = {
+    "rejected-longer": ("the rejected answer is the longer one", "length"),
+    "chosen-longer": ("the chosen answer is the longer one", "brevity"),
+}
+
+
 def _length_bias(result: dict[str, Any]) -> list[Finding]:
-    """Where the rejected answer is the longer one, a model that rewards length is wrong: that slice must beat
-    chance once it holds enough pairs."""
-    slice_ = ((result.get("details") or {}).get("length_slices") or {}).get("rejected-longer")
-    if not slice_ or slice_["pairs"] < MIN_SLICE_PAIRS:
-        return [
-            Finding(
-                "length_bias_unmeasured",
-                "warn",
-                f"{result['result_id']} holds {slice_['pairs'] if slice_ else 0} pairs whose rejected answer is the "
-                f"longer one (fewer than {MIN_SLICE_PAIRS}); length bias cannot be judged.",
-                "Add held-out pairs where the better answer is the shorter one.",
+    """Where length points away from the better answer, a model that rewards length (or brevity) is wrong: each such
+    slice must beat chance once it holds enough pairs."""
+    slices = (result.get("details") or {}).get("length_slices") or {}
+    found = []
+    for name, (where, rewarded) in LENGTH_SLICES.items():
+        slice_ = slices.get(name)
+        if not slice_ or slice_["pairs"] < MIN_SLICE_PAIRS:
+            held = slice_["pairs"] if slice_ else 0
+            found.append(
+                Finding(
+                    "length_bias_unmeasured",
+                    "warn",
+                    f"{result['result_id']} holds {held} pairs where {where} (fewer than {MIN_SLICE_PAIRS}); a bias "
+                    f"toward {rewarded} cannot be judged.",
+                    f"Add held-out pairs where {where}.",
+                )
             )
-        ]
-    if slice_["accuracy"] < 0.5:
-        return [
-            Finding(
-                "length_bias",
-                "fail",
-                f"Where the rejected answer is longer, the reward model is right on {slice_['accuracy']:.0%} of "
-                f"{slice_['pairs']} pairs: it rewards length, not quality.",
-                "Train on pairs where the shorter answer wins as often as the longer one.",
+        elif slice_["accuracy"] < 0.5:
+            found.append(
+                Finding(
+                    "length_bias",
+                    "fail",
+                    f"Where {where}, the reward model is right on {slice_['accuracy']:.0%} of {slice_['pairs']} "
+                    f"pairs: it rewards {rewarded}, not quality.",
+                    "Train on pairs where the shorter answer wins as often as the longer one.",
+                )
             )
-        ]
-    return []
+    return found
 
 
 def _downstream_checks(e: Evidence) -> list[Finding]:

@@ -37,6 +37,7 @@ ErrorCode = Literal[
     "bad_verifier",
     "nondeterministic_verifier",
     "not_a_training_task",
+    "prompt_not_the_task",
     "missing_teacher",
     "unknown_field",
     "same_text",
@@ -339,10 +340,30 @@ def _training_task(row: dict[str, Any], verifier: Any) -> list[Issue]:
     if isinstance(verifier, dict) and "task_id" in verifier:
         where, task_id = "verifier.task_id", verifier["task_id"]
     try:
-        training_task(str(task_id))
+        task = training_task(str(task_id))
     except NotATrainingTask as exc:
         return [(where, "not_a_training_task", str(exc))]
+    if _words(task.instruction) not in _words(_prompt_text(row["prompt"])):
+        return [
+            (
+                "prompt",
+                "prompt_not_the_task",
+                f"The row's reward scores task {task_id}, but `prompt` does not ask it: the model would learn to "
+                f"answer a question it was not asked. Put the task's instruction in the prompt: {task.instruction!r}.",
+            )
+        ]
     return []
+
+
+def _prompt_text(prompt: Any) -> str:
+    """What a prompt asks: its text, or a conversation's turns one after another."""
+    if isinstance(prompt, list):
+        return " ".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    return str(prompt)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
 
 
 def check_verifier(verifier: Any, *, has_task_id: bool, deterministic: bool) -> list[Issue]:

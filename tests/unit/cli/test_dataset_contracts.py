@@ -46,6 +46,11 @@ def session_row(**overrides: Any) -> dict[str, Any]:
 
 CHAT = [{"role": "user", "content": "list files"}, {"role": "assistant", "content": "ls"}]
 
+# The instructions of the training tasks the RL rows name: a row's prompt asks what its task scores.
+COUNT_CATALOG = "Count the lines in catalog.txt. Print only the number."
+COUNT_OTHER = "Count the lines in report.log that mention ERROR. Print only the number."
+SUM_TASK = "Each line of notes.txt is a name and an amount; sum the amounts. Print just the number."
+
 VALID: dict[str, list[dict[str, Any]]] = {
     "sft": [{"messages": [{"role": "system", "content": "be terse"}, *CHAT]}, {"text": "$ ls\nREADME.md"}],
     "dpo": [
@@ -53,14 +58,17 @@ VALID: dict[str, list[dict[str, Any]]] = {
         {"prompt": CHAT[:1], "chosen": "ls", "rejected": "dir"},
     ],
     "grpo": [
-        {"prompt": "count the lines", "task_id": "count_lines-s1-000"},
+        {"prompt": f"{COUNT_CATALOG}\nAnswer with one shell command.", "task_id": "count_lines-s1-000"},
         # The documented inline verifiers need no task id: the trainer never reads one for them.
         {"prompt": CHAT[:1], "verifier": {"kind": "exact_match", "expected": "ls"}},
         {"prompt": "count", "verifier": {"kind": "command", "files": {"a.txt": "x\n"}, "check": "test -s a.txt"}},
-        {"prompt": "sum", "verifier": {"kind": "terminal_task", "task_id": "sum_column-s2-004"}},
+        {
+            "prompt": [{"role": "user", "content": SUM_TASK}],
+            "verifier": {"kind": "terminal_task", "task_id": "sum_column-s2-004"},
+        },
     ],
     "rlvr": [
-        {"prompt": "count the lines", "task_id": "count_lines-s1-001"},
+        {"prompt": COUNT_OTHER, "task_id": "count_lines-s1-001"},
         {"prompt": "sum", "verifier": {"task_id": "t2", "kind": "exact_match", "expected": "5", "deterministic": True}},
     ],
     "distillation": [{"prompt": "explain ls", "teacher_response": "ls lists a directory."}],
@@ -182,6 +190,21 @@ def test_grpo_needs_a_verifier_reference(tmp_path: Path) -> None:
         (9, "verifier.kind", "bad_verifier"),
     ]
     assert "no runner" in report.errors[-1].message, "a kind nothing scores is refused before the run"
+
+
+def test_a_task_rows_prompt_must_ask_what_its_task_scores(tmp_path: Path) -> None:
+    """Issue 51, item 11: a GRPO task_id row's prompt was never checked against the task's instruction."""
+    rows = [
+        {"prompt": "write a haiku about the sea", "task_id": "count_lines-s1-000"},
+        {
+            "prompt": [{"role": "user", "content": "sum it"}],
+            "verifier": {"kind": "terminal_task", "task_id": "sum_column-s2-004"},
+        },
+        {"prompt": f"Please:  {COUNT_CATALOG}", "task_id": "count_lines-s1-000"},  # spacing apart, it asks the task
+    ]
+    report = validate_dataset("grpo", write_jsonl(tmp_path, rows))
+    assert codes(report) == [(1, "prompt", "prompt_not_the_task"), (2, "prompt", "prompt_not_the_task")]
+    assert COUNT_CATALOG in report.errors[0].message
 
 
 def test_rlvr_refuses_nondeterministic_verifiers(tmp_path: Path) -> None:

@@ -33,7 +33,10 @@ def reward_result(result_id: str, accuracy: float, **details: Any) -> dict[str, 
         "details": {
             "dataset_sha256": "2" * 64,
             "leakage": {"checked": True, "count": 0, "leaked_pairs": []},
-            "length_slices": {"rejected-longer": {"pairs": 20, "accuracy": 0.9}},
+            "length_slices": {
+                "rejected-longer": {"pairs": 20, "accuracy": 0.9},
+                "chosen-longer": {"pairs": 20, "accuracy": 0.85},
+            },
             "by_source": {"web": {"pairs": 20, "accuracy": 0.9}},
             **details,
         },
@@ -104,6 +107,14 @@ def test_leaked_pairs_and_length_bias_block_and_miscalibration_warns() -> None:
     blockers, warnings = codes(evidence)
     assert {"reward_pairs_leaked", "length_bias"} <= blockers
     assert "reward_model_miscalibrated" in warnings
+
+
+def test_a_reward_model_that_prefers_the_shorter_answer_is_blocked_too() -> None:
+    """Issue 51, item 11: length bias was judged one way only, so a model rewarding brevity passed."""
+    brief = {"rejected-longer": {"pairs": 20, "accuracy": 0.95}, "chosen-longer": {"pairs": 20, "accuracy": 0.2}}
+    evidence = reward_evidence(length_slices=brief)
+    blocker = next(b for b in gate(evidence)["blockers"] if b["code"] == "length_bias")
+    assert "the chosen answer is the longer one" in blocker["message"] and "rewards brevity" in blocker["message"]
 
 
 def test_too_few_longer_rejected_pairs_warn_and_a_source_below_chance_warns() -> None:
