@@ -283,7 +283,9 @@ def test_a_request_holding_a_credential_is_refused_before_anything_keeps_it(tiny
     with running_daemon(home, env={"HF_TOKEN": fake_token}) as daemon, daemon.client() as client:
         for body in (
             training_request(tiny, sft_data(tmp_path), tracking_context=None, base_model=str(model)),
-            training_request(tiny, sft_data(tmp_path), tracking_context=None, hf_repo_name=f"team/{fake_token}"),
+            training_request(
+                tiny, sft_data(tmp_path), tracking_context=None, auto_push_hf=True, hf_repo_name=f"team/{fake_token}"
+            ),
         ):
             for route in ("/v1/training/plan", "/v1/training/start"):
                 refused = client.post(route, json=body)

@@ -140,8 +140,8 @@ def _train(daemon: RunningDaemon, tiny: Path, root: Path) -> str:
     request = training_request(tiny, data, max_steps=2)
     context = {**request["tracking_context"], "objective": f"tune {PLANTED['context']}"}
     (root / "context.json").write_text(json.dumps(context))
-    # A free-text field of --config, the Hub repository, holds no secret here (_refused_at_the_door plants one).
-    config = {"max_steps": 2, "batch_size": 4, "max_seq_length": 96, "hf_repo_name": "team/tiny-sft"}
+    # A --config file holds no secret here (_refused_at_the_door plants one in its Hub repository).
+    config = {"max_steps": 2, "batch_size": 4, "max_seq_length": 96}
     (root / "config.json").write_text(json.dumps(config))
     planned = cli(
         daemon.env(), "training", "plan", "--strategy", "sft", "--model", str(tiny), "--dataset-path", str(data),
@@ -165,7 +165,9 @@ def _refused_at_the_door(daemon: RunningDaemon, tiny: Path, root: Path) -> list[
     """A --config file whose hf_repo_name holds a secret (CLI plan and start), and a request whose model path
     does (API): a run keeps its settings as sent, so each is refused before anything is written. Answers what
     each refusal said."""
-    config = {"max_steps": 2, "batch_size": 4, "max_seq_length": 96, "hf_repo_name": f"team/{PLANTED['config_file']}"}
+    # auto_push_hf is on, as a real push would be: a repository name is read only then.
+    config = {"max_steps": 2, "batch_size": 4, "max_seq_length": 96, "auto_push_hf": True,
+              "hf_repo_name": f"team/{PLANTED['config_file']}"}  # fmt: skip
     (root / "secret-config.json").write_text(json.dumps(config))
     said = []
     for verb in ("plan", "start"):
