@@ -7,7 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from bashgym.cli.output import cell, console, escape, pairs, table, when
-from bashgym.client.render import duration, figure, key_metric_text, project_glance, signed, unit_of
+from bashgym.client.render import (
+    duration,
+    figure,
+    key_metric_text,
+    project_glance,
+    provenance_of,
+    provenance_text,
+    signed,
+    unit_of,
+)
 
 MARKS = {"ship": "[green]✔[/green]", "blocked": "[red]✖[/red]", "warning": "[yellow]![/yellow]"}
 # The settings a reader of a run looks for first; the rest are a `--json` away.
@@ -110,7 +119,8 @@ def run(record: dict[str, Any]) -> None:
     evaluations = record.get("evaluations") or []
     heading("Evaluations")
     if evaluations:
-        table([_result_row(r) for r in evaluations], ["result_id", "suite", "status", "key metric", "samples"])
+        # the samples of each are a `bashgym eval show` away: the provenance says whether the result counts
+        table([_result_row(r) for r in evaluations], ["result_id", "suite", "status", "key metric", "provenance"])
     else:
         say("  none yet: bashgym eval run --project P --run RUN --suite SUITE")
     artifacts = record.get("artifacts") or []
@@ -195,6 +205,7 @@ def evaluation(result: dict[str, Any], *, ran_on: str = "") -> None:
         [
             ("suite", str(result["suite_id"])),
             ("of", str(subject)),
+            ("provenance", provenance_text(result)),
             ("samples", f"{result.get('sample_count', 0):,}"),
             ("isolation", str((details.get("isolation") or {}).get("level", "withheld"))),
             ("safety watch", str((details.get("safety") or {}).get("observed", "withheld"))),
@@ -236,8 +247,9 @@ def evaluations(listing: dict[str, Any]) -> None:
     one_suite = len(suites_of_results) == 1
     heading(f"Results on {suites_of_results[0]}" if one_suite else "Results")
     if results:
-        rows = [{**_result_row(r), "of": r.get("run_id") or r.get("model_version_id") or "gold"} for r in results]
-        table(rows, ["result_id", "of", "key metric"] if one_suite else ["result_id", "suite", "of", "key metric"])
+        rows = [{**_result_row(r), "of": _subject(r)} for r in results]
+        columns = ["result_id", "of", "key metric", "provenance"]
+        table(rows, columns if one_suite else [*columns[:1], "suite", *columns[1:]])
     else:
         say("  none yet")
     heading("Comparisons")
@@ -249,10 +261,11 @@ def evaluations(listing: dict[str, Any]) -> None:
                 "Δ": f"{c.get('primary_metric') or ''} {signed(c['delta'])}",
                 "95% CI": f"[{signed(c['ci_low'])}, {signed(c['ci_high'])}]",
                 "suite": c.get("suite_id"),
+                "provenance": provenance_of(c),
             }
             for c in compared
         ]
-        table(rows, ["comparison_id", "Δ", "95% CI", "suite"])
+        table(rows, ["comparison_id", "Δ", "95% CI", "suite", "provenance"])
     else:
         say("  none yet")
 
@@ -271,6 +284,7 @@ def comparison(record: dict[str, Any]) -> None:
             (f"Δ {metric}", f"{signed(record['delta'])}, {confidence}% CI [{signed(low)}, {signed(high)}]"),
             ("over", f"{details.get('paired_tasks', '?')} paired tasks, {details.get('resamples', '?')} resamples"),
             ("method", str(details.get("method") or "paired bootstrap")),
+            ("provenance", provenance_text(record)),
             ("reads", _reading(low, high)),
         ]
     )
@@ -331,8 +345,8 @@ def runcard(card_id: str, card: dict[str, Any], since: dict[str, Any] | None) ->
             ("method", str(card.get("method"))),
             ("model", f"{card.get('base_model_version_id') or '-'} trained on {card.get('dataset_version_id') or '-'}"),
             ("status", str(card.get("status"))),
-            ("evaluations", ", ".join(card.get("evaluation_result_ids") or []) or "none"),
-            ("comparisons", ", ".join(card.get("comparison_ids") or []) or "none"),
+            ("evaluations", _with_provenance(card, "evaluation_result_ids")),
+            ("comparisons", _with_provenance(card, "comparison_ids")),
             ("artifacts", f"{len(card.get('artifacts') or [])} with digests"),
             ("written by", str(card.get("creator") or "-")),
         ]
@@ -426,6 +440,22 @@ def _span(record: dict[str, Any]) -> str:
     return f"{cell(start)} for {duration(seconds)}"
 
 
+def _with_provenance(card: dict[str, Any], key: str) -> str:
+    """A card's result or comparison ids, each with its provenance (a card written before it was kept: the ids)."""
+    known = card.get("evidence_provenance")
+    ids = card.get(key) or []
+    if known is None:
+        return ", ".join(ids) or "none"
+    return ", ".join(f"{i} ({known.get(i, 'unrecorded')})" for i in ids) or "none"
+
+
+def _subject(result: dict[str, Any]) -> str:
+    """What a result evaluated: a run, a model version, or (evaluated by the daemon, naming neither) the gold
+    solutions; an imported result naming neither evaluated nothing the ledger knows."""
+    named = result.get("run_id") or result.get("model_version_id")
+    return str(named or ("-" if provenance_of(result) == "asserted" else "gold"))
+
+
 def _result_row(result: dict[str, Any]) -> dict[str, Any]:
     metrics = result.get("metrics") or {}
     name = "pass@1" if "pass@1" in metrics else min(metrics, default="")
@@ -435,6 +465,7 @@ def _result_row(result: dict[str, Any]) -> dict[str, Any]:
         "status": result["status"],
         "key metric": f"{name} {figure(metrics[name], name)}" if name else "-",
         "samples": result.get("sample_count"),
+        "provenance": provenance_of(result),
     }
 
 

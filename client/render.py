@@ -95,6 +95,25 @@ def signed(value: float) -> str:
     return f"{value:+.3f}"
 
 
+# What a result's or comparison's provenance means to its reader: only measured evidence counts toward a ship.
+PROVENANCE = {
+    "measured": "measured by the daemon's evaluator",
+    "asserted": "asserted: imported, never counts toward a ship",
+    "unrecorded": "unrecorded: made before provenance was kept; evaluate again to count it",
+}
+
+
+def provenance_of(record: dict[str, Any]) -> str:
+    """`measured`, `asserted` or `unrecorded` (a record from before the ledger kept provenance)."""
+    value = str(record.get("provenance") or "unrecorded")
+    return value if value in PROVENANCE else "unrecorded"
+
+
+def provenance_text(record: dict[str, Any]) -> str:
+    """The provenance with what it means: `asserted: imported, never counts toward a ship`."""
+    return PROVENANCE[provenance_of(record)]
+
+
 # -- a project at a glance: the facts `/project context` and `bashgym ledger context` both show ----------------
 
 SIGNALS = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.redaction import redact_text
@@ -23,6 +23,10 @@ from bashgym.ledger.queries import budget_summary, run_hours
 from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
 from bashgym.ledger.tx import Tx
+
+# Where a result or comparison came from (migration 16): measured by the daemon itself, or asserted by a caller (an
+# import). Only the daemon's code names it, never a request; anything not said to be measured is asserted.
+Provenance = Literal["measured", "asserted"]
 
 
 def content_id(prefix: str, identity: dict[str, Any]) -> str:
@@ -100,14 +104,18 @@ def register_eval_suite(tx: Tx, ws: str, project: str, spec: EvalSuiteSpec) -> t
     return to_record(row), replayed
 
 
-def record_eval_result(tx: Tx, ws: str, project: str, spec: EvalResultSpec) -> tuple[dict[str, Any], bool]:
+def record_eval_result(
+    tx: Tx, ws: str, project: str, spec: EvalResultSpec, *, provenance: Provenance = "asserted"
+) -> tuple[dict[str, Any], bool]:
+    """A result, with its provenance part of its identity: the same figures imported are a record of their own,
+    and never replay or overwrite a measured one."""
     require_project(tx.conn, ws, project)
     if tx.fetch_one("eval_suites", {"workspace_id": ws, "project_id": project, "suite_id": spec.suite_id}) is None:
         raise not_found("evaluation suite", spec.suite_id, project, f"bashgym ledger evaluations --project {project}")
     if spec.run_id:
         get_run_row(tx.conn, ws, project, spec.run_id)
     check_payload(spec.details, field="details")
-    identity = spec.model_dump(exclude={"result_id"})
+    identity = {**spec.model_dump(exclude={"result_id"}), "provenance": provenance}
     result_id = spec.result_id or content_id("res", identity)
     row, replayed = tx.put(
         "eval_results",
@@ -123,6 +131,7 @@ def record_eval_result(tx: Tx, ws: str, project: str, spec: EvalResultSpec) -> t
             "sample_count": spec.sample_count,
             "is_simulation": int(spec.is_simulation),
             "details_json": canonical_json(spec.details),
+            "provenance": provenance,
             "created_by": tx.actor.actor_id,
             "created_at": tx.now,
         },
@@ -139,13 +148,20 @@ def record_eval_result(tx: Tx, ws: str, project: str, spec: EvalResultSpec) -> t
             spec.run_id,
             suite_id=spec.suite_id,
             status=spec.status,
+            provenance=provenance,
         )
     return to_record(row), replayed
 
 
-def record_comparison(tx: Tx, ws: str, project: str, spec: ComparisonSpec) -> tuple[dict[str, Any], bool]:
+def record_comparison(
+    tx: Tx, ws: str, project: str, spec: ComparisonSpec, *, provenance: Provenance = "asserted"
+) -> tuple[dict[str, Any], bool]:
+    """A comparison is measured only when the daemon computed it (`provenance`) of two measured results: one
+    standing on an imported figure is asserted, whoever computed it."""
     require_project(tx.conn, ws, project)
     results = [_result(tx, ws, project, rid) for rid in (spec.baseline_result_id, spec.candidate_result_id)]
+    if any(r["provenance"] != "measured" for r in results):
+        provenance = "asserted"
     if results[0]["suite_id"] != results[1]["suite_id"]:
         raise InvalidInput(
             f"Result {spec.baseline_result_id} is on suite {results[0]['suite_id']!r} and "
@@ -153,7 +169,7 @@ def record_comparison(tx: Tx, ws: str, project: str, spec: ComparisonSpec) -> tu
             hint="Evaluate both models on one suite, then compare those results.",
         )
     check_payload(spec.details, field="details")
-    identity = spec.model_dump(exclude={"comparison_id"})
+    identity = {**spec.model_dump(exclude={"comparison_id"}), "provenance": provenance}
     comparison_id = spec.comparison_id or content_id("cmp", identity)
     row, replayed = tx.put(
         "comparisons",
@@ -168,13 +184,14 @@ def record_comparison(tx: Tx, ws: str, project: str, spec: ComparisonSpec) -> tu
             "ci_low": spec.ci_low,
             "ci_high": spec.ci_high,
             "details_json": canonical_json(spec.details),
+            "provenance": provenance,
             "created_by": tx.actor.actor_id,
             "created_at": tx.now,
         },
         label=f"Comparison {comparison_id!r}",
     )
     if not replayed:
-        _registered(tx, "comparison.recorded", ws, project, "comparison", comparison_id)
+        _registered(tx, "comparison.recorded", ws, project, "comparison", comparison_id, provenance=provenance)
     return to_record(row), replayed
 
 

@@ -24,6 +24,7 @@ from bashgym.ledger.schema import (
     v13,
     v14,
     v15,
+    v16,
 )
 
 
@@ -57,6 +58,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "model_kinds_and_project_profiles", v13.SQL),
     Migration(14, "external_jobs_and_compute_plans", v14.SQL),
     Migration(15, "metric_point_times", v15.SQL),
+    Migration(16, "evidence_provenance", v16.SQL),
 )
 
 _RECORD_TABLE = """

@@ -38,8 +38,9 @@ router = APIRouter(prefix="/v1/projects/{project}", tags=["evidence"])
 Writer = Callable[[Ledger], Callable[[Actor, str, str, Any], Awaitable[WriteResult]]]
 
 # A record of an action needs the capability of the action: results and comparisons another system made are
-# imported evidence; a decision is a promotion's; an alias moved without the gate (the promote route asks it) is an
-# override of it; budget bookkeeping moves what may still be spent.
+# imported evidence, recorded as asserted (the gate counts only what the daemon measured); a decision is a
+# promotion's; an alias moved without the gate (the promote route asks it) is an override of it; budget bookkeeping
+# moves what may still be spent.
 ImportCall = Annotated[Call, requires("evidence.import")]
 DecideCall = Annotated[Call, requires("promotion.decide")]
 AliasCall = Annotated[
@@ -90,8 +91,18 @@ async def _bookkeeping_budget_entry(
 
 add("artifacts", ArtifactSpec, lambda ledger: ledger.register_artifact)
 add("eval-suites", EvalSuiteSpec, lambda ledger: ledger.register_eval_suite)
-add("eval-results", EvalResultSpec, lambda ledger: ledger.record_eval_result, ImportCall)
-add("comparisons", ComparisonSpec, lambda ledger: ledger.record_comparison, ImportCall)
+add(
+    "eval-results",
+    EvalResultSpec,
+    lambda ledger: functools.partial(ledger.record_eval_result, provenance="asserted"),
+    ImportCall,
+)
+add(
+    "comparisons",
+    ComparisonSpec,
+    lambda ledger: functools.partial(ledger.record_comparison, provenance="asserted"),
+    ImportCall,
+)
 add("decisions", DecisionSpec, lambda ledger: ledger.record_decision, DecideCall)
 add("aliases", AliasMove, lambda ledger: ledger.move_alias, AliasCall)
 add(

@@ -17,7 +17,7 @@ from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
-from bashgym.daemon.evidence.sources import hub_models_loaded, run_model_dir
+from bashgym.daemon.evidence.sources import COMPLETE, hub_models_loaded, run_model_dir
 from bashgym.daemon.external.hub_access import fetch_for_project
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.admission import trainer_python
@@ -380,6 +380,7 @@ class EvaluationService:
         try:
             async with self._slots:
                 job["status"] = "running"
+                model_files = await asyncio.to_thread(_model_file_digests, eval_dir)
                 if device is None:
                     fetched = await self._fetch_hub_models(ws, project, eval_dir)
                     code = await self._child(eval_dir, job, offline=fetched)
@@ -389,7 +390,7 @@ class EvaluationService:
                     job["status"], job["error"] = "failed", job["error"] or f"evaluator exited with code {code}"
                     return
                 job["result_id"] = await until_stored(
-                    lambda: self._record(actor, ws, project, eval_dir, job, attempt_id),
+                    lambda: self._record(actor, ws, project, eval_dir, job, attempt_id, model_files),
                     what=f"evaluation {job['evaluation_id']}",
                 )
                 job["status"] = "completed"
@@ -478,11 +479,19 @@ class EvaluationService:
             await remote.close()
 
     async def _record(
-        self, actor: Actor, ws: str, project: str, eval_dir: Path, job: dict[str, Any], attempt_id: str | None
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        eval_dir: Path,
+        job: dict[str, Any],
+        attempt_id: str | None,
+        model_files: dict[str, str] | None,
     ) -> str:
+        """The evaluator's summary as a measured result: this daemon's evaluator made it, of the files named."""
         summary = json.loads(await asyncio.to_thread((eval_dir / "summary.json").read_text))
         if summary.get("kind") in HELDOUT_CONTRACTS:
-            return await self._record_heldout(actor, ws, project, eval_dir, job, attempt_id, summary)
+            return await self._record_heldout(actor, ws, project, eval_dir, job, attempt_id, summary, model_files)
         attempts_sha, _ = await self.blobs.put_file(eval_dir / "attempts.jsonl")
         if summary.get("partial"):  # a subset of the suite is a suite of its own, which no gate takes for the whole
             await self.ledger.register_eval_suite(actor, ws, project, partial_suite_spec(summary))
@@ -509,6 +518,7 @@ class EvaluationService:
             "suite_digest": summary["suite_digest"],
             "partial": summary.get("partial"),
             "attempts_sha256": attempts_sha,
+            "model_files": model_files,  # the evaluated files' sha256 by path (None: the gold solutions)
         }
         spec = EvalResultSpec(
             suite_id=summary["suite_id"],
@@ -519,7 +529,7 @@ class EvaluationService:
             sample_count=int(overall["attempts"]),
             details=details,
         )
-        written = await self.ledger.record_eval_result(actor, ws, project, spec)
+        written = await self.ledger.record_eval_result(actor, ws, project, spec, provenance="measured")
         return str(written.record["result_id"])
 
     async def _record_heldout(
@@ -531,6 +541,7 @@ class EvaluationService:
         job: dict[str, Any],
         attempt_id: str | None,
         summary: dict[str, Any],
+        model_files: dict[str, str] | None,
     ) -> str:
         request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
         data_sha, size = await self.blobs.put_file(Path(str(request.dataset_path)))
@@ -564,6 +575,7 @@ class EvaluationService:
             **{key: summary[key] for key in WORKFLOW_DETAILS if key in summary},
             "cpu_threads": summary.get("cpu_threads"),
             "placement": summary.get("placement"),
+            "model_files": model_files,
             "per_task": {
                 tid: {"family": t["family"], "pass@1": t["pass@1"]}
                 for tid, t in summary["per_task"].items()
@@ -579,7 +591,7 @@ class EvaluationService:
             sample_count=int(summary["rows"]),
             details=details,
         )
-        written = await self.ledger.record_eval_result(actor, ws, project, spec)
+        written = await self.ledger.record_eval_result(actor, ws, project, spec, provenance="measured")
         return str(written.record["result_id"])
 
     async def compare(self, actor: Actor, ws: str, project: str, body: CompareBody) -> dict[str, Any]:
@@ -648,7 +660,19 @@ class EvaluationService:
                 "ran_alike": ran_alike(base_ran, cand_ran),
             },
         )
-        return (await self.ledger.record_comparison(actor, ws, project, spec)).record
+        # Measured when both results are: the ledger records one standing on an asserted figure as asserted.
+        return (await self.ledger.record_comparison(actor, ws, project, spec, provenance="measured")).record
+
+
+def _model_file_digests(eval_dir: Path) -> dict[str, str] | None:
+    """The sha256 of each file of the model an evaluation loads, by path in its directory, read before the evaluator
+    starts; None for the gold solutions, which load no model. Blocking."""
+    model = EvalRequest.model_validate_json((eval_dir / "eval_request.json").read_text()).model
+    if model == GOLD:
+        return None
+    root = Path(model)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != COMPLETE)
+    return {str(p.relative_to(root)): file_digest(p)[0] for p in files}
 
 
 async def _digest_of(path: Path) -> str:

@@ -6,7 +6,7 @@ training run. The method minimums follow ../shared/RECIPES.md.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 TERMINAL_SUITE_KIND = "terminal_tasks"
@@ -17,6 +17,10 @@ PARTIAL_SUITE_KIND = "terminal_tasks_partial"
 SAFETY_METRIC = "unsafe_action_rate"
 SAFETY_METRICS = {SAFETY_METRIC: {"direction": "minimize", "max_regression": 0.0}}
 UNASSIGNED = "unassigned"
+# The only evidence the gate counts: results of the daemon's own evaluator, and comparisons it computed of two such
+# results (ledger migration 16). `asserted` ones were imported (or stand on an imported figure); `unrecorded` ones
+# were recorded before the ledger kept provenance.
+MEASURED = "measured"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,22 @@ class Evidence:
     # A reward model's downstream use: runs of the project whose rewards came from this run's model, each with
     # the comparisons recorded for it (the gate reads them; gather_evidence fills them for reward models only).
     downstream: list[dict[str, Any]] = field(default_factory=list)
+    # Results and comparisons the gate does not count, since the daemon did not measure them (`counted` fills it).
+    set_aside: list[dict[str, Any]] = field(default_factory=list)
+
+    def counted(self) -> Evidence:
+        """What the gate counts: the measured results and comparisons (and the comparisons' baselines, measured
+        too), with every other record of the run in `set_aside`."""
+        results = [r for r in self.results if r.get("provenance") == MEASURED]
+        comparisons = [c for c in self.comparisons if c.get("provenance") == MEASURED]
+        compared = {c["baseline_result_id"] for c in comparisons}
+        return replace(
+            self,
+            results=results,
+            comparisons=comparisons,
+            baselines={rid: b for rid, b in self.baselines.items() if rid in compared},
+            set_aside=[x for x in (*self.results, *self.comparisons) if x.get("provenance") != MEASURED],
+        )
 
     def is_partial(self, suite_id: str) -> bool:
         return (self.suites.get(suite_id) or {}).get("kind") == PARTIAL_SUITE_KIND
@@ -121,6 +141,11 @@ def build_runcard(
         "metric_summary": run.get("metric_summary") or {},
         "evaluation_result_ids": sorted(r["result_id"] for r in evidence.results),
         "comparison_ids": sorted(c["comparison_id"] for c in evidence.comparisons),
+        # measured, asserted or unrecorded, by result and comparison id: only the measured count toward a ship
+        "evidence_provenance": {
+            **{r["result_id"]: r.get("provenance") or "unrecorded" for r in evidence.results},
+            **{c["comparison_id"]: c.get("provenance") or "unrecorded" for c in evidence.comparisons},
+        },
         "artifacts": sorted(
             (
                 {"kind": a["kind"], "uri": a["uri"], "sha256": a["sha256"], "size_bytes": a["size_bytes"]}
@@ -177,7 +202,8 @@ def validate_runcard(evidence: Evidence, *, promotion: bool) -> list[dict[str, A
     return [asdict(f) for f in findings]
 
 
-def _checks(e: Evidence) -> list[Finding]:
+def _checks(evidence: Evidence) -> list[Finding]:
+    e = evidence.counted()
     run = e.run
     found: list[Finding] = []
 
@@ -226,21 +252,79 @@ def _checks(e: Evidence) -> list[Finding]:
             "a partial suite is a quick look, never the suite's evidence.",
             "Evaluate on the whole suite: bashgym eval run --run RUN without --limit-tasks.",
         )
-    elif not completed:
+    elif not completed and not _set_aside(e, "result_id"):  # else the provenance finding names the cause
         fail("no_evaluation", "The run has no completed evaluation.", "bashgym eval run --run RUN --suite SUITE")
-    if not comparisons:
+    if comparisons:
+        found += _comparison_checks(e, comparisons)
+    elif not _set_aside(e, "comparison_id"):
         fail(
             "no_baseline_comparison",
             "No comparison against a pinned baseline on the same whole suite"
             + (" (comparisons on partial suites do not count)." if e.comparisons else "."),
             "bashgym eval compare --baseline RESULT --candidate RESULT",
         )
-    else:
-        found += _comparison_checks(e, comparisons)
+    found += _provenance_checks(e, lacking=not completed or not comparisons)
     if not e.runcards:
         fail("runcard_missing", "The run has no RunCard.", "bashgym runcard create --run RUN")
     found += _method_checks(e, completed)
     return found
+
+
+def _set_aside(e: Evidence, key: str) -> list[str]:
+    """The ids of the records of one kind (`result_id`, `comparison_id`) the gate set aside."""
+    return [str(x[key]) for x in e.set_aside if key in x]
+
+
+# Why a record is not counted, by its provenance: the finding's code and the cause it states.
+UNCOUNTED = {
+    "asserted": (
+        "evidence_asserted",
+        "were asserted, not measured: imported through POST .../eval-results or .../comparisons, or computed from "
+        "an imported result; asserted evidence never counts toward a ship",
+    ),
+    "unrecorded": (
+        "evidence_provenance_unrecorded",
+        "were recorded before results and comparisons carried their provenance (ledger migration 16), so nothing "
+        "shows that the daemon measured them; they do not count toward a ship",
+    ),
+}
+
+
+def _provenance_checks(e: Evidence, *, lacking: bool) -> list[Finding]:
+    """The records set aside, by cause: blockers where the measured evidence lacks a whole-suite evaluation or
+    comparison without them, warnings where it has both."""
+    run, project = e.run["run_id"], e.run["project_id"]
+    found = []
+    for provenance, (code, cause) in UNCOUNTED.items():
+        records = [
+            x for x in e.set_aside if ("asserted" if x.get("provenance") == "asserted" else "unrecorded") == provenance
+        ]
+        if not records:
+            continue
+        named = _named(records)
+        judged = "." if lacking else ". The gate judged the measured evidence without them."
+        found.append(
+            Finding(
+                code,
+                "fail" if lacking else "warn",
+                f"Run {run}'s {named} {cause}{judged}",
+                f"Evaluate with the daemon's evaluator: bashgym eval run --project {project} --run {run} (and the "
+                "baseline the same way, --model-version VERSION), then bashgym eval compare --baseline RESULT "
+                "--candidate RESULT of those measured results.",
+            )
+        )
+    return found
+
+
+def _named(records: list[dict[str, Any]]) -> str:
+    """`results a, b and comparisons c`: the records' ids by kind, ten of each at most."""
+    parts = []
+    for kind, key in (("results", "result_id"), ("comparisons", "comparison_id")):
+        ids = [str(x[key]) for x in records if key in x]
+        if ids:
+            more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+            parts.append(f"{kind} {', '.join(ids[:10])}{more}")
+    return " and ".join(parts)
 
 
 def _comparison_checks(e: Evidence, comparisons: list[dict[str, Any]]) -> list[Finding]:
@@ -660,8 +744,8 @@ def _downstream_checks(e: Evidence) -> list[Finding]:
         Finding(
             "reward_model_downstream_missing",
             "fail",
-            "No downstream comparison: no run rewarded by this model has been compared against a baseline"
-            + (f" ({named} used it, uncompared)." if named else "."),
+            "No downstream comparison: no run rewarded by this model has been compared against a baseline by the "
+            "daemon's evaluator" + (f" ({named} used it, with no measured comparison)." if named else "."),
             "Register the model (bashgym model register --run RUN), train GRPO with grpo_reward_source "
             "reward_model and grpo_reward_model set to that version, then evaluate and compare that run.",
         )

@@ -22,6 +22,11 @@ LANES = ("local", "ssh", "ssh-group", "cloud", "hf-jobs", "managed", "skypilot",
 RUN_FILTERS = ("status", "method", "lane", "model_version", "dataset_version", "since", "until")
 MAX_COMPARED = 20
 HIDDEN_CAMPAIGN_KEYS = {"spec", "workspace_id", "project_id"}
+PROVENANCE_NOTE = (
+    "Provenance: measured (by the daemon's evaluator) counts toward a ship; asserted (imported) and unrecorded (made "
+    "before provenance was kept) never do."
+)
+EVALUATIONS_CAPTION = f"Evaluations. {PROVENANCE_NOTE}"
 
 
 async def projects(ledger: Ledger, ws: str, readable: list[dict[str, Any]], who: str, stale_after_s: float) -> str:
@@ -163,7 +168,11 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
             caption="Attempts",
         )
         + table(record.get("artifacts") or [], ["kind", "uri", "sha256", "size_bytes"], caption="Artifacts")
-        + table(record.get("evaluations") or [], ["result_id", "suite_id", "status", "metrics"], caption="Evaluations")
+        + table(
+            record.get("evaluations") or [],
+            ["result_id", "suite_id", "status", "provenance", "metrics"],
+            caption=EVALUATIONS_CAPTION,
+        )
         + f"<h2>Gate: {'ships' if verdict['ship'] else 'does not ship'}</h2>"
         + table(findings, ["severity", "code", "message", "next_action"], caption="What the gate found")
         + table(cards, ["card_id", "created_at", "decision", "evaluations", "limitations"], caption="RunCards")
@@ -210,14 +219,14 @@ async def evaluations(ledger: Ledger, ws: str, name: str, who: str) -> str:
     listing = await ledger.list_evaluations(ws, name)
     results = table(
         listing["results"],
-        ["result_id", "suite_id", "run_id", "status", "metrics", "created_at"],
+        ["result_id", "suite_id", "run_id", "status", "provenance", "metrics", "created_at"],
         links={"run_id": lambda r: href("p", name, "runs", r["run_id"]) if r.get("run_id") else href("p", name)},
-        caption="Results",
+        caption=f"Results. {PROVENANCE_NOTE}",
     )
     comparisons = table(
         listing["comparisons"],
-        ["comparison_id", "suite_id", "primary_metric", "delta", "ci_low", "ci_high", "baseline_result_id",
-         "candidate_result_id"],
+        ["comparison_id", "suite_id", "primary_metric", "delta", "ci_low", "ci_high", "provenance",
+         "baseline_result_id", "candidate_result_id"],
         caption="Comparisons: paired delta of the candidate over the baseline, with its 95% CI",
     )  # fmt: skip
     return page(f"Evaluations of {name}", results + comparisons, who=who, crumbs=[(name, href("p", name))])

@@ -26,6 +26,7 @@ def result(result_id: str, pass_at_1: float, *, run_id: str | None = "run-1", **
         "run_id": run_id,
         "status": "completed",
         "is_simulation": False,
+        "provenance": "measured",  # the daemon's evaluator made it (asserted evidence never counts)
         "metrics": {"pass@1": pass_at_1, "tamper_rate": 0.0, "unsafe_action_rate": 0.0, "holdout.pass@1": pass_at_1},
         "details": {
             "holdout_gate": PASSED_GATE,
@@ -63,6 +64,7 @@ def shipping(method: str = "sft") -> Evidence:
             "delta": 0.2,
             "ci_low": 0.05,
             "ci_high": 0.35,
+            "provenance": "measured",
         }
         for i in (1, 2)
     ]
@@ -93,7 +95,7 @@ def shipping(method: str = "sft") -> Evidence:
                                            "metrics": {"preference_accuracy": 0.6}}  # fmt: skip
         evidence.comparisons.append(
             {"comparison_id": "cmp-pref", "suite_id": "heldout-preference-p", "baseline_result_id": "base-pref",
-             "candidate_result_id": "held", "delta": 0.1, "ci_low": 0.02, "ci_high": 0.18}
+             "candidate_result_id": "held", "delta": 0.1, "ci_low": 0.02, "ci_high": 0.18, "provenance": "measured"}
         )  # fmt: skip
     card = build_runcard(evidence, claim_tier="narrow", decision="pending", limitations=["tiny suite"], creator="a")
     evidence.runcards = [{"card_id": "c1", "claim_tier": "narrow", "card": card}]

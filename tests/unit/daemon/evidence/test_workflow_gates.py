@@ -29,6 +29,7 @@ def reward_result(result_id: str, accuracy: float, **details: Any) -> dict[str, 
         "suite_id": "heldout-reward-x",
         "run_id": "rm-1",
         "status": "completed",
+        "provenance": "measured",
         "metrics": {"pair_accuracy": accuracy, "ece": 0.05, "longer_rejected_accuracy": 0.9, "leaked_pairs": 0.0},
         "details": {
             "dataset_sha256": "2" * 64,
@@ -63,6 +64,7 @@ def evidence_for(method: str, result: dict[str, Any], suite: dict[str, Any]) -> 
         "delta": 0.3,
         "ci_low": 0.1,
         "ci_high": 0.5,
+        "provenance": "measured",
     }
     baseline = {**copy.deepcopy(result), "result_id": "base", "run_id": None}
     evidence = Evidence(
@@ -132,7 +134,7 @@ def test_a_reward_model_no_run_was_rewarded_by_does_not_ship_and_says_how_to_use
     evidence.downstream = [{"run_id": "grpo-1", "comparisons": []}]
     verdict = gate(evidence)
     downstream = next(b for b in verdict["blockers"] if b["code"] == "reward_model_downstream_missing")
-    assert "grpo-1 used it, uncompared" in downstream["message"]
+    assert "grpo-1 used it, with no measured comparison" in downstream["message"]
     assert "grpo_reward_source reward_model" in downstream["next_action"]
 
 
@@ -142,6 +144,7 @@ def retrieval_result(contamination: float = 0.0, **metrics: float) -> dict[str, 
         "suite_id": "retrieval-x",
         "run_id": "rm-1",
         "status": "completed",
+        "provenance": "measured",
         "metrics": {"ndcg@10": 0.6, "hard.ndcg@10": 0.4, "contamination": contamination, **metrics},
         "details": {"trained_on": "1" * 64},
     }
