@@ -44,6 +44,8 @@ def _eval_args(parser: argparse.ArgumentParser) -> None:
         "takes as evidence",
     )
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
+    parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens a model may generate per answer")
+    parser.add_argument("--seed", type=int, default=0, help="the sampling seed")
     parser.add_argument("--min-holdout-pass-at-1", type=float, default=0.0, help="the holdout gate's pass@1 bar")
     parser.add_argument("--compute-target", default="local", help="local or ssh:<device_id>")
     parser.add_argument(
@@ -75,6 +77,8 @@ async def eval_run(ctx: Ctx) -> int:
         "split": a.split,
         "limit_tasks": a.limit_tasks,
         "temperature": a.temperature,
+        "max_new_tokens": a.max_new_tokens,
+        "seed": a.seed,
         "min_holdout_pass_at_1": a.min_holdout_pass_at_1,
         "dataset_path": await upload_for(ctx, Path(a.dataset_path).expanduser(), a.project) if a.dataset_path else None,
         "corpus_path": await upload_for(ctx, Path(a.corpus_path).expanduser(), a.project) if a.corpus_path else None,

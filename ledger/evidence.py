@@ -6,6 +6,7 @@ import json
 from typing import Any, Literal
 
 from bashgym.client.errors import InvalidInput, NotFound
+from bashgym.client.likeness import likeness
 from bashgym.client.redaction import redact_text
 from bashgym.client.specs import (
     AliasMove,
@@ -169,6 +170,9 @@ def record_comparison(
             hint="Evaluate both models on one suite, then compare those results.",
         )
     check_payload(spec.details, field="details")
+    # Whether the two were made alike is the ledger's to say, from their settings, whatever a caller claimed.
+    made = likeness(*({"details": json.loads(r["details_json"] or "{}")} for r in results))
+    spec = spec.model_copy(update={"details": {**spec.details, **made}})
     identity = {**spec.model_dump(exclude={"comparison_id"}), "provenance": provenance}
     comparison_id = spec.comparison_id or content_id("cmp", identity)
     row, replayed = tx.put(

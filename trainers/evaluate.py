@@ -178,11 +178,21 @@ def evaluate(request: EvalRequest, eval_dir: Path, emit: Any) -> dict[str, Any]:
             rank.append((seen[task.task_family], position))
             seen[task.task_family] += 1
         tasks = [tasks[position] for _, position in sorted(rank)[: request.limit_tasks]]
-    # Fewer tasks than the split holds is another suite: its own id, labelled partial, never the suite's evidence.
+    # A split of the suite, or fewer tasks than the split holds, is another suite: its own id, labelled partial,
+    # never the whole suite's evidence.
+    split_id = suite.suite_id if request.split == "all" else f"{suite.suite_id}.{request.split}"
+    limited = len(tasks) < chosen_from
     partial = (
-        {"of_suite": suite.suite_id, "tasks": len(tasks), "of_tasks": chosen_from} if len(tasks) < chosen_from else None
+        {
+            "of_suite": suite.suite_id,
+            **({"split": request.split} if request.split != "all" else {}),
+            "tasks": len(tasks),
+            "of_tasks": chosen_from,
+        }
+        if limited or request.split != "all"
+        else None
     )
-    suite_id = partial_suite_id(suite.suite_id, len(tasks), chosen_from) if partial else suite.suite_id
+    suite_id = partial_suite_id(split_id, len(tasks), chosen_from) if limited else split_id
     generate, placement = (_gold, None) if request.model == GOLD else _sampler(request)
     isolation = probe_isolation()
     emit(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bashgym.client.errors import Conflict, NotFound, RuleRejected
+from bashgym.client.likeness import described, evaluate_alike, likeness, settings_of
 from bashgym.client.specs import Actor, ComparisonSpec, EvalResultSpec, EvalSuiteSpec
 from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
@@ -27,7 +28,7 @@ from bashgym.daemon.request_paths import Reach, held_blob, model_files
 from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
-from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
+from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest, score_settings
 from bashgym.trainers.contracts.evidence import paired_bootstrap
 from bashgym.trainers.contracts.placement import DeviceChoice, ran_alike, ran_on
 from bashgym.trainers.environments.retrieval import shipped_retrieval_split
@@ -50,10 +51,11 @@ def terminal_suite_spec(suite: SuiteDefinition) -> EvalSuiteSpec:
 
 
 def partial_suite_spec(summary: dict[str, Any]) -> EvalSuiteSpec:
-    """A `--limit-tasks` subset of a terminal-task suite: its own id and kind, pinned by the whole suite's digest
-    and the subset's size."""
+    """A `--limit-tasks` subset or a `--split` of a terminal-task suite: its own id and kind, pinned by the whole
+    suite's digest, the split and the subset's size."""
     partial = summary["partial"]
-    digest = sha256_text(f"{summary['suite_digest']}:{partial['tasks']}:{partial['of_tasks']}")
+    split = f":{partial['split']}" if partial.get("split") else ""  # none: the digest a limit alone always had
+    digest = sha256_text(f"{summary['suite_digest']}:{partial['tasks']}:{partial['of_tasks']}{split}")
     return EvalSuiteSpec.model_validate(
         {
             "suite_id": summary["suite_id"],
@@ -493,6 +495,7 @@ class EvaluationService:
         if summary.get("kind") in HELDOUT_CONTRACTS:
             return await self._record_heldout(actor, ws, project, eval_dir, job, attempt_id, summary, model_files)
         attempts_sha, _ = await self.blobs.put_file(eval_dir / "attempts.jsonl")
+        request = EvalRequest.model_validate_json(await asyncio.to_thread((eval_dir / "eval_request.json").read_text))
         if summary.get("partial"):  # a subset of the suite is a suite of its own, which no gate takes for the whole
             await self.ledger.register_eval_suite(actor, ws, project, partial_suite_spec(summary))
             job["suite_id"] = summary["suite_id"]
@@ -518,6 +521,7 @@ class EvaluationService:
             "suite_digest": summary["suite_digest"],
             "partial": summary.get("partial"),
             "attempts_sha256": attempts_sha,
+            "settings": score_settings(request),
             "model_files": model_files,  # the evaluated files' sha256 by path (None: the gold solutions)
         }
         spec = EvalResultSpec(
@@ -575,6 +579,7 @@ class EvaluationService:
             **{key: summary[key] for key in WORKFLOW_DETAILS if key in summary},
             "cpu_threads": summary.get("cpu_threads"),
             "placement": summary.get("placement"),
+            "settings": score_settings(request),
             "model_files": model_files,
             "per_task": {
                 tid: {"family": t["family"], "pass@1": t["pass@1"]}
@@ -643,6 +648,16 @@ class EvaluationService:
         # Where each side's model ran: bfloat16 on a GPU does not sample bit for bit as float32 on a CPU, so a
         # comparison across placements says so (the notice shows it).
         base_ran, cand_ran = ran_on(baseline.get("details") or {}, candidate.get("details") or {})
+        made = likeness(baseline, candidate)
+        if made["unlike"]:  # a gain of the settings, not of the model
+            raise RuleRejected(
+                f"Results {baseline['result_id']} and {candidate['result_id']} were evaluated unlike "
+                f"({described(made['unlike'])}: baseline, then candidate); a comparison of them would measure the "
+                "settings, not the models.",
+                hint="Evaluate the baseline's model as the candidate was, then compare those results: "
+                + evaluate_alike(project, baseline, settings_of(candidate) or {}),
+                details={"unlike": made["unlike"]},
+            )
         suite = next((x for x in listing["suites"] if x["suite_id"] == baseline["suite_id"]), None)
         primary = suite["scoring_contract"]["primary_metric"] if suite else "pass@1"
         spec = ComparisonSpec(
@@ -658,6 +673,7 @@ class EvaluationService:
                 "method": "paired cluster bootstrap by task_family",
                 "ran_on": {"baseline": base_ran, "candidate": cand_ran},
                 "ran_alike": ran_alike(base_ran, cand_ran),
+                **made,
             },
         )
         # Measured when both results are: the ledger records one standing on an asserted figure as asserted.

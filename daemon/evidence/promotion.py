@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bashgym.client.likeness import described, evaluate_alike, settings_of
+
 TERMINAL_SUITE_KIND = "terminal_tasks"
 # A `--limit-tasks` subset of a suite: recorded under its own id, never taken as the suite's evidence.
 PARTIAL_SUITE_KIND = "terminal_tasks_partial"
@@ -21,6 +23,12 @@ UNASSIGNED = "unassigned"
 # results (ledger migration 16). `asserted` ones were imported (or stand on an imported figure); `unrecorded` ones
 # were recorded before the ledger kept provenance.
 MEASURED = "measured"
+
+
+def made_alike(comparison: dict[str, Any]) -> bool:
+    """Whether a comparison's two results were evaluated with the same settings (client/likeness.py): False where
+    they differ, and where a side recorded none (nothing shows they were alike)."""
+    return (comparison.get("details") or {}).get("alike") is True
 
 
 @dataclass(frozen=True)
@@ -54,14 +62,17 @@ class Evidence:
         """What the gate counts: the measured results and comparisons (and the comparisons' baselines, measured
         too), with every other record of the run in `set_aside`."""
         results = [r for r in self.results if r.get("provenance") == MEASURED]
-        comparisons = [c for c in self.comparisons if c.get("provenance") == MEASURED]
+        comparisons = [c for c in self.comparisons if c.get("provenance") == MEASURED and made_alike(c)]
         compared = {c["baseline_result_id"] for c in comparisons}
         return replace(
             self,
             results=results,
             comparisons=comparisons,
             baselines={rid: b for rid, b in self.baselines.items() if rid in compared},
-            set_aside=[x for x in (*self.results, *self.comparisons) if x.get("provenance") != MEASURED],
+            set_aside=[
+                *(r for r in self.results if r not in results),
+                *(c for c in self.comparisons if c not in comparisons),
+            ],
         )
 
     def is_partial(self, suite_id: str) -> bool:
@@ -250,7 +261,8 @@ def _checks(evidence: Evidence) -> list[Finding]:
             "partial_suite_only",
             f"Every evaluation covered part of its suite ({', '.join(sorted({r['suite_id'] for r in finished}))}): "
             "a partial suite is a quick look, never the suite's evidence.",
-            "Evaluate on the whole suite: bashgym eval run --run RUN without --limit-tasks.",
+            f"Evaluate on the whole suite: bashgym eval run --project {run['project_id']} --run {run['run_id']} "
+            "(without --limit-tasks or --split holdout; the whole suite holds the holdout families too).",
         )
     elif not completed and not _set_aside(e, "result_id"):  # else the provenance finding names the cause
         fail("no_evaluation", "The run has no completed evaluation.", "bashgym eval run --run RUN --suite SUITE")
@@ -264,6 +276,7 @@ def _checks(evidence: Evidence) -> list[Finding]:
             "bashgym eval compare --baseline RESULT --candidate RESULT",
         )
     found += _provenance_checks(e, lacking=not completed or not comparisons)
+    found += _unlike_checks(evidence, e.set_aside, lacking=not comparisons)
     if not e.runcards:
         fail("runcard_missing", "The run has no RunCard.", "bashgym runcard create --run RUN")
     found += _method_checks(e, completed)
@@ -297,7 +310,10 @@ def _provenance_checks(e: Evidence, *, lacking: bool) -> list[Finding]:
     found = []
     for provenance, (code, cause) in UNCOUNTED.items():
         records = [
-            x for x in e.set_aside if ("asserted" if x.get("provenance") == "asserted" else "unrecorded") == provenance
+            x
+            for x in e.set_aside
+            if x.get("provenance") != MEASURED
+            and ("asserted" if x.get("provenance") == "asserted" else "unrecorded") == provenance
         ]
         if not records:
             continue
@@ -311,6 +327,43 @@ def _provenance_checks(e: Evidence, *, lacking: bool) -> list[Finding]:
                 f"Evaluate with the daemon's evaluator: bashgym eval run --project {project} --run {run} (and the "
                 "baseline the same way, --model-version VERSION), then bashgym eval compare --baseline RESULT "
                 "--candidate RESULT of those measured results.",
+            )
+        )
+    return found
+
+
+def _unlike_checks(evidence: Evidence, set_aside: list[dict[str, Any]], *, lacking: bool) -> list[Finding]:
+    """A comparison of results evaluated unlike (or with no settings recorded) is never counted: one finding per
+    comparison, naming the settings that differ and the command that evaluates the baseline alike. Blockers where
+    no counted comparison remains, warnings where one does."""
+    project = evidence.run["project_id"]
+    results = {r["result_id"]: r for r in (*evidence.results, *evidence.baselines.values())}
+    found = []
+    for comparison in set_aside:
+        if "comparison_id" not in comparison or made_alike(comparison):
+            continue
+        details = comparison.get("details") or {}
+        baseline = results.get(comparison["baseline_result_id"]) or {"result_id": comparison["baseline_result_id"]}
+        candidate = results.get(comparison["candidate_result_id"]) or {}
+        differ = details.get("unlike") or {}
+        cause = (
+            f"compares results evaluated unlike ({described(differ)}: baseline, then candidate)"
+            if differ
+            else "compares results that recorded no evaluation settings, so nothing shows they were made alike"
+        )
+        settings = settings_of(candidate)
+        again = (
+            evaluate_alike(project, baseline, settings)
+            if settings
+            else f"bashgym eval run --project {project} for both models, with the same settings"
+        )
+        found.append(
+            Finding(
+                "unlike_comparison",
+                "fail" if lacking else "warn",
+                f"Comparison {comparison['comparison_id']} {cause}; the gate never counts it.",
+                f"Evaluate the baseline's model as the candidate was ({again}), then bashgym eval compare --project "
+                f"{project} --baseline NEW_RESULT --candidate {comparison['candidate_result_id']}.",
             )
         )
     return found

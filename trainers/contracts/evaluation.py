@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
 
 from bashgym.trainers.contracts.placement import DeviceChoice
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,3 +35,52 @@ class EvalRequest(BaseModel):
     min_holdout_pass_at_1: float = Field(0.0, ge=0.0, le=1.0)
     limit_tasks: int | None = Field(None, ge=1)
     device: DeviceChoice = "auto"  # auto: a CUDA GPU with room for the model (bfloat16), else the CPU (float32)
+
+
+# The request's settings that change an evaluation's score, by kind: two results compare only when these (and the
+# evaluator's version) are equal. The model's placement is recorded apart (details.placement, ran_on).
+SCORE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "terminal_tasks": ("samples", "temperature", "max_new_tokens", "seed", "split", "limit_tasks"),
+    "heldout": ("max_new_tokens", "limit_tasks"),  # greedy generation of the first limit_tasks rows
+    "reward_pairs": ("seed", "limit_tasks"),  # the seed draws a baseline's untrained head
+    "retrieval": ("limit_tasks",),
+}
+# The evaluator's code: a change to any of these may change a score, so it is part of the evaluator's version.
+EVALUATOR_SOURCES = (
+    "evaluate.py",
+    "heldout_eval.py",
+    "reward_eval.py",
+    "loading.py",
+    "environments",
+    "retrieval",
+    "contracts/evidence.py",
+    "contracts/evaluation.py",
+)
+
+
+@cache
+def evaluator_version() -> str:
+    """`bashgym <version>+<sha256[:12] of the evaluator's sources>`: evaluations made by different code do not
+    compare, even within one release. Blocking (reads the sources once)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("bashgym")
+    except PackageNotFoundError:
+        release = "0.0.0+unknown"
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for name in EVALUATOR_SOURCES:
+        path = root / name
+        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(f"{source.relative_to(root)}\0".encode() + source.read_bytes() + b"\0")
+    return f"bashgym {release}+{digest.hexdigest()[:12]}"
+
+
+def score_settings(request: EvalRequest) -> dict[str, Any]:
+    """What a result records as `details.settings`: the settings of its kind that change a score, and the
+    evaluator's version."""
+    return {
+        **{name: getattr(request, name) for name in SCORE_SETTINGS[request.kind]},
+        "evaluator": evaluator_version(),
+    }

@@ -65,6 +65,7 @@ def shipping(method: str = "sft") -> Evidence:
             "ci_low": 0.05,
             "ci_high": 0.35,
             "provenance": "measured",
+            "details": {"alike": True, "unlike": {}},  # the two results were evaluated with the same settings
         }
         for i in (1, 2)
     ]
@@ -95,7 +96,8 @@ def shipping(method: str = "sft") -> Evidence:
                                            "metrics": {"preference_accuracy": 0.6}}  # fmt: skip
         evidence.comparisons.append(
             {"comparison_id": "cmp-pref", "suite_id": "heldout-preference-p", "baseline_result_id": "base-pref",
-             "candidate_result_id": "held", "delta": 0.1, "ci_low": 0.02, "ci_high": 0.18, "provenance": "measured"}
+             "candidate_result_id": "held", "delta": 0.1, "ci_low": 0.02, "ci_high": 0.18, "provenance": "measured",
+             "details": {"alike": True, "unlike": {}}}
         )  # fmt: skip
     card = build_runcard(evidence, claim_tier="narrow", decision="pending", limitations=["tiny suite"], creator="a")
     evidence.runcards = [{"card_id": "c1", "claim_tier": "narrow", "card": card}]
@@ -158,6 +160,16 @@ BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
     # The holdout fell 0.3 against base-1 (0.4) where the comparison's CI half-width is 0.15.
     "holdout_regression": ("sft", lambda e: e.results[0]["metrics"].update({"holdout.pass@1": 0.1})),
     "partial_suite_only": ("sft", _set("suites.bash-tasks-v1.kind", "terminal_tasks_partial")),
+    # Both comparisons' baselines were sampled at another temperature: neither counts.
+    "unlike_comparison": (
+        "sft",
+        lambda e: [
+            c["details"].update(alike=False, unlike={"temperature": {"baseline": 0.7, "candidate": 0.0}})
+            for c in e.comparisons
+        ],
+    ),
+    "evidence_asserted": ("sft", lambda e: [c.update(provenance="asserted") for c in e.comparisons]),
+    "evidence_provenance_unrecorded": ("sft", lambda e: [r.pop("provenance") for r in e.results]),
     "masked_token_metrics_missing": (
         "session_distillation",
         lambda e: e.run["metric_summary"].pop("train.session_distillation_kl"),
@@ -254,3 +266,12 @@ def test_a_grpo_run_whose_groups_never_varied_says_it_learned_nothing() -> None:
     assert card["known_limitations"][0] == "tiny" and "the run learned nothing" in card["known_limitations"][1]
     evidence.run["metric_summary"]["train.frac_zero_std_groups"]["min"] = 0.5
     assert learned_nothing(evidence.run) is None
+
+
+def test_an_unlike_comparison_beside_a_like_one_is_named_in_a_warning() -> None:
+    evidence = shipping()
+    evidence.comparisons[1]["details"] = {"alike": False, "unlike": {"seed": {"baseline": 1, "candidate": 0}}}
+    verdict = gate(evidence)
+    assert verdict["ship"], verdict["blockers"]
+    (warning,) = [w for w in verdict["warnings"] if w["code"] == "unlike_comparison"]
+    assert "cmp-2" in warning["message"] and "seed 1 and 0" in warning["message"]

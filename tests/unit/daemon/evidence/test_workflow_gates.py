@@ -65,6 +65,7 @@ def evidence_for(method: str, result: dict[str, Any], suite: dict[str, Any]) -> 
         "ci_low": 0.1,
         "ci_high": 0.5,
         "provenance": "measured",
+        "details": {"alike": True, "unlike": {}},
     }
     baseline = {**copy.deepcopy(result), "result_id": "base", "run_id": None}
     evidence = Evidence(
