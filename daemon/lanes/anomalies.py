@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 SPIKE_FACTOR = 2.0
 SPIKE_WARMUP = 5
+NO_GRADIENT_STEPS = 3  # zero-gradient GRPO steps in a row, of no known cause, that make an anomaly
 
 
 @dataclass
@@ -23,6 +24,7 @@ class AnomalyWatch:
     method: str
     _losses: list[float] = field(default_factory=list)
     _reported: set[str] = field(default_factory=set)
+    _zero_gradient_steps: int = 0
 
     def mark_reported(self, kind: str) -> None:
         """An anomaly already recorded (before a daemon restart) is not recorded again."""
@@ -42,6 +44,8 @@ class AnomalyWatch:
                     step,
                 )
             )
+        if self.method in {"grpo", "rlvr"}:
+            found += self._gradient(step, metrics)
         fresh = [a for a in found if a.kind not in self._reported]
         self._reported.update(a.kind for a in fresh)
         return fresh
@@ -60,6 +64,28 @@ class AnomalyWatch:
                 step,
             )
         ]
+
+    def _gradient(self, step: int, metrics: dict[str, float]) -> list[Anomaly]:
+        """A GRPO/RLVR step that trained nothing: a zero gradient where every completion was truncated (and masked
+        out of the loss) or every group was filtered, or for NO_GRADIENT_STEPS logged steps in a row."""
+        norm = metrics.get("train.grad_norm")
+        if norm is None:
+            return []
+        self._zero_gradient_steps = self._zero_gradient_steps + 1 if norm == 0.0 else 0
+        if norm != 0.0:
+            return []
+        causes = []
+        if metrics.get("train.truncated_fraction") == 1.0:
+            causes.append(
+                "every completion hit max_completion_length and was masked out of the loss (raise "
+                "grpo_max_completion_length; the terminal_rl_tmax_like profile masks truncated completions)"
+            )
+        if metrics.get("train.frac_zero_std_groups") == 1.0:
+            causes.append("every group's rewards were equal, so filter_zero_std_groups took each out of the loss")
+        if not causes and self._zero_gradient_steps < NO_GRADIENT_STEPS:
+            return []
+        why = "; ".join(causes) or f"the gradient was zero for {self._zero_gradient_steps} logged steps in a row"
+        return [Anomaly("no_gradient", f"Step {step} trained nothing (grad norm 0): {why}.", step)]
 
     def _loss(self, step: int, loss: float) -> list[Anomaly]:
         if not math.isfinite(loss):

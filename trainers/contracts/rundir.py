@@ -40,6 +40,9 @@ CANONICAL_METRICS = {
     "rewards/margins": "train.dpo_margin",
     "rewards/accuracies": "train.dpo_accuracy",
     "entropy": "train.entropy",
+    # GRPOTrainer: the share of completions that hit max_completion_length (masked out of the loss when
+    # mask_truncated_completions is on).
+    "completions/clipped_ratio": "train.truncated_fraction",
     "mean_token_accuracy": "train.mean_token_accuracy",
     # RewardTrainer: the share of a batch's pairs scored the right way round, and the mean score gap.
     "accuracy": "train.pair_accuracy",

@@ -4,6 +4,7 @@ trained reward model's score of each prompt and completion."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import torch
@@ -42,28 +43,54 @@ GRPO_CONFIG_KEYS = (
 
 
 class FilteringGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer, with groups whose rewards did not vary taken out of the loss (filter_zero_std_groups).
+    """TRL's GRPOTrainer, with groups whose rewards did not vary taken out of the loss (filter_zero_std_groups),
+    and `entropy` measured on the policy's tokens, not on the loss's mask.
 
     Such a group's advantages are all zero, so its policy term is zero; left in, its tokens still count in the
     loss's normaliser (dapo divides by every completion token of the batch), diluting the groups that do teach,
-    and a KL term (beta > 0) would still pull on them."""
+    and a KL term (beta > 0) would still pull on them. The filter goes into the loss mask only (TRL's `tool_mask`,
+    which multiplies completion_mask in the loss): the completions stay visible to attention, so what the model
+    computes for them is what it computes when sampling.
+
+    TRL averages `entropy` over the loss mask: with every group filtered it logged 0.0 for a policy whose entropy
+    was 6.88, and the kept groups' entropy otherwise. It is the mean over every completion token the model saw
+    (completion_mask: all but the padding, and the truncated completions TRL masks), NaN (not logged) where there
+    is none."""
 
     def __init__(self, *args: Any, filter_zero_std_groups: bool, group_size: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.filter_zero_std_groups = filter_zero_std_groups
         self.group_size = group_size
+        self._entropies: torch.Tensor | None = None
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         training = self.model is not None and self.model.training
         if not (self.filter_zero_std_groups and training):
             return output
-        mask = output["completion_mask"] * taught_rows(output["advantages"], self.group_size).unsqueeze(1)
-        output["completion_mask"] = mask.to(output["completion_mask"].dtype)
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
-        output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        completion_mask = output["completion_mask"]
+        taught = taught_rows(output["advantages"], self.group_size).unsqueeze(1).to(completion_mask.dtype)
+        output["tool_mask"] = output.get("tool_mask", torch.ones_like(completion_mask)) * taught
+        output["num_items_in_batch"] = self.accelerator.gather((completion_mask * output["tool_mask"]).sum()).sum()
         return output
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+        answer = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if kwargs.get("compute_entropy"):
+            self._entropies = answer[1]
+        return answer
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        self._entropies = None
+        loss: torch.Tensor = super()._compute_loss(model, inputs)
+        mode = "train" if self.model is not None and self.model.training else "eval"
+        logged = self._metrics[mode]["entropy"]
+        if self._entropies is not None and logged:
+            seen = inputs["completion_mask"].to(self._entropies.dtype)
+            local = torch.stack([(self._entropies.detach() * seen).sum(), seen.sum()])
+            total, tokens = self.accelerator.reduce(local, reduction="sum").tolist()
+            logged[-1] = total / tokens if tokens else math.nan
+        return loss
 
 
 def taught_rows(advantages: torch.Tensor, group_size: int) -> torch.Tensor:

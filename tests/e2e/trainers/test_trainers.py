@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bashgym.daemon.lanes.anomalies import AnomalyWatch
 from bashgym.trainers.contracts.rundir import EXIT_CANCELLED, EXIT_FAILED, EXIT_PAUSED, sha256_file
 from bashgym.trainers.tiny import build_tiny
 from safetensors.torch import load_file
@@ -357,3 +358,52 @@ def test_rlvr_rows_whose_command_verifiers_name_different_files_train(models: di
     assert code == 0, (run_dir / "training.log").read_text()[-3000:]
     rewards = [e["metrics"]["train.reward_mean"] for e in events if e["event"] == "progress"]
     assert rewards == [1.0], "every row's check found its own file"
+
+
+def failing_checks(data: Path) -> None:
+    """The GRPO rows again, each with a check that always fails: every group's rewards are equal."""
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    write_jsonl(data, [{**row, "verifier": {**row["verifier"], "check": "false"}} for row in rows])
+
+
+@pytest.mark.slow  # the cheaper entropy test below stays in the default suite, and the rule's unit tests
+def test_a_grpo_step_that_trains_nothing_logs_the_policys_entropy_and_why(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    # One-token completions: each hits max_completion_length and is masked out of the loss; a check that always
+    # fails makes every group's rewards equal, so each group is filtered too. TRL logged entropy 0.0 here (its
+    # mean over the loss's empty mask) for a policy whose entropy is far from it.
+    # The DAPO-style profile masks truncated completions out of the loss.
+    run_dir = make_run(
+        tmp_path, models, "grpo", training_profile="terminal_rl_tmax_like", grpo_num_generations=4,
+        grpo_max_completion_length=1, logging_steps=1,
+    )  # fmt: skip
+    failing_checks(tmp_path / "grpo.jsonl")
+    code, events = run_trainer(run_dir)
+    assert code == 0, (run_dir / "training.log").read_text()[-3000:]
+    steps = [e["metrics"] for e in events if e["event"] == "progress" and "train.grad_norm" in e["metrics"]]
+    assert len(steps) == 3, events
+    for metrics in steps:
+        assert metrics["train.truncated_fraction"] == 1.0 and metrics["train.frac_zero_std_groups"] == 1.0
+        assert metrics["train.grad_norm"] == 0.0, metrics
+        # Every completion was truncated and masked: the model saw none of its tokens, so no entropy is claimed.
+        assert "train.entropy" not in metrics, metrics
+    # The daemon's watch names the cause once.
+    watch = AnomalyWatch("grpo")
+    anomalies = [a for step, m in enumerate(steps, start=1) for a in watch.observe(step, m)]
+    assert [(a.kind, a.step) for a in anomalies] == [("no_gradient", 1)]
+    assert "max_completion_length" in anomalies[0].detail and "filter_zero_std_groups" in anomalies[0].detail
+
+
+def test_grpo_entropy_is_the_policys_on_every_token_it_saw_not_the_kept_groups(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    # Completions that end inside the limit, rewards all equal: every group is filtered out of the loss, and the
+    # entropy is still the policy's (TRL's mean over the loss mask said 0.0).
+    run_dir = make_run(tmp_path, models, "grpo", logging_steps=1)
+    failing_checks(tmp_path / "grpo.jsonl")
+    code, events = run_trainer(run_dir)
+    assert code == 0, (run_dir / "training.log").read_text()[-3000:]
+    steps = [e["metrics"] for e in events if e["event"] == "progress" and "train.grad_norm" in e["metrics"]]
+    assert steps and all(m["train.frac_zero_std_groups"] == 1.0 and m["train.grad_norm"] == 0.0 for m in steps)
+    assert all(m["train.entropy"] > 1.0 for m in steps), steps
