@@ -36,6 +36,7 @@ from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_no_credentials, check_unisolated_checks, has_command_checks
+from bashgym.daemon.model_identity import check_model_identity
 from bashgym.daemon.request_paths import Reach, model_files
 from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
@@ -231,6 +232,7 @@ class TrainingService:
         device = await check_lane(self.ledger, self.settings, self._environ, workspace, request)
         await self._check_profile(workspace, request)
         await self._check_dataset(request)
+        model_check = await check_model_identity(self.ledger, workspace, request)
         reward_model_version = request.grpo_reward_model
         request = await self._with_reward_model(workspace, request)
         await self._check_command_checks(workspace, request, device)
@@ -263,6 +265,8 @@ class TrainingService:
             config={
                 **request.model_dump(mode="json", exclude={"tracking_context"}),
                 "dataset_sha256": dataset_sha256,
+                # How base_model was held to the model version the context names (model_identity).
+                **({"model_check": model_check} if model_check else {}),
                 # The model version GRPO's rewards come from (grpo_reward_model holds its directory here).
                 **({"grpo_reward_model_version_id": reward_model_version} if reward_model_version else {}),
                 # The NeMo Data Store dataset the job trains on, and the digest of the bytes uploaded there.
@@ -367,9 +371,10 @@ class TrainingService:
         except BashGymError as exc:
             refused(exc)
             lane = {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
-        checks: list[Callable[[], Awaitable[None]]] = [
+        checks: list[Callable[[], Awaitable[object]]] = [
             lambda: self._check_profile(workspace, request),
             lambda: self._check_dataset(request),
+            lambda: check_model_identity(self.ledger, workspace, request),
             lambda: self._check_reward_model(workspace, request),
         ]
         if lane["ready"]:

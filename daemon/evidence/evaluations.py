@@ -18,7 +18,14 @@ from bashgym.client.validation import sha256_text
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
-from bashgym.daemon.evidence.sources import COMPLETE, hub_models_loaded, run_model_dir
+from bashgym.daemon.evidence.sources import (
+    COMPLETE,
+    differing_files,
+    hub_models_loaded,
+    kept_files,
+    run_files,
+    run_model_dir,
+)
 from bashgym.daemon.external.hub_access import fetch_for_project
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.admission import trainer_python
@@ -339,6 +346,7 @@ class EvaluationService:
                 raise Conflict(f"Run {body.run_id} is {run['status']}; only a completed run's model can be evaluated.")
             kept = run_model_dir(self.settings, body.run_id)
             if await asyncio.to_thread(kept.is_dir):
+                await check_kept_files(run, kept)
                 return str(kept), run["attempts"][-1]["attempt_id"]
             raise RuleRejected(
                 f"Run {body.run_id} kept no model files in {kept.parent}.",
@@ -678,6 +686,29 @@ class EvaluationService:
         )
         # Measured when both results are: the ledger records one standing on an asserted figure as asserted.
         return (await self.ledger.record_comparison(actor, ws, project, spec, provenance="measured")).record
+
+
+async def check_kept_files(run: dict[str, Any], kept: Path) -> None:
+    """A run's model is evaluated as its run recorded it, or not at all: every file of its kept directory is hashed
+    again and compared with the run's artifacts, so replaced weights are never measured in the run's name."""
+    recorded = kept_files(run_files(run), kept.name)
+    if not recorded:
+        raise RuleRejected(
+            f"Run {run['run_id']} recorded no artifacts under {kept.name}/, so its files in {kept} cannot be checked; "
+            "nothing was evaluated.",
+            hint="Evaluate a registered model version instead (--model-version).",
+        )
+    differing = await asyncio.to_thread(differing_files, kept, recorded)
+    if differing:
+        raise RuleRejected(
+            f"Run {run['run_id']}'s files in {kept} are not the ones it recorded: {', '.join(differing)}; nothing "
+            "was evaluated or recorded.",
+            hint="Put the run's own files back (their sha256 are its artifacts: bashgym training status "
+            f"{run['run_id']} --project {run['project_id']} --json), "
+            "or register what the directory holds as a model version (bashgym model register --dir) and evaluate "
+            "that.",
+            details={"files": differing},
+        )
 
 
 def _model_file_digests(eval_dir: Path) -> dict[str, str] | None:

@@ -20,6 +20,7 @@ from typing import Any
 from bashgym.client.errors import RuleRejected
 from bashgym.client.specs import ModelVersionSpec
 from bashgym.client.validation import HUB, hub_repo_of
+from bashgym.daemon.blobs import file_digest
 from bashgym.daemon.settings import Settings
 from bashgym.trainers.contracts.evaluation import GOLD, EvalRequest
 
@@ -43,7 +44,6 @@ def run_model_spec(run: dict[str, Any], *, version_id: str, model_id: str) -> Mo
         )
     if not run.get("artifacts"):
         raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to register.")
-    prefix = f"{RUNS}{run['run_id']}/"
     return ModelVersionSpec.model_validate(
         {
             "model_version_id": version_id[:128],
@@ -51,10 +51,7 @@ def run_model_spec(run: dict[str, Any], *, version_id: str, model_id: str) -> Mo
             "source_uri": f"{RUNS}{run['run_id']}",
             "parent_version_id": run.get("model_version_id"),
             "kind": kind_of_method(str(run.get("method"))),
-            "files": [
-                {"path": a["uri"].removeprefix(prefix), "sha256": a["sha256"], "size_bytes": a["size_bytes"]}
-                for a in run["artifacts"]
-            ],
+            "files": run_files(run),
         }
     )
 
@@ -64,6 +61,36 @@ def run_model_dir(settings: Settings, run_id: str) -> Path:
     run_dir = settings.runs_dir / run_id
     merged = run_dir / "merged"
     return merged if merged.is_dir() else run_dir / "final"
+
+
+def kept_files(files: list[dict[str, Any]], directory: str) -> dict[str, str]:
+    """The sha256 of each recorded file under `directory` (a run's `final` or `merged`), by its path there: what a
+    run's kept model is made of, from the files its run or its version recorded by their path in the run."""
+    prefix = f"{directory}/"
+    return {str(f["path"]).removeprefix(prefix): str(f["sha256"]) for f in files if str(f["path"]).startswith(prefix)}
+
+
+def run_files(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's recorded artifacts as files by their path in its run directory."""
+    prefix = f"{RUNS}{run['run_id']}/"
+    return [
+        {"path": a["uri"].removeprefix(prefix), "sha256": a["sha256"], "size_bytes": a["size_bytes"]}
+        for a in run.get("artifacts") or []
+    ]
+
+
+def differing_files(directory: Path, recorded: dict[str, str]) -> list[str]:
+    """Each file of `directory` that is not as `recorded` (sha256 by relative path) says so: missing, other bytes,
+    or not recorded at all (a planted file is loaded too). Empty when the directory is exactly what was recorded.
+    Blocking: it hashes every file."""
+    found = {str(p.relative_to(directory)): p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE}
+    problems = []
+    for path, sha256 in sorted(recorded.items()):
+        if path not in found:
+            problems.append(f"{path} (missing)")
+        elif (actual := file_digest(found[path])[0]) != sha256:
+            problems.append(f"{path} (sha256 {actual[:12]}, recorded {sha256[:12]})")
+    return problems + [f"{path} (not recorded)" for path in sorted(found.keys() - recorded.keys())]
 
 
 def stored_model_dir(settings: Settings, ws: str, project: str, record: dict[str, Any], held: dict[str, Path]) -> Path:
