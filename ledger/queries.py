@@ -284,6 +284,15 @@ def get_model_version(conn: sqlite3.Connection, ws: str, project: str, version: 
     return to_record(row)
 
 
+def alias_holder(conn: sqlite3.Connection, ws: str, project: str, alias: str) -> str | None:
+    """The model version an alias points at now, if it is set."""
+    row = conn.execute(
+        "SELECT model_version_id FROM model_aliases WHERE workspace_id = ? AND project_id = ? AND alias = ?",
+        (ws, project, alias),
+    ).fetchone()
+    return str(row["model_version_id"]) if row is not None else None
+
+
 def find_environment(conn: sqlite3.Connection, ws: str, project: str, environment: str | None) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT * FROM environments WHERE workspace_id = ? AND project_id = ? AND environment_id = ?",

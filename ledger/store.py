@@ -704,6 +704,7 @@ class Ledger:
     get_report = reads(queries.get_report)
 
     get_model_version = reads(queries.get_model_version)
+    alias_holder = reads(queries.alias_holder)
     runs_rewarded_by = reads(queries.runs_rewarded_by)
 
     find_environment = reads(queries.find_environment)

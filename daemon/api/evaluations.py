@@ -9,9 +9,16 @@ from bashgym.client.specs import AliasMove, DecisionSpec
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody
+from bashgym.daemon.evidence.gathering import alias_holder, record_gate, register_run_model, run_model_version_id
 from bashgym.daemon.evidence.gathering import gather_evidence as gather
-from bashgym.daemon.evidence.gathering import record_gate, register_run_model
-from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate, validate_runcard
+from bashgym.daemon.evidence.promotion import (
+    Evidence,
+    build_runcard,
+    default_claim_tier,
+    gate,
+    overclaim,
+    validate_runcard,
+)
 from bashgym.daemon.request_paths import data_reference
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,6 +101,8 @@ async def evaluation_compare(call: EvalCall, project: str, body: CompareBody) ->
 @router.post("/projects/{project}/runs/{run_id}/runcards", status_code=201)
 async def runcard_create(call: CardCall, project: str, run_id: str, body: RunCardBody) -> Response:
     evidence = await gather_evidence(call, project, run_id)
+    if body.claim_tier and (refused := overclaim(evidence, body.claim_tier)) is not None:
+        raise RuleRejected(f"Run {run_id}: {refused.message}", hint=refused.next_action)
     card = build_runcard(
         evidence,
         claim_tier=body.claim_tier or default_claim_tier(evidence),
@@ -134,6 +143,10 @@ async def promotion_gate(call: ReadCall, project: str, run_id: str, asked_by: st
 @router.post("/projects/{project}/runs/{run_id}/promote", status_code=201)
 async def promotion_decide(call: DecideCall, project: str, run_id: str, body: DecideBody) -> Response:
     evidence = await gather_evidence(call, project, run_id)
+    # The alias's current holder is a baseline the run must beat too (unless the run's own model holds it already).
+    holder = await alias_holder(call.services.ledger, call.workspace, project, body.alias)
+    if holder is not None and holder["model_version_id"] != (body.model_version_id or run_model_version_id(run_id)):
+        evidence.alias_holder = holder
     verdict = gate(evidence)
     await _record_gate(call, project, evidence, verdict, "decide")
     if not verdict["ship"] and body.override_reason is None:

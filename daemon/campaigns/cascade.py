@@ -14,10 +14,10 @@ What ships:
   result it is compared with). An intermediate stage is compared with the previous stage (the first with the
   starting model's baseline), so it ships only when it improves on the model it started from;
 - the final stage, whose model is what the cascade produces, is also compared with the starting model's baseline
-  on the whole suite, held-out families included, and carded `broad`: the gate's safety and holdout checks run
-  against the starting model too, and the cascade adds two blockers of its own: no improvement over the starting
-  model (`cascade_no_gain_over_start`) and a regression against the previous stage whose CI excludes zero
-  (`cascade_regressed_from_previous_stage`).
+  on the whole suite, held-out families included, and carded `broad` where its evidence supports it (see
+  promotion.supported_tier): the gate's safety and holdout checks run against the starting model too, and the
+  cascade adds two blockers of its own: no improvement over the starting model (`cascade_no_gain_over_start`)
+  and a regression against the previous stage whose CI excludes zero (`cascade_regressed_from_previous_stage`).
 A stage that does not ship stops the cascade in `blocked`, its blockers on the iteration and in the reason.
 """
 
@@ -30,7 +30,7 @@ from bashgym.client.specs import Actor
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.evaluations import CompareBody, EvaluationService
 from bashgym.daemon.evidence.gathering import gather_evidence, record_gate, register_run_model
-from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate
+from bashgym.daemon.evidence.promotion import Evidence, build_runcard, default_claim_tier, gate, supported_tier
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.campaigns import add_stages
 from bashgym.ledger.store import Ledger
@@ -235,8 +235,8 @@ class CascadeSteps:
         """The stage run's RunCard, written once (the same evidence gives the same content-addressed card)."""
         runner = self.runner
         tier = default_claim_tier(evidence)
-        # The final stage is judged on the whole suite, held-out families included, against the starting model.
-        if final and tier == "narrow":
+        # The final stage claims broad where its evidence supports it (supported_tier): a card never claims more.
+        if final and supported_tier(evidence)[0] == "broad":
             tier = "broad"
         content = build_runcard(
             evidence,

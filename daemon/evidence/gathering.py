@@ -28,9 +28,10 @@ async def gather_evidence(ledger: Ledger, ws: str, project: str, run_id: str) ->
     suites = {s["suite_id"]: s for s in listing["suites"]}
     runcards = await ledger.runcards_of_run(ws, project, run_id)
     environment = await ledger.find_environment(ws, project, run.get("environment_id"))
-    base_model_id = None
+    base_model_id, start_version = None, None
     if run.get("model_version_id"):
-        base_model_id = (await ledger.get_model_version(ws, project, run["model_version_id"]))["model_id"]
+        start_version = await ledger.get_model_version(ws, project, run["model_version_id"])
+        base_model_id = start_version["model_id"]
     environment_digest = environment["runtime_digest"] if environment else None
     baseline_models = {}  # which model each baseline evaluated: distillation asks for the teacher among them
     for result_id, baseline in baselines.items():
@@ -49,7 +50,16 @@ async def gather_evidence(ledger: Ledger, ws: str, project: str, run_id: str) ->
         base_model_id,
         baseline_models,
         downstream,
+        start_version=start_version,
     )
+
+
+async def alias_holder(ledger: Ledger, ws: str, project: str, alias: str) -> dict[str, Any] | None:
+    """The model version `alias` points at now (its record, with `alias`): what `promote decide` must beat."""
+    holder = await ledger.alias_holder(ws, project, alias)
+    if holder is None:
+        return None
+    return {**await ledger.get_model_version(ws, project, holder), "alias": alias}
 
 
 async def _downstream(ledger: Ledger, ws: str, project: str, run: dict[str, Any]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bashgym.client.likeness import described, evaluate_alike, settings_of
+from bashgym.daemon.evidence.sources import RUNS
 
 TERMINAL_SUITE_KIND = "terminal_tasks"
 # A `--limit-tasks` subset of a suite: recorded under its own id, never taken as the suite's evidence.
@@ -57,6 +58,11 @@ class Evidence:
     downstream: list[dict[str, Any]] = field(default_factory=list)
     # Results and comparisons the gate does not count, since the daemon did not measure them (`counted` fills it).
     set_aside: list[dict[str, Any]] = field(default_factory=list)
+    # The model version the run started from (its record; only its id where the ledger has none): the baseline whose
+    # comparison can ship the run. Any other baseline is context.
+    start_version: dict[str, Any] | None = None
+    # Where `promote decide` is to move an alias that a model version holds: the holder's record, with `alias`.
+    alias_holder: dict[str, Any] | None = None
 
     def counted(self) -> Evidence:
         """What the gate counts: the measured results and comparisons (and the comparisons' baselines, measured
@@ -111,17 +117,60 @@ def learned_nothing(run: dict[str, Any]) -> str | None:
     return None
 
 
+# The claim tiers from least to most, and the fewest whole suites on which a run must be compared (measured) with the
+# model version it started from before its card may claim `broad`: one suite is a narrow claim about that suite.
+TIERS = ("local_smoke", "narrow", "broad")
+BROAD_MIN_SUITES = 2
+
+
+def trained_steps(run: dict[str, Any]) -> int:
+    """The last optimizer step the run logged a metric at."""
+    summary = run.get("metric_summary") or {}
+    return max((m.get("last_step") or 0 for m in summary.values() if isinstance(m, dict)), default=0)
+
+
+def supported_tier(evidence: Evidence) -> tuple[str, str]:
+    """The highest tier the measured evidence supports, and why it supports no higher one: `local_smoke` below the
+    method's minimum steps or evaluated on partial suites only; `broad` once compared with the model version it
+    started from on BROAD_MIN_SUITES whole suites; else `narrow`."""
+    e = evidence.counted()
+    method, steps = e.run["method"], trained_steps(e.run)
+    minimum = MIN_STEPS.get(method, 0)
+    if steps < minimum:
+        return "local_smoke", f"it trained {steps} steps, below {method}'s minimum of {minimum} for a quality claim"
+    finished = [r for r in e.results if r["status"] == "completed"]
+    if finished and all(e.is_partial(r["suite_id"]) for r in finished):
+        suites = ", ".join(sorted({r["suite_id"] for r in finished}))
+        return "local_smoke", f"every measured evaluation covered part of its suite ({suites})"
+    whole = [c for c in e.comparisons if not e.is_partial(c["suite_id"])]
+    suites_compared = sorted({c["suite_id"] for c in compared_with(e, whole, start_version_of(e))})
+    if len(suites_compared) < BROAD_MIN_SUITES:
+        return "narrow", (
+            f"it is compared with the model version it started from ({start_id(e) or 'none named'}) on "
+            f"{len(suites_compared)} whole suite(s) ({', '.join(suites_compared) or 'none'}); broad needs "
+            f"{BROAD_MIN_SUITES}"
+        )
+    return "broad", f"compared with its start on {', '.join(suites_compared)}"
+
+
 def default_claim_tier(evidence: Evidence) -> str:
-    """`local_smoke` for a run below its method's minimum steps or evaluated on partial suites only (it never
-    ships), else `narrow`."""
-    summary = evidence.run.get("metric_summary") or {}
-    steps = max((m.get("last_step") or 0 for m in summary.values() if isinstance(m, dict)), default=0)
-    if steps < MIN_STEPS.get(evidence.run["method"], 0):
-        return "local_smoke"
-    finished = [r for r in evidence.results if r["status"] == "completed"]
-    if finished and all(evidence.is_partial(r["suite_id"]) for r in finished):
-        return "local_smoke"
-    return "narrow"
+    """The tier of a card left without one: the evidence's, `narrow` at most (`broad` is claimed, never assumed)."""
+    return min(supported_tier(evidence)[0], "narrow", key=TIERS.index)
+
+
+def overclaim(evidence: Evidence, claimed: str) -> Finding | None:
+    """`smoke_claim` for a tier above what the run's measured evidence supports: refused when a card is made,
+    blocked by the gate for a card made before the evidence changed (or before this check)."""
+    supported, why = supported_tier(evidence)
+    if TIERS.index(claimed) <= TIERS.index(supported):
+        return None
+    return Finding(
+        "smoke_claim",
+        "fail",
+        f"The RunCard claims {claimed}, but the evidence supports {supported}: {why}.",
+        f"Card it as {supported} (bashgym runcard create --run RUN --claim-tier {supported}), or train and "
+        "evaluate for the claim.",
+    )
 
 
 def build_runcard(
@@ -239,6 +288,7 @@ def _checks(evidence: Evidence) -> list[Finding]:
             "The RunCard claims local_smoke: a smoke run is not a quality claim.",
             "Run the real recipe and card it as narrow or broad.",
         )
+    found += filter(None, [overclaim(e, e.runcards[0]["claim_tier"]) if e.runcards else None])
     if not run.get("metric_summary"):
         fail(
             "metrics_missing",
@@ -380,19 +430,108 @@ def _named(records: list[dict[str, Any]]) -> str:
     return " and ".join(parts)
 
 
-def _comparison_checks(e: Evidence, comparisons: list[dict[str, Any]]) -> list[Finding]:
-    found = []
-    if not any((c.get("delta") or 0) > 0 and c.get("ci_low") is not None and c["ci_low"] > 0 for c in comparisons):
-        best = max(comparisons, key=lambda c: c.get("delta") or 0)
-        found.append(
-            Finding(
-                "no_improvement",
-                "fail",
-                f"No comparison shows an improvement whose 95% CI excludes zero (best delta {best.get('delta')}, "
-                f"CI [{best.get('ci_low')}, {best.get('ci_high')}]).",
-                "Improve the model, or evaluate with more samples so the interval narrows.",
-            )
+def start_version_of(e: Evidence) -> dict[str, Any] | None:
+    """The model version the run started from: its record, or only its id where the ledger has none."""
+    start = e.run.get("model_version_id")
+    if not start:
+        return None
+    return e.start_version or {"model_version_id": start}
+
+
+def evaluated(result: dict[str, Any], version: dict[str, Any] | None) -> bool:
+    """Whether a result evaluated a model version: the version itself, or the run whose kept model it is."""
+    if not version:
+        return False
+    if result.get("model_version_id") == version["model_version_id"]:
+        return True
+    return bool(result.get("run_id")) and version.get("source_uri") == f"{RUNS}{result['run_id']}"
+
+
+def compared_with(
+    e: Evidence, comparisons: list[dict[str, Any]], version: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The comparisons whose baseline evaluated `version`."""
+    return [c for c in comparisons if evaluated(e.baselines.get(c["baseline_result_id"]) or {}, version)]
+
+
+def _improvement(comparisons: list[dict[str, Any]], against: str) -> Finding | None:
+    """`no_improvement` unless one of the comparisons shows a gain whose 95% CI excludes zero."""
+    if any((c.get("delta") or 0) > 0 and c.get("ci_low") is not None and c["ci_low"] > 0 for c in comparisons):
+        return None
+    best = max(comparisons, key=lambda c: c.get("delta") or 0)
+    return Finding(
+        "no_improvement",
+        "fail",
+        f"No comparison against {against} shows an improvement whose 95% CI excludes zero (best delta "
+        f"{best.get('delta')}, CI [{best.get('ci_low')}, {best.get('ci_high')}]).",
+        "Improve the model, or evaluate with more samples so the interval narrows.",
+    )
+
+
+def _baseline_checks(e: Evidence, comparisons: list[dict[str, Any]]) -> list[Finding]:
+    """What ships a run is its gain over the model version it started from (and over the holder of the alias it is
+    to take): a comparison against any other model is context, shown and never counted."""
+    start = start_version_of(e)
+    against_start = compared_with(e, comparisons, start)
+    found: list[Finding] = []
+    if against_start:
+        found += filter(None, [_improvement(against_start, f"the start model version {start_id(e)}")])
+    else:
+        found.append(_uncompared("start_baseline_missing", e, comparisons, start, "the model version it started from"))
+    holder = e.alias_holder
+    if holder and (not start or holder["model_version_id"] != start["model_version_id"]):
+        against_holder = compared_with(e, comparisons, holder)
+        what = f"model version {holder['model_version_id']}, which holds alias {holder['alias']}"
+        if not against_holder:
+            found.append(_uncompared("alias_holder_baseline_missing", e, comparisons, holder, what))
+        elif (finding := _improvement(against_holder, what)) is not None:
+            found.append(replace(finding, code="alias_holder_not_improved"))
+    return found
+
+
+def start_id(e: Evidence) -> str | None:
+    return str(e.run["model_version_id"]) if e.run.get("model_version_id") else None
+
+
+def _uncompared(
+    code: str, e: Evidence, comparisons: list[dict[str, Any]], version: dict[str, Any] | None, what: str
+) -> Finding:
+    """A missing comparison against `version`: what the run was compared with instead (context), and the commands
+    that measure the one that counts."""
+    run, project = e.run["run_id"], e.run["project_id"]
+    if version is None:
+        return Finding(
+            code,
+            "fail",
+            f"Run {run} names no model version it started from, so no comparison can show its own gain.",
+            "Train it again with a tracking context that names its model version (bashgym training plan lists "
+            "missing_context_fields).",
         )
+    others = sorted({_baseline_subject(e, c) for c in comparisons})
+    candidate = comparisons[0]["candidate_result_id"] if comparisons else "RESULT"
+    return Finding(
+        code,
+        "fail",
+        f"Run {run} has no measured whole-suite comparison against {what} ({version['model_version_id']}). Its "
+        f"comparisons against {', '.join(others) or 'nothing'} are context, not evidence of its own gain.",
+        f"bashgym eval run --project {project} --model-version {version['model_version_id']} on the same suite as "
+        f"result {candidate} (with its --dataset-path for a data suite), then bashgym eval compare --project "
+        f"{project} --baseline THAT_RESULT --candidate {candidate}.",
+    )
+
+
+def _baseline_subject(e: Evidence, comparison: dict[str, Any]) -> str:
+    """What a comparison's baseline evaluated: a model version, a run's model, or the gold solutions."""
+    baseline = e.baselines.get(comparison["baseline_result_id"]) or {}
+    if baseline.get("model_version_id"):
+        return f"model version {baseline['model_version_id']}"
+    if baseline.get("run_id"):
+        return f"run {baseline['run_id']}"
+    return f"result {comparison['baseline_result_id']}"
+
+
+def _comparison_checks(e: Evidence, comparisons: list[dict[str, Any]]) -> list[Finding]:
+    found = _baseline_checks(e, comparisons)
     for comparison in comparisons:
         candidate = next((r for r in e.results if r["result_id"] == comparison["candidate_result_id"]), None)
         baseline = e.baselines.get(comparison["baseline_result_id"])
@@ -532,8 +671,8 @@ def _method_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Finding
 
 
 def _distillation_checks(e: Evidence) -> list[Finding]:
-    """A distilled student is compared, on whole suites, against the base student it started from and against
-    the teacher it learned from, each identified by the model its baseline evaluated."""
+    """A distilled student is compared, on whole suites, against the base student it started from (as every run is,
+    `_baseline_checks`) and against the teacher it learned from, identified by the model its baseline evaluated."""
     run = e.run
     config = run.get("config") or {}
     metadata = ((config.get("tracking_context") or {}).get("metadata")) or {}
@@ -543,18 +682,7 @@ def _distillation_checks(e: Evidence) -> list[Finding]:
         for c in e.comparisons
         if not e.is_partial(c["suite_id"])
     ]
-    found = []
-    student = run.get("model_version_id")
-    if not student or not any(result.get("model_version_id") == student for result, _ in baselines):
-        found.append(
-            Finding(
-                "distillation_student_baseline_missing",
-                "fail",
-                "No comparison against the base student (the model version the run started from"
-                + (f", {student})." if student else "; the run names none)."),
-                "Evaluate the base student's model version on the same suite and compare the run to it.",
-            )
-        )
+    found = []  # the base student (the model version it started from) is every run's start_baseline_missing
     if not teacher:
         found.append(
             Finding(

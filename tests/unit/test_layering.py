@@ -30,6 +30,7 @@ VOCABULARY = (
     "bashgym.client.states",
     "bashgym.client.redaction",
     "bashgym.client.external",  # the specs of external jobs and plans
+    "bashgym.client.likeness",  # what makes two evaluation results comparable
 )
 # The API's request and response models, and notices as text: what the daemon serves and adapters read.
 CONTRACT = (*VOCABULARY, "bashgym.client.models", "bashgym.client.render")

@@ -134,9 +134,10 @@ def test_gold_solutions_pass_the_whole_suite_and_the_tiny_model_is_measured(
     gate = cli(env, "promote", "gate", "--project", PROJECT, "--run", judged, "--json")
     assert gate.code == 7
     blockers = {b["code"] for b in gate.json()["blockers"]}
-    assert blockers == {"no_improvement", "holdout_regression", "smoke_claim"}, gate.stdout  # the why of any other
+    # The gold solutions are no model the run started from: the comparison is context, and the start's is asked for.
+    assert blockers == {"start_baseline_missing", "holdout_regression", "smoke_claim"}, gate.stdout
     refused = cli(env, "promote", "decide", "--project", PROJECT, "--run", judged, "--alias", "champion")
-    assert refused.code == 7 and "no_improvement" in refused.stderr
+    assert refused.code == 7 and "start_baseline_missing" in refused.stderr
 
 
 def test_results_on_different_suites_do_not_compare(evidence_daemon: RunningDaemon, trained: str) -> None:

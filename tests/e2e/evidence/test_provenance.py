@@ -125,8 +125,7 @@ def test_typed_in_results_and_comparisons_never_ship_a_run(
     daemon: RunningDaemon, trained: str, typed_in: dict[str, str], rita: str
 ) -> None:
     env = as_token(daemon, rita)
-    card = cli(env, "runcard", "create", "--project", PROJECT, "--run", trained, "--claim-tier", "narrow",
-               "--limitation", "tiny", "--json")  # fmt: skip
+    card = cli(env, "runcard", "create", "--project", PROJECT, "--run", trained, "--limitation", "tiny", "--json")
     assert card.code == 0, card.stdout + card.stderr
 
     gate = cli(env, "promote", "gate", "--project", PROJECT, "--run", trained, "--json")

@@ -38,7 +38,12 @@ def result(result_id: str, pass_at_1: float, *, run_id: str | None = "run-1", **
 
 
 def shipping(method: str = "sft") -> Evidence:
-    metrics = {"train.loss": {"count": 10}, "train.reward_std": {"count": 10}, "train.dpo_accuracy": {"count": 5}}
+    # 200 steps: above every method's minimum, so a narrow card is within what the evidence supports.
+    metrics = {
+        "train.loss": {"count": 10, "last_step": 200},
+        "train.reward_std": {"count": 10},
+        "train.dpo_accuracy": {"count": 5},
+    }
     metrics |= {"train.session_distillation_kl": {"count": 5}}
     run = {
         "run_id": "run-1",
@@ -153,7 +158,8 @@ BREAKS: dict[str, tuple[str, Callable[[Evidence], None]]] = {
     ),
     # The candidate's holdout has nothing to be judged against: the baseline was evaluated without it.
     "holdout_uncompared": ("sft", lambda e: e.baselines["base-1"]["metrics"].pop("holdout.pass@1")),
-    "distillation_student_baseline_missing": ("distillation", _set("baselines.base-1.model_version_id", "mv-x")),
+    # base-1 evaluated another model than the one the run started from (mv-student): context, not evidence.
+    "start_baseline_missing": ("distillation", _set("baselines.base-1.model_version_id", "mv-x")),
     "distillation_teacher_baseline_missing": ("distillation", lambda e: e.comparisons.pop()),
     "distillation_teacher_unnamed": ("distillation", _set("run.config.teacher_model", None)),
     "unassigned_run": ("sft", _set("run.project_id", "unassigned")),
@@ -275,3 +281,73 @@ def test_an_unlike_comparison_beside_a_like_one_is_named_in_a_warning() -> None:
     assert verdict["ship"], verdict["blockers"]
     (warning,) = [w for w in verdict["warnings"] if w["code"] == "unlike_comparison"]
     assert "cmp-2" in warning["message"] and "seed 1 and 0" in warning["message"]
+
+
+def test_a_gain_over_another_model_is_context_and_only_the_start_comparison_counts() -> None:
+    """Issue 51, finding 3: a run that scored exactly its start shipped on a comparison with an older, weaker
+    model."""
+    evidence = shipping()
+    evidence.comparisons[0].update(delta=0.0, ci_low=0.0, ci_high=0.0)  # against mv-student, where it started
+    verdict = gate(evidence)
+    assert not verdict["ship"]
+    blocker = next(b for b in verdict["blockers"] if b["code"] == "no_improvement")
+    assert "against the start model version mv-student" in blocker["message"], blocker
+
+    evidence.comparisons = evidence.comparisons[1:]  # only the stranger (mv-teacher) is left
+    blocker = next(b for b in gate(evidence)["blockers"] if b["code"] == "start_baseline_missing")
+    assert "(mv-student)" in blocker["message"] and "model version mv-teacher are context" in blocker["message"]
+    assert "bashgym eval run --project p --model-version mv-student" in blocker["next_action"]
+    assert "bashgym eval compare --project p --baseline THAT_RESULT --candidate cand" in blocker["next_action"]
+
+
+def test_a_run_started_from_a_runs_kept_model_counts_that_runs_evaluation_as_its_start() -> None:
+    """A cascade stage starts from mv-<previous run>, whose evaluation names the run, not the version."""
+    evidence = shipping()
+    evidence.run["model_version_id"] = "mv-prev"
+    evidence.start_version = {"model_version_id": "mv-prev", "source_uri": "bashgym://runs/prev"}
+    evidence.baselines["base-1"] = {**evidence.baselines["base-1"], "model_version_id": None, "run_id": "prev"}
+    assert gate(evidence)["ship"], gate(evidence)["blockers"]
+    evidence.baselines["base-1"]["run_id"] = "other"
+    assert "start_baseline_missing" in {b["code"] for b in gate(evidence)["blockers"]}
+
+
+def test_an_alias_moves_only_to_a_run_that_beats_its_holder() -> None:
+    evidence = shipping()
+    evidence.alias_holder = {"model_version_id": "mv-champ", "alias": "champion", "source_uri": "file:///m"}
+    blocker = next(b for b in gate(evidence)["blockers"] if b["code"] == "alias_holder_baseline_missing")
+    assert "model version mv-champ, which holds alias champion" in blocker["message"]
+    assert "--model-version mv-champ" in blocker["next_action"]
+
+    evidence.baselines["base-2"]["model_version_id"] = "mv-champ"  # compared with the holder: +0.2, CI clear of 0
+    assert gate(evidence)["ship"], gate(evidence)["blockers"]
+    evidence.comparisons[1].update(delta=0.01, ci_low=-0.05)
+    assert [b["code"] for b in gate(evidence)["blockers"]] == ["alias_holder_not_improved"]
+    evidence.alias_holder["model_version_id"] = "mv-student"  # the start holds it: the start comparison says it
+    assert gate(evidence)["ship"]
+
+
+def test_a_card_may_claim_no_more_than_its_evidence_supports() -> None:
+    """Issue 51, finding 8: a narrow card on an 8-step run never raised smoke_claim."""
+    from bashgym.daemon.evidence.promotion import supported_tier
+
+    evidence = shipping()
+    evidence.run["metric_summary"]["train.loss"]["last_step"] = 8
+    blocker = next(b for b in gate(evidence)["blockers"] if b["code"] == "smoke_claim")
+    assert (
+        "claims narrow, but the evidence supports local_smoke: it trained 8 steps, below sft's minimum of 100"
+        in (blocker["message"])
+    )
+
+    evidence.run["metric_summary"]["train.loss"]["last_step"] = 200
+    evidence.runcards[0]["claim_tier"] = "broad"  # one whole suite compared with the start
+    blocker = next(b for b in gate(evidence)["blockers"] if b["code"] == "smoke_claim")
+    assert (
+        "supports narrow" in blocker["message"]
+        and "on 1 whole suite(s) (bash-tasks-v1); broad needs 2" in (blocker["message"])
+    )
+    second = {**evidence.suites["bash-tasks-v1"], "suite_id": "other-suite"}
+    evidence.suites["other-suite"] = second
+    evidence.comparisons.append({**evidence.comparisons[0], "comparison_id": "cmp-3", "suite_id": "other-suite"})
+    assert supported_tier(evidence)[0] == "broad" and gate(evidence)["ship"], gate(evidence)["blockers"]
+    evidence.comparisons[-1]["provenance"] = "asserted"  # only measured comparisons support a tier
+    assert supported_tier(evidence)[0] == "narrow"

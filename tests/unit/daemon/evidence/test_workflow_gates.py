@@ -55,6 +55,7 @@ def evidence_for(method: str, result: dict[str, Any], suite: dict[str, Any]) -> 
         "artifacts": [],
         "config": {"dataset_sha256": "1" * 64},
         "context_status": "verified",
+        "model_version_id": "mv-base",  # the model it started from, which the pinned baseline evaluated
     }
     comparison = {
         "comparison_id": "cmp",
@@ -67,7 +68,7 @@ def evidence_for(method: str, result: dict[str, Any], suite: dict[str, Any]) -> 
         "provenance": "measured",
         "details": {"alike": True, "unlike": {}},
     }
-    baseline = {**copy.deepcopy(result), "result_id": "base", "run_id": None}
+    baseline = {**copy.deepcopy(result), "result_id": "base", "run_id": None, "model_version_id": "mv-base"}
     evidence = Evidence(
         run=run,
         results=[result],
