@@ -10,7 +10,7 @@ from typing import Any
 from bashgym.client.errors import NotFound
 from bashgym.client.specs import Actor
 from bashgym.client.validation import canonical_json, check_identifier, sha256_text
-from bashgym.daemon.evidence.promotion import MEASURED, Evidence
+from bashgym.daemon.evidence.promotion import Evidence, downstream_of
 from bashgym.daemon.evidence.sources import run_model_spec
 from bashgym.ledger.store import Ledger
 
@@ -63,19 +63,10 @@ async def alias_holder(ledger: Ledger, ws: str, project: str, alias: str) -> dic
 
 
 async def _downstream(ledger: Ledger, ws: str, project: str, run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The project's runs rewarded by this reward model, each with the measured comparisons recorded for its
-    results: a reward model's downstream evidence."""
+    """The project's runs rewarded by this reward model, each with what its own evidence shows against its start
+    (promotion.downstream_of): a reward model's downstream evidence."""
     rewarded = await ledger.runs_rewarded_by(ws, project, run["run_id"])
-    if not rewarded:
-        return []
-    listing = await ledger.list_evaluations(ws, project)
-    used = []
-    for candidate in rewarded:
-        results = [r["result_id"] for r in listing["results"] if r.get("run_id") == candidate["run_id"]]
-        compared = await ledger.comparisons_with_candidates(ws, project, results) if results else []
-        measured = [c["comparison_id"] for c in compared if c.get("provenance") == MEASURED]
-        used.append({"run_id": candidate["run_id"], "comparisons": measured})
-    return used
+    return [downstream_of(await gather_evidence(ledger, ws, project, policy["run_id"])) for policy in rewarded]
 
 
 def evidence_digest(evidence: Evidence, verdict: dict[str, Any]) -> str:

@@ -916,19 +916,58 @@ def _length_bias(result: dict[str, Any]) -> list[Finding]:
     return found
 
 
+def downstream_of(policy: Evidence) -> dict[str, Any]:
+    """What a policy rewarded by a reward model shows of it: the measured, alike, whole-suite comparisons against
+    the policy's own start (`against_start`), those of them whose 95% CI lies above zero (`comparisons`: the
+    downstream evidence), and its other measured comparisons (`context`: a partial suite, another baseline)."""
+    counted = policy.counted()
+    whole = [c for c in counted.comparisons if not counted.is_partial(c["suite_id"])]
+    against_start = compared_with(counted, whole, start_version_of(counted))
+    shown = [c for c in against_start if (c.get("delta") or 0) > 0 and (c.get("ci_low") or 0) > 0]
+    started = {c["comparison_id"] for c in against_start}
+    return {
+        "run_id": policy.run["run_id"],
+        "start": policy.run.get("model_version_id"),
+        "comparisons": [c["comparison_id"] for c in shown],
+        "against_start": [
+            {"comparison_id": c["comparison_id"], "delta": c.get("delta"), "ci": [c.get("ci_low"), c.get("ci_high")]}
+            for c in against_start
+        ],
+        "context": [c["comparison_id"] for c in counted.comparisons if c["comparison_id"] not in started],
+    }
+
+
 def _downstream_checks(e: Evidence) -> list[Finding]:
-    used = [run for run in e.downstream if run.get("comparisons")]
-    if used:
+    """A reward model ships once a policy it rewarded beat that policy's own start on a whole suite (measured,
+    alike, a 95% CI above zero): a comparison on a partial suite, against another model, or with no gain is not
+    downstream evidence, and the finding says which each run has."""
+    if any(run.get("comparisons") for run in e.downstream):
         return []
-    named = ", ".join(sorted(run["run_id"] for run in e.downstream))
+    said = []
+    for run in sorted(e.downstream, key=lambda r: r["run_id"]):
+        if run.get("against_start"):
+            best = max(run["against_start"], key=lambda c: c.get("delta") or 0)
+            low, high = best["ci"]
+            said.append(
+                f"{run['run_id']} was compared with its start {run.get('start')} and showed no gain (best delta "
+                f"{best.get('delta')}, CI [{low}, {high}])"
+            )
+        elif run.get("context"):
+            said.append(
+                f"{run['run_id']} has only comparisons on partial suites or against other models than its start "
+                f"{run.get('start') or '(none named)'} ({', '.join(run['context'])}), which are context"
+            )
+        else:
+            said.append(f"{run['run_id']} used it, with no measured comparison")
     return [
         Finding(
             "reward_model_downstream_missing",
             "fail",
-            "No downstream comparison: no run rewarded by this model has been compared against a baseline by the "
-            "daemon's evaluator" + (f" ({named} used it, with no measured comparison)." if named else "."),
-            "Register the model (bashgym model register --run RUN), train GRPO with grpo_reward_source "
-            "reward_model and grpo_reward_model set to that version, then evaluate and compare that run.",
+            "No downstream evidence: no run rewarded by this model beat its own start on a whole suite with a 95% CI "
+            "above zero, measured by the daemon's evaluator" + (f" ({'; '.join(said)})." if said else "."),
+            "Register the model (bashgym model register --run RUN), train GRPO from a registered model version with "
+            "grpo_reward_source reward_model and grpo_reward_model set to that version, then evaluate that run and "
+            "its start (--model-version START) on a whole suite and compare them.",
         )
     ]
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from bashgym.daemon.evidence.promotion import Evidence, build_runcard, gate
+from bashgym.daemon.evidence.promotion import Evidence, build_runcard, downstream_of, gate
+
+from tests.unit.daemon.evidence.test_promotion_gate import shipping
 
 REWARD_SUITE = {
     "suite_id": "heldout-reward-x",
@@ -162,3 +164,27 @@ def test_a_retriever_without_a_retrieval_evaluation_does_not_ship() -> None:
     evidence = evidence_for("embedding_retriever", reward_result("cand", 0.9), REWARD_SUITE)
     blockers, _ = codes(evidence)
     assert "retrieval_evaluation_missing" in blockers
+
+
+def test_downstream_evidence_is_a_whole_suite_gain_over_the_policys_own_start() -> None:
+    """Issue 51, finding 7: a reward model shipped on any downstream comparison (a partial suite, delta 0.0)."""
+    policy = shipping("grpo")  # compared with its start mv-student (+0.2, CI [0.05, 0.35]) and with mv-teacher
+    assert downstream_of(policy)["comparisons"] == ["cmp-1"]
+
+    rewarded = reward_evidence()
+    flat = copy.deepcopy(policy)
+    flat.comparisons[0].update(delta=0.0, ci_low=0.0, ci_high=0.0)  # scored exactly its start
+    rewarded.downstream = [downstream_of(flat)]
+    blocker = next(b for b in gate(rewarded)["blockers"] if b["code"] == "reward_model_downstream_missing")
+    assert "run-1 was compared with its start mv-student and showed no gain (best delta 0.0" in blocker["message"]
+
+    partial = copy.deepcopy(policy)
+    partial.suites["bash-tasks-v1"]["kind"] = "terminal_tasks_partial"  # every comparison on a partial suite
+    rewarded.downstream = [downstream_of(partial)]
+    blocker = next(b for b in gate(rewarded)["blockers"] if b["code"] == "reward_model_downstream_missing")
+    assert "only comparisons on partial suites or against other models" in blocker["message"], blocker
+    assert "cmp-1, cmp-2" in blocker["message"]
+
+    stranger = copy.deepcopy(policy)
+    stranger.comparisons = stranger.comparisons[1:]  # a gain over mv-teacher only: context
+    assert downstream_of(stranger)["comparisons"] == [] and downstream_of(stranger)["context"] == ["cmp-2"]
