@@ -26,10 +26,14 @@ def _validate_args(parser: argparse.ArgumentParser) -> None:
         help="the training method (--strategy, its former name, is accepted too)",
     )  # fmt: skip
     parser.add_argument("--dataset", required=True, type=input_file, help="the JSONL dataset file")
+    parser.add_argument(
+        "--config", type=input_file,
+        help="the --config file of training plan/start: the rows are read as that request reads them",
+    )  # fmt: skip
     parser.add_argument("--teacher-model", help="distillation: the pinned teacher, when rows lack teacher_response")
     parser.add_argument(
-        "--reward-source", choices=("verifier", "reward_model"), default="verifier",
-        help="grpo: rows rewarded by a reward model need a prompt only (default: verifier)",
+        "--reward-source", choices=("verifier", "reward_model"),
+        help="grpo: rows rewarded by a reward model need a prompt only (default: --config's, else verifier)",
     )  # fmt: skip
     parser.add_argument("--max-errors", type=int, default=1000, help="list at most this many errors (all are counted)")
 
@@ -40,9 +44,16 @@ def _validate_args(parser: argparse.ArgumentParser) -> None:
 async def training_validate(ctx: Ctx) -> int:
     a = ctx.args
     dataset = Path(a.dataset).expanduser()
+    # The request's fields that decide how its rows are read: the ones plan and start read from --config.
+    try:
+        config = merge_config_file(read_json_file(a.config, what="config")) if a.config else {}
+    except InvalidRequest as exc:
+        raise InvalidInput(str(exc)) from exc
+    teacher_model = _one_value("teacher_model", a.teacher_model, config)
+    reward_source = _one_value("grpo_reward_source", a.reward_source, config) or "verifier"
     try:
         report = validate_dataset(
-            a.method, dataset, teacher_model=a.teacher_model, reward_source=a.reward_source, max_errors=a.max_errors
+            a.method, dataset, teacher_model=teacher_model, reward_source=reward_source, max_errors=a.max_errors
         )
     except FileNotFoundError as exc:
         raise InvalidInput(str(exc), hint="Pass the JSONL file with --dataset.") from exc
@@ -55,6 +66,18 @@ async def training_validate(ctx: Ctx) -> int:
     else:
         sys.stderr.write(format_report(report) + "\n")
     return EXIT_OK if report.ok else EXIT_RULE
+
+
+def _one_value(field: str, flag: str | None, config: dict[str, Any]) -> str | None:
+    """A field given by its flag or by --config, refused where the two disagree."""
+    if flag is not None and field in config and config[field] != flag:
+        raise InvalidInput(
+            f"{field} is {flag!r} on the command line and {config[field]!r} in --config; the rows are read as one "
+            "request reads them.",
+            hint="Drop the flag, or make the two agree.",
+        )
+    value = flag if flag is not None else config.get(field)
+    return None if value is None else str(value)
 
 
 def _request_args(parser: argparse.ArgumentParser) -> None:

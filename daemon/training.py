@@ -44,6 +44,7 @@ from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.datasets import format_report, leaked_pairs, validate_request_data
 from bashgym.trainers.contracts.fields import Capabilities, model_problems, refusals
 from bashgym.trainers.contracts.request import TrainingRequest
+from packaging.version import Version
 
 log = logging.getLogger("bashgym.training")
 
@@ -230,23 +231,10 @@ class TrainingService:
         check_no_credentials(request)  # the API checked it already; a campaign's or the demo's launch too
         request = await shaped_for_lane(self.ledger, workspace, request)
         device = await check_lane(self.ledger, self.settings, self._environ, workspace, request)
-        await self._check_profile(workspace, request)
-        await self._check_dataset(request)
-        model_check = await check_model_identity(self.ledger, workspace, request)
         reward_model_version = request.grpo_reward_model
-        request = await self._with_reward_model(workspace, request)
-        await self._check_command_checks(workspace, request, device)
-        await self._check_trainer_would_take(workspace, request, device)
-        dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
+        request, found = await self._launch_checks(workspace, request, device, lane_ready=True)
+        model_check, dataset_sha256 = found["model_check"], found["dataset_sha256"]
         context, _ = context_in_workspace(request.tracking_context, workspace)
-        if context is not None and context.dataset_content_digest != dataset_sha256:
-            raise RuleRejected(
-                f"dataset_path has sha256 {dataset_sha256[:12]}, but the tracking context names dataset version "
-                f"{context.dataset_version_id!r} with digest {context.dataset_content_digest[:12]}; an official run "
-                "must train on the exact data it names.",
-                hint="Register this file as a new dataset version (bashgym dataset register) and name it in the "
-                "tracking context, or point dataset_path at the registered file.",
-            )
         project = context.project_id if context else UNASSIGNED
         request = request.model_copy(update={"hf_repo_owner": f"{workspace}/{project}"})
         if not may_exceed_budget:
@@ -371,27 +359,65 @@ class TrainingService:
         except BashGymError as exc:
             refused(exc)
             lane = {"lane": request.lane, "ready": False, "reasons": [exc.message], "hint": exc.hint}
-        checks: list[Callable[[], Awaitable[object]]] = [
-            lambda: self._check_profile(workspace, request),
-            lambda: self._check_dataset(request),
-            lambda: check_model_identity(self.ledger, workspace, request),
-            lambda: self._check_reward_model(workspace, request),
-        ]
-        if lane["ready"]:
-            checks += [
-                lambda: self._check_command_checks(workspace, request, device),
-                lambda: self._check_trainer_would_take(workspace, request, device),
-            ]
-        for check in checks:
-            try:
-                await check()
-            except BashGymError as exc:
-                refused(exc)
+        await self._launch_checks(workspace, request, device, lane_ready=lane["ready"], refused=refused)
         # A reason may quote the request back (a model path): credential-shaped parts are redacted, as in errors.
         verdict = {"lane_preflight": lane, "ready": not reasons, "reasons": redact_values(reasons), "hints": hints}
         if request.lane == "nemo":  # stated, not a refusal: such a run can be stopped, never paused
             verdict["lane_capabilities"] = LANE_CAPABILITIES
         return verdict
+
+    async def _launch_checks(
+        self,
+        workspace: str,
+        request: TrainingRequest,
+        device: Device | None,
+        *,
+        lane_ready: bool,
+        refused: Callable[[BashGymError], None] | None = None,
+    ) -> tuple[TrainingRequest, dict[str, Any]]:
+        """Every check a launch makes of a request its lane takes, in order: one list for `start` (the first refusal
+        raises) and `training plan` (each refusal goes to `refused`, and the rest still run), so the two never
+        disagree. The checks that need the lane's machine run only when it answered (`lane_ready`). Answers the
+        request as the trainer gets it (a reward model's version made its directory) and what the checks found:
+        `model_check` (how base_model was held to its model version), `dataset_sha256`."""
+        found: dict[str, Any] = {"trained": request}
+
+        async def check(name: str, run: Callable[[], Awaitable[object]]) -> None:
+            try:
+                found[name] = await run()
+            except BashGymError as exc:
+                if refused is None:
+                    raise
+                refused(exc)
+
+        await check("profile", lambda: self._check_profile(workspace, request))
+        await check("dataset", lambda: self._check_dataset(request))
+        await check("model_check", lambda: check_model_identity(self.ledger, workspace, request))
+        await check("trained", lambda: self._with_reward_model(workspace, request))
+        readable = "dataset" in found  # else the dataset's refusal says why, and nothing more is read of it
+        if readable:
+            await check("dataset_sha256", lambda: self._check_named_data(workspace, request))
+        trained: TrainingRequest = found["trained"]
+        if lane_ready:
+            if readable:
+                await check("command_checks", lambda: self._check_command_checks(workspace, trained, device))
+            await check("trainer", lambda: self._check_trainer_would_take(workspace, trained, device))
+        return trained, found
+
+    async def _check_named_data(self, workspace: str, request: TrainingRequest) -> str:
+        """The dataset file's sha256, which must be the digest of the dataset version the tracking context names:
+        an official run trains on the exact data it names."""
+        dataset_sha256, _ = await asyncio.to_thread(file_digest, Path(request.dataset_path))
+        context, _ = context_in_workspace(request.tracking_context, workspace)
+        if context is not None and context.dataset_content_digest != dataset_sha256:
+            raise RuleRejected(
+                f"dataset_path has sha256 {dataset_sha256[:12]}, but the tracking context names dataset version "
+                f"{context.dataset_version_id!r} with digest {context.dataset_content_digest[:12]}; an official run "
+                "must train on the exact data it names.",
+                hint="Register this file as a new dataset version (bashgym dataset register) and name it in the "
+                "tracking context, or point dataset_path at the registered file.",
+            )
+        return dataset_sha256
 
     async def _check_trainer_would_take(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
         """What the trainer would refuse on the lane's machines, found before anything is queued."""
@@ -407,16 +433,22 @@ class TrainingService:
             )
 
     async def _capabilities(self, workspace: str, request: TrainingRequest, device: Device | None) -> Capabilities:
-        """CUDA and bitsandbytes on the machines the run would train on, where a setting needs them known."""
-        if not request.load_in_4bit or request.lane == "nemo":
+        """CUDA, bitsandbytes and peft on the machines the run would train on, where a setting needs them known."""
+        adapters = request.method == "embedding_retriever" and request.use_lora
+        if not (request.load_in_4bit or adapters) or request.lane == "nemo":
             return Capabilities()
         if request.lane == "local":
             facts = await trainer_python_facts(self.settings, self._environ)
-            return Capabilities(cuda=bool(facts.get("cuda")), bitsandbytes=bool(facts.get("bitsandbytes")))
-        known = (await self._device_facts(workspace, request, device)).values()
+            return Capabilities(
+                cuda=bool(facts.get("cuda")), bitsandbytes=bool(facts.get("bitsandbytes")), peft=facts.get("peft")
+            )
+        known = list((await self._device_facts(workspace, request, device)).values())
+        peft = [f.get("peft") for f in known]
         return Capabilities(
             cuda=_all_of([f.get("cuda") for f in known]),
             bitsandbytes=_all_of([f.get("bitsandbytes") for f in known]),
+            # the oldest a device has (a device never preflighted since peft was probed: unknown)
+            peft=None if not peft or None in peft else min(peft, key=lambda v: Version(v or "0")),
         )
 
     async def _lane_facts(self, workspace: str, request: TrainingRequest, device: Device | None) -> dict[str, Any]:
@@ -569,7 +601,8 @@ class TrainingService:
             if not report.ok:
                 raise RuleRejected(
                     f"The dataset breaks the {request.method} contract; nothing was launched.\n{format_report(report)}",
-                    hint="Fix it; bashgym training validate checks it.",
+                    hint=f"Fix it; bashgym training validate --method {request.method} --dataset {Path(path).name} "
+                    "[--config CONFIG] checks it.",
                     details={"summary": report.summary},
                 )
         if request.method == "reward_model" and request.eval_dataset_path:
@@ -605,9 +638,6 @@ class TrainingService:
                 f"`{request.method}` belongs in a project with the default profile.",
                 hint="Send method embedding_retriever here, or name another project in the tracking context.",
             )
-
-    async def _check_reward_model(self, workspace: str, request: TrainingRequest) -> None:
-        await self._with_reward_model(workspace, request)
 
     async def _with_reward_model(self, workspace: str, request: TrainingRequest) -> TrainingRequest:
         """GRPO rewarded by a reward model: grpo_reward_model names a model version of kind reward_model in the

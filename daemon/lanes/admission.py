@@ -26,10 +26,11 @@ _NEVER_CHECKED = {"reasons": ["it has never been preflighted"]}
 # What the local trainer's Python offers a scaled-out run; run only for strategies other than ddp (torch's
 # import takes seconds).
 _PROBE = (
-    "import importlib.util, json, torch; "
+    "import importlib.metadata, importlib.util, json, torch; "
     "print(json.dumps({'cuda': torch.cuda.is_available(), "
     "'deepspeed': importlib.util.find_spec('deepspeed') is not None, "
-    "'bitsandbytes': importlib.util.find_spec('bitsandbytes') is not None}))"
+    "'bitsandbytes': importlib.util.find_spec('bitsandbytes') is not None, "
+    "'peft': importlib.metadata.version('peft') if importlib.util.find_spec('peft') else ''}))"
 )
 
 

@@ -136,6 +136,8 @@ try:
     facts["gpus"] = gpus
     import importlib.util
     facts["bitsandbytes"] = importlib.util.find_spec("bitsandbytes") is not None
+    import importlib.metadata
+    facts["peft"] = importlib.metadata.version("peft") if importlib.util.find_spec("peft") else ""
 except Exception as exc:
     facts["torch"] = None
     facts["torch_error"] = f"{type(exc).__name__}: {exc}"

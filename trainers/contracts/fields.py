@@ -124,6 +124,25 @@ class Capabilities:
 
     cuda: bool | None = None
     bitsandbytes: bool | None = None
+    peft: str | None = None  # the installed version; "" where it is not installed
+
+
+# transformers.integrations.peft.MIN_PEFT_VERSION of transformers 5.24, which add_adapter (a retriever's LoRA) checks.
+MIN_PEFT_FOR_ADAPTERS = "0.22.0"
+
+
+def retriever_adapter_refusal(peft: str) -> str | None:
+    """Why a retriever's LoRA would fail with peft `peft` installed ("" for none), or None where it would not."""
+    from packaging.version import Version
+
+    if peft and Version(peft) >= Version(MIN_PEFT_FOR_ADAPTERS):
+        return None
+    has = f"peft {peft}" if peft else "no peft"
+    return (
+        f"use_lora on an embedding retriever needs peft >= {MIN_PEFT_FOR_ADAPTERS} (transformers' adapter support), "
+        f"and the trainer's environment has {has}. Train the full model (use_lora: false), or raise peft to "
+        f"{MIN_PEFT_FOR_ADAPTERS} or later in constraints.txt."
+    )
 
 
 def unread_fields(request: TrainingRequest) -> list[str]:
@@ -238,6 +257,8 @@ def refusals(request: TrainingRequest, machine: Capabilities) -> list[str]:
         )
     if request.method in GRPO_LIKE:
         problems += _grpo_refusals(request)
+    if request.method in RETRIEVER and request.use_lora and machine.peft is not None:
+        problems += [p for p in [retriever_adapter_refusal(machine.peft)] if p]
     return problems
 
 

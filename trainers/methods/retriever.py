@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
+from bashgym.trainers.contracts.fields import retriever_adapter_refusal
 from bashgym.trainers.loading import load_rows
 from datasets import Dataset
-from packaging.version import Version
 from sentence_transformers import (
     SentenceTransformer,
     SentenceTransformerTrainer,
@@ -32,8 +32,6 @@ COLUMNS = ("query", "positive", "negative")
 # intermediate.dense and output.dense.
 LORA_TARGET_MODULES = ["query", "key", "value", "dense"]
 MIN_BATCH_SIZE = 2
-# transformers.integrations.peft.MIN_PEFT_VERSION of transformers 5.24, which add_adapter checks.
-MIN_PEFT_FOR_ADAPTERS = Version("0.22.0")
 
 
 def build(request: Any, model: SentenceTransformer, tokenizer: Any, run: Any, args: dict[str, Any]) -> Any:
@@ -62,13 +60,9 @@ def _check_batch_size(args: dict[str, Any]) -> None:
 
 
 def _check_peft_for_adapters() -> None:
-    installed = Version(importlib.metadata.version("peft"))
-    if installed < MIN_PEFT_FOR_ADAPTERS:
-        raise ValueError(
-            f"use_lora on an embedding retriever needs peft >= {MIN_PEFT_FOR_ADAPTERS} (transformers' adapter "
-            f"support), and this environment has peft {installed}. Train the full model (use_lora: false), or "
-            f"raise peft to {MIN_PEFT_FOR_ADAPTERS} or later in constraints.txt."
-        )
+    refused = retriever_adapter_refusal(importlib.metadata.version("peft"))
+    if refused:
+        raise ValueError(refused)
 
 
 def _lora_config(request: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -16,7 +17,9 @@ def test_plan_shows_the_validated_request_with_defaults(daemon: RunningDaemon, t
     config = tmp_path / "dpo-config.json"
     config.write_text(json.dumps({"dpo_beta": 0.2, "learning_rate": 1e-5}))
     context = tmp_path / "tracking.json"
-    context.write_text(json.dumps(tracking_context()))
+    # An official run names the exact data it trains on: the context's digest is the file's.
+    digest = hashlib.sha256(PAIRS.encode()).hexdigest()
+    context.write_text(json.dumps(tracking_context(dataset_content_digest=digest, dataset_version_id="pairs-v1")))
     (tmp_path / "pairs.jsonl").write_text(PAIRS)
     result = cli(
         daemon.env(),
