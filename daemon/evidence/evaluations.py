@@ -49,7 +49,9 @@ EVAL_KINDS: dict[str, Literal["reward_pairs", "retrieval"]] = {
     "embedding_retriever": "retrieval",
 }
 # Summary parts recorded in a workflow result's details: slices, calibration inputs, leakage and contamination.
-WORKFLOW_DETAILS = ("by_source", "length_slices", "leakage", "contaminated", "hard_slice", "library", "split")
+WORKFLOW_DETAILS = (
+    "by_source", "length_slices", "leakage", "contaminated", "hard_slice", "heldout_templates", "library", "split",
+)  # fmt: skip
 
 
 def terminal_suite_spec(suite: SuiteDefinition) -> EvalSuiteSpec:

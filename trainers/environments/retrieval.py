@@ -9,6 +9,12 @@ evaluation is an evaluation query (or its judged pair) in the training data, and
 (trainers/retrieval/evaluation.py `contamination`). Unseen wording is judged by the hard slice: each query with
 the words it shares with its positive taken out.
 
+The main evaluation queries are unseen instances of the training queries' templates, answered by documents that
+are training positives: its figure says how well the retriever learned those families, not how it meets a new
+kind of query. eval.jsonl therefore holds a second slice after them (retrieval_heldout.py): queries from templates
+of their own whose documents no training row holds, as positive or as hard negative, marked
+`slice: heldout_templates` and reported beside the main figure.
+
 Torch-free, like the terminal-task suite it is built from, so the daemon builds the split it evaluates on
 (`shipped_retrieval_split`) without loading a model.
 """
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.trainers.contracts.retrieval import content_words, normalise_text
+from bashgym.trainers.environments.retrieval_heldout import HELDOUT_COMMANDS, heldout_rows, is_heldout
 from bashgym.trainers.environments.terminal_tasks import TerminalTask, default_suite, generate_suite
 
 COMMAND_DOCS_PATH = Path(__file__).resolve().parent.parent / "corpus" / "command_docs.jsonl"
@@ -38,6 +45,10 @@ TRAIN_PER_FAMILY = 24
 # A hard negative is drawn from the documents sharing the most words with the query, this many of them.
 NEGATIVE_POOL = 3
 FILES = ("corpus.jsonl", "train.jsonl", "eval.jsonl")
+
+# The split's version, in the name of the directory a daemon builds it in: v2 added the held-out-template slice and
+# kept its documents out of the training negatives, so a home holding v1 builds v2 beside it.
+SHIPPED_SPLIT = "shipped-v2"
 
 # Words that only wrap or feed the command that does the work: the `cd` and loop around a rename, the `tail`
 # that drops a CSV header before a sort.
@@ -127,7 +138,8 @@ def _train_rows(
 ) -> tuple[list[dict[str, str]], int]:
     """Rows of the training tasks, less those whose query text is in `banned` (an evaluation query's), and how
     many went."""
-    negatives = list(docs.values())
+    # The held-out slice's documents are never a training negative either: its figure is on documents never trained on.
+    negatives = [doc for command, doc in docs.items() if command not in HELDOUT_COMMANDS]
     rows, dropped = [], 0
     for task in generate_suite(seed=train_seed, per_family=TRAIN_PER_FAMILY):
         doc = positive_doc(task, docs)
@@ -147,7 +159,7 @@ def retrieval_rows(*, seed: int = 0) -> RetrievalSplit:
         raise ValueError(f"seed is {seed}; give a seed >= 0 (training tasks use suite seed {TRAIN_SUITE_SEED} + seed).")
     docs = load_command_docs()
     families = tuple(sorted({t.task_family for t in default_suite().tasks}))
-    eval_rows = _eval_rows(docs)
+    eval_rows = [*_eval_rows(docs), *heldout_rows(docs)]
     banned = {normalise_text(row["query"]) for row in eval_rows}
     train_seed = TRAIN_SUITE_SEED + seed
     train_rows, dropped = _train_rows(docs, banned, train_seed=train_seed, seed=seed)
@@ -175,6 +187,7 @@ def build_retrieval_corpus(out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     The same seed writes the same bytes on every call and machine.
     """
     split = retrieval_rows(seed=seed)
+    heldout = [row for row in split.eval if is_heldout(row)]
     out_dir.mkdir(parents=True, exist_ok=True)
     contents = dict(zip(FILES, (split.corpus, split.train, split.eval), strict=True))
     digests = {name: _write_jsonl(out_dir / name, rows) for name, rows in contents.items()}
@@ -184,10 +197,15 @@ def build_retrieval_corpus(out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         "seed": seed,
         "families": split.families,
         "digests": digests,
+        "heldout_templates": {
+            "what": "queries of templates no training query uses, answered by documents no training row holds",
+            "documents": sorted({row["positive_id"] for row in heldout}),
+        },
         "rows": {
             "corpus": len(split.corpus),
             "train": len(split.train),
-            "eval": len(split.eval),
+            "eval": len(split.eval) - len(heldout),
+            "eval_heldout_templates": len(heldout),
             "train_dropped_as_evaluation_queries": split.dropped_train_rows,
         },
     }
@@ -218,13 +236,13 @@ class ShippedSplit:
 
 
 def shipped_retrieval_split(parent: Path) -> ShippedSplit:
-    """`parent/shipped-v1`, built on first use: written beside it and renamed into place, so a reader never sees
+    """`parent/shipped-v2`, built on first use: written beside it and renamed into place, so a reader never sees
     half a split and two builders racing leave one."""
-    split = ShippedSplit(parent / "shipped-v1")
+    split = ShippedSplit(parent / SHIPPED_SPLIT)
     if (split.root / "manifest.json").is_file():
         return split
     parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(dir=parent, prefix=".shipped-v1."))
+    building = Path(tempfile.mkdtemp(dir=parent, prefix=f".{SHIPPED_SPLIT}."))
     try:
         build_retrieval_corpus(building)
         os.replace(building, split.root)

@@ -5,6 +5,10 @@ The aggregate figures are sentence-transformers' own (`InformationRetrievalEvalu
 published retriever's. The bootstrap needs one number per query, which the evaluator does not expose, so they are
 computed here from the same embeddings and the same tie order (score, then corpus id), and their mean must equal
 the library's nDCG@10: a mismatch means one of the two ranks differently, and no figure is reported.
+
+Rows marked `slice: heldout_templates` (the shipped split's queries of templates and documents never trained on)
+are judged apart, against the same corpus, and reported beside the main figures as `heldout_templates.*`: the main
+figures and the per-query scores the bootstrap compares stay those of the main queries.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import torch
 from bashgym.trainers.contracts.retrieval import content_words, normalise_text
+from bashgym.trainers.environments.retrieval_heldout import HELDOUT_SLICE, is_heldout
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
@@ -181,6 +186,45 @@ def _hard_slice(
     return _per_query(kept, model.similarity(embeddings, doc_embeddings), doc_ids, relevant)
 
 
+def _heldout_templates(
+    model: SentenceTransformer,
+    rows: Sequence[Mapping[str, Any]],
+    corpus: dict[str, str],
+    doc_embeddings: torch.Tensor,
+    train_rows: Sequence[Mapping[str, Any]] | None,
+    *,
+    batch_size: int,
+) -> tuple[dict[str, float | int | None], dict[str, Any]]:
+    """The held-out-template slice's metrics (`heldout_templates.*`) and its details: the library's figures, each
+    query's nDCG@10, and how many of its positives the training rows hold after all (then it is not held out)."""
+    relevant = _relevant(rows, corpus)
+    queries = {str(row["query_id"]): str(row["query"]) for row in rows}
+    embeddings = _encode(model, list(queries.values()), query=True, batch_size=batch_size)
+    per_query = _per_query(list(queries), model.similarity(embeddings, doc_embeddings), list(corpus), relevant)
+    library = _library_metrics(model, queries, corpus, relevant, batch_size=batch_size)
+    _check_same_ranking(per_query, library["ndcg@10"])
+    trained = _trained_positives(rows, train_rows) if train_rows is not None else None
+    metrics: dict[str, float | int | None] = {
+        f"{HELDOUT_SLICE}.{name}": library[name] for name in ("ndcg@10", "mrr@10", "recall@1", "recall@10")
+    }
+    metrics[f"{HELDOUT_SLICE}_queries"] = len(rows)
+    metrics[f"{HELDOUT_SLICE}.documents_trained"] = None if trained is None else len(trained)
+    details = {
+        "what": "queries of templates no training query uses, answered by documents no training row holds",
+        "queries": len(rows),
+        "documents": sorted(set(relevant.values())),
+        "documents_trained": trained,
+        "per_query": {q: scores["ndcg@10"] for q, scores in per_query.items()},
+    }
+    return metrics, details
+
+
+def _trained_positives(rows: Sequence[Mapping[str, Any]], train_rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The query ids whose positive document is in a training row (as any field): those are not held out."""
+    texts = {normalise_text(str(value)) for row in train_rows for value in row.values() if isinstance(value, str)}
+    return [str(row["query_id"]) for row in rows if normalise_text(str(row["positive"])) in texts]
+
+
 def evaluate_retriever(
     model_dir: str,
     eval_rows: list[dict[str, Any]],
@@ -191,28 +235,31 @@ def evaluate_retriever(
 ) -> dict[str, Any]:
     """The retrieval summary of the model in `model_dir` on `eval_rows` against `corpus_rows`.
 
-    `per_task` holds each query's nDCG@10 under "pass@1" too, the key the paired bootstrap and the gate read.
-    The contamination figure is None when no training rows were given to check against.
+    `per_task` holds each main query's nDCG@10 under "pass@1" too, the key the paired bootstrap and the gate read.
+    Held-out-template rows are scored apart (`heldout_templates.*` and `heldout_templates`), and only when present.
+    The contamination figure (over every row) is None when no training rows were given to check against.
     """
-    if not eval_rows or not corpus_rows:
+    main = [row for row in eval_rows if not is_heldout(row)]
+    heldout = [row for row in eval_rows if is_heldout(row)]
+    if not main or not corpus_rows:
         raise ValueError(
-            "evaluate_retriever needs evaluation rows and corpus rows; build them with "
-            "bashgym.trainers.environments.retrieval.build_retrieval_corpus."
+            "evaluate_retriever needs evaluation rows (besides any held-out-template ones) and corpus rows; build "
+            "them with bashgym.trainers.environments.retrieval.build_retrieval_corpus."
         )
     model = load_retriever_model(model_dir)
     corpus = {str(row["doc_id"]): str(row["text"]) for row in corpus_rows}
-    relevant = _relevant(eval_rows, corpus)
-    query_ids = [str(row["query_id"]) for row in eval_rows]
-    queries = {str(row["query_id"]): str(row["query"]) for row in eval_rows}
+    relevant = _relevant(main, corpus)
+    query_ids = [str(row["query_id"]) for row in main]
+    queries = {str(row["query_id"]): str(row["query"]) for row in main}
     doc_ids = list(corpus)
     doc_embeddings, encode_ms = _timed_corpus(model, list(corpus.values()), batch_size=batch_size)
     query_embeddings = _encode(model, [queries[q] for q in query_ids], query=True, batch_size=batch_size)
     per_query = _per_query(query_ids, model.similarity(query_embeddings, doc_embeddings), doc_ids, relevant)
     library = _library_metrics(model, queries, corpus, relevant, batch_size=batch_size)
     _check_same_ranking(per_query, library["ndcg@10"])
-    hard = _hard_slice(model, eval_rows, doc_embeddings, doc_ids, relevant, batch_size=batch_size)
+    hard = _hard_slice(model, main, doc_embeddings, doc_ids, relevant, batch_size=batch_size)
     contaminated = contamination(eval_rows, train_rows) if train_rows is not None else []
-    families = {str(row["query_id"]): str(row.get("family") or "unknown") for row in eval_rows}
+    families = {str(row["query_id"]): str(row.get("family") or "unknown") for row in main}
     metrics = {
         "ndcg@10": library["ndcg@10"],
         "mrr@10": library["mrr@10"],
@@ -223,11 +270,11 @@ def evaluate_retriever(
         "index_bytes_per_1k_docs": doc_embeddings.to(torch.float32).numel() * 4 * 1000 / len(doc_ids),
         "contamination": len(contaminated) if train_rows is not None else None,
     }
-    return {
+    summary: dict[str, Any] = {
         "kind": "retrieval",
         "metrics": metrics,
         "per_task": {q: {"family": families[q], "pass@1": per_query[q]["ndcg@10"], **per_query[q]} for q in query_ids},
-        "rows": len(eval_rows),
+        "rows": len(main),
         "contaminated": contaminated,
         "library": {"evaluator": EVALUATOR, "ndcg@10": library["ndcg@10"]},
         "hard_slice": {
@@ -236,3 +283,9 @@ def evaluate_retriever(
             "per_query": {q: scores["ndcg@10"] for q, scores in hard.items()},
         },
     }
+    if heldout:
+        held_metrics, summary[HELDOUT_SLICE] = _heldout_templates(
+            model, heldout, corpus, doc_embeddings, train_rows, batch_size=batch_size
+        )
+        metrics.update(held_metrics)
+    return summary
