@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bashgym.client.likeness import described, evaluate_alike, settings_of
+from bashgym.daemon.evidence.retrieval_scope import retrieval_scope
 from bashgym.daemon.evidence.sources import RUNS
 
 TERMINAL_SUITE_KIND = "terminal_tasks"
@@ -215,7 +216,11 @@ def build_runcard(
         ),
         "claim_tier": claim_tier,
         "decision": decision,
-        "known_limitations": [*limitations, *filter(None, [learned_nothing(run)])],
+        "known_limitations": [
+            *limitations,
+            *filter(None, [learned_nothing(run)]),
+            *retrieval_scope(evidence.counted().results, evidence.suites),
+        ],
         "creator": creator,
     }
 
