@@ -1021,4 +1021,35 @@ def retriever_checks(e: Evidence, completed: list[dict[str, Any]]) -> list[Findi
                     "Evaluate on queries that do not repeat their passage's words.",
                 )
             )
+    return found + _heldout_templates_fell(e, results)
+
+
+HELDOUT_TEMPLATES = "heldout_templates.ndcg@10"
+
+
+def _heldout_templates_fell(e: Evidence, results: list[dict[str, Any]]) -> list[Finding]:
+    """A warning where a retriever scores below its start on the queries whose templates and documents it never
+    trained on: its gain on the main figure is then one of the trained templates, not of retrieval."""
+    start = start_version_of(e)
+    found = []
+    for comparison in compared_with(e, e.comparisons, start):
+        candidate = next((r for r in results if r["result_id"] == comparison["candidate_result_id"]), None)
+        baseline = e.baselines.get(comparison["baseline_result_id"]) or {}
+        ours, theirs = (
+            (candidate or {}).get("metrics", {}).get(HELDOUT_TEMPLATES),
+            baseline.get("metrics", {}).get(HELDOUT_TEMPLATES),
+        )
+        if ours is None or theirs is None or ours >= theirs:
+            continue
+        found.append(
+            Finding(
+                "retrieval_heldout_templates_fell",
+                "warn",
+                f"On queries of templates and documents it never trained on, {comparison['candidate_result_id']} "
+                f"scores nDCG@10 {ours:.3f} against its start's {theirs:.3f}: the main figure's gain is one of the "
+                "trained templates and documents, not of retrieval of new kinds of query.",
+                "Train on more varied queries (more templates and documents) before claiming a retrieval gain beyond "
+                "the trained templates; say so on the RunCard (--limitation).",
+            )
+        )
     return found

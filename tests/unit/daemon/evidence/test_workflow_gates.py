@@ -160,6 +160,19 @@ def test_a_retriever_ships_on_its_frozen_split_and_contamination_blocks() -> Non
     assert "retrieval_contaminated" in blockers
 
 
+def test_a_retriever_below_its_start_on_unseen_templates_ships_with_a_warning_that_says_so() -> None:
+    evidence = evidence_for(
+        "embedding_retriever", retrieval_result(**{"heldout_templates.ndcg@10": 0.293}), RETRIEVAL_SUITE
+    )
+    evidence.baselines["base"]["metrics"]["heldout_templates.ndcg@10"] = 0.322
+    verdict = gate(evidence)
+    assert verdict["ship"], verdict["blockers"]
+    (warning,) = [w for w in verdict["warnings"] if w["code"] == "retrieval_heldout_templates_fell"]
+    assert "nDCG@10 0.293 against its start's 0.322" in warning["message"]
+    evidence.baselines["base"]["metrics"]["heldout_templates.ndcg@10"] = 0.2
+    assert "retrieval_heldout_templates_fell" not in codes(evidence)[1]
+
+
 def test_a_retriever_without_a_retrieval_evaluation_does_not_ship() -> None:
     evidence = evidence_for("embedding_retriever", reward_result("cand", 0.9), REWARD_SUITE)
     blockers, _ = codes(evidence)
