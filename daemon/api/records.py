@@ -24,6 +24,7 @@ from bashgym.client.specs import Actor
 from bashgym.daemon.api.routing import (
     Call,
     WriteCall,
+    refuse_daemon_records,
     requires,
     written,
 )
@@ -89,7 +90,14 @@ async def _bookkeeping_budget_entry(
     return await ledger.add_budget_entry(actor, ws, project, spec)
 
 
-add("artifacts", ArtifactSpec, lambda ledger: ledger.register_artifact)
+async def post_artifacts(call: WriteCall, project: str, body: ArtifactSpec) -> Response:
+    """An artifact of a run another system trains; a run this daemon trains registers its own kept files."""
+    if body.run_id:
+        await refuse_daemon_records(call, project, body.run_id, "artifacts")
+    return written(await call.services.ledger.register_artifact(call.actor, call.workspace, project, body))
+
+
+router.add_api_route("/artifacts", post_artifacts, methods=["POST"], response_model=WriteResult, status_code=201)
 add("eval-suites", EvalSuiteSpec, lambda ledger: ledger.register_eval_suite)
 add(
     "eval-results",

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from bashgym.client.errors import Unauthenticated
+from bashgym.client.errors import Conflict, Unauthenticated
 from bashgym.client.specs import Actor, WriteResult
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api import replays
@@ -195,3 +195,18 @@ def check_optional(value: str | None, check: Callable[[str], object]) -> None:
     """A filter left out matches everything; one given must be well formed, or it would silently match nothing."""
     if value is not None:
         check(value)
+
+
+async def refuse_daemon_records(call: Call, project: str, run_id: str, what: str) -> None:
+    """A run this daemon launched or follows is the daemon's to record (its state, metrics and artifacts): written
+    here, they would be a caller's words in the daemon's voice (a loss curve of 200 steps for a 2-step run, which
+    the gate reads as steps trained). 404 first, the same answer as for a run that does not exist."""
+    assert call.services.training is not None, "the daemon always runs a training service"
+    await call.services.ledger.get_run(call.workspace, project, run_id)
+    if await call.services.training.drives(call.workspace, run_id):
+        raise Conflict(
+            f"Run {run_id} is trained by this daemon, which records its {what}; nothing was changed.",
+            hint=f"Use bashgym training pause, resume or stop --project {project} {run_id} for its state; its "
+            "metrics and artifacts are what its trainer reported.",
+            details={"run_id": run_id},
+        )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from bashgym.client.errors import Conflict
 from bashgym.client.models import (
     MetricBatch,
     RunRegistration,
@@ -26,6 +25,7 @@ from bashgym.daemon.api.routing import (
     WriteCall,
     authorise,
     check_optional,
+    refuse_daemon_records,
     requires_run_control,
     written,
 )
@@ -77,15 +77,7 @@ TransitionCall = Annotated[Call, requires_run_control("training.stop")]
 async def transition_run(call: TransitionCall, project: str, run_id: str, body: RunTransition) -> Response:
     """Record the state of a run another system trains. A run this daemon launched or follows is the daemon's to
     record: its trainer would keep running (and holding its slot) under a state written here."""
-    assert call.services.training is not None, "the daemon always runs a training service"
-    await call.services.ledger.get_run(call.workspace, project, run_id)  # 404 first: the same answer as for none
-    if await call.services.training.drives(call.workspace, run_id):
-        raise Conflict(
-            f"Run {run_id} is trained by this daemon, which records its state; nothing was changed.",
-            hint=f"Use bashgym training pause, resume or stop --project {project} {run_id} "
-            f"(POST /v1/projects/{project}/runs/{run_id}/pause, resume or stop).",
-            details={"run_id": run_id},
-        )
+    await refuse_daemon_records(call, project, run_id, "state")
     return written(await call.services.ledger.transition_run(call.actor, call.workspace, project, run_id, body))
 
 
@@ -103,4 +95,5 @@ async def transition_run(call: TransitionCall, project: str, run_id: str, body: 
 async def ingest_metrics(call: WriteCall, project: str, request: Request) -> Response:
     # Parsed straight from bytes: FastAPI's dict-then-model path costs ~3x on 10,000-point batches.
     batch = MetricBatch.model_validate_json(await request.body())
+    await refuse_daemon_records(call, project, batch.run_id, "metrics")
     return written(await call.services.ledger.ingest_metrics(call.actor, call.workspace, project, batch))

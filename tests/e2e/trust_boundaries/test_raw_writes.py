@@ -100,6 +100,24 @@ def test_a_colleagues_run_cannot_be_marked_failed(daemon: RunningDaemon, live_ru
         assert admin.get(f"{P}/runs/{live_run}").json()["status"] == "paused"
 
 
+def test_a_daemon_runs_metrics_and_artifacts_are_never_typed_in(
+    daemon: RunningDaemon, live_run: str, rita: str
+) -> None:
+    """Issue 51: a loss curve of 200 steps typed in for a short run made it read as trained past every method's
+    minimum (the gate's steps and a card's supported tier read it), and an artifact record could name any file."""
+    with daemon.client() as admin:
+        attempt = admin.get(f"{P}/runs/{live_run}").json()["attempts"][-1]["attempt_id"]
+        steps_before = admin.get(f"{P}/runs/{live_run}").json()["metric_summary"]["train.loss"]
+    curve = {"run_id": live_run, "attempt_id": attempt,
+             "points": [{"metric": "train.loss", "step": step, "value": 0.01} for step in range(1, 201)]}  # fmt: skip
+    _refused(daemon, rita, "metrics", curve, 409, "records its metrics")
+    kept = {"run_id": live_run, "kind": "adapter", "uri": "file:///elsewhere/adapter.bin", "sha256": "0" * 64,
+            "size_bytes": 1}  # fmt: skip
+    _refused(daemon, rita, "artifacts", kept, 409, "records its artifacts")
+    with daemon.client() as admin:
+        assert admin.get(f"{P}/runs/{live_run}").json()["metric_summary"]["train.loss"] == steps_before
+
+
 def test_a_spent_budget_is_not_lifted_by_bookkeeping(daemon: RunningDaemon, rita: str, lee: str) -> None:
     with daemon.client() as admin:
         limit = {"gpu_hours": 1, "runs": 1, "reason": "one run"}
