@@ -42,6 +42,8 @@ ErrorCode = Literal[
     "unknown_field",
     "same_text",
     "leaked_pair",
+    "evaluation_task",
+    "held_out_family",
 ]
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -56,6 +58,11 @@ LENGTH_RATIO_MIN_CHARS = 200
 REWARD_FIELDS: tuple[str, ...] = ("prompt", "chosen", "rejected", "source")
 # A retrieval example; ids and family are kept for evaluation slices, `source` like a reward example's.
 RETRIEVAL_FIELDS: tuple[str, ...] = ("query", "positive", "negative", "query_id", "positive_id", "family", "source")
+
+# The methods that train a policy on prompts (a reward model or a retriever is judged on its own held-out rows), and
+# the fields of their rows that hold what the policy is asked.
+POLICY_METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
+PROMPT_FIELDS: tuple[str, ...] = ("messages", "text", "prompt", "original_context", "hinted_context")
 
 # (field, code, message) of one problem in one row; the line and file are added when it is reported.
 Issue = tuple[str, ErrorCode, str]
@@ -134,6 +141,13 @@ def validate_request_data(request: TrainingRequest, path: Path, *, max_errors: i
 
 def row_check(method: str, *, teacher_model: str | None = None, reward_source: str = "verifier") -> RowCheck:
     """The row checker of one method; raises ValueError for an unknown method."""
+    check = _row_contract(method, teacher_model=teacher_model, reward_source=reward_source)
+    if method not in POLICY_METHODS:
+        return check
+    return lambda row: check(row) + check_unjudged(row)
+
+
+def _row_contract(method: str, *, teacher_model: str | None, reward_source: str) -> RowCheck:
     if method == "grpo" and reward_source == "reward_model":
         return check_prompt  # the reward model scores every completion: a row needs its prompt only
     match method:
@@ -155,6 +169,48 @@ def row_check(method: str, *, teacher_model: str | None = None, reward_source: s
         case "embedding_retriever":
             return check_retrieval_example
     raise ValueError(f"Unknown method {method!r}; use one of {', '.join(METHODS)}.")
+
+
+def check_unjudged(row: dict[str, Any]) -> list[Issue]:
+    """A policy's training text asks no task it is judged by: no instance of the evaluation suite (it would be
+    scored on what it trained on), no task of a held-out family (its holdout figures would report memory as
+    generalisation). Recognised by text (trainers/environments/task_shapes.py), so any file or dataset version."""
+    from bashgym.trainers.environments.task_shapes import judged_task_in, suite_id
+
+    for field, text in _row_texts(row):
+        found = judged_task_in(text)
+        if found is None:
+            continue
+        if found.task_id is not None:
+            message = (
+                f"The row holds {found.task_id}, a task of the evaluation suite {suite_id()} (its instruction and "
+                "files): the run would be scored on what it trained on. Drop the row "
+                "(gold_sft_rows(..., exclude=default_suite().tasks) leaves the suite out)."
+            )
+            return [(field, "evaluation_task", message)]
+        message = (
+            f"The row asks a {found.family} task, a family {suite_id()} holds out of training "
+            f"({', '.join(found.held_out)}) to judge generalisation: its holdout figures would report memory. "
+            "Drop the row: train on the other families (gold_sft_rows(..., families=training_families()))."
+        )
+        return [(field, "held_out_family", message)]
+    return []
+
+
+def _row_texts(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, text) of every text a row shows the policy as a prompt or a conversation turn."""
+    texts = []
+    for name in PROMPT_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str):
+            texts.append((name, value))
+        elif isinstance(value, list):
+            texts += [
+                (f"{name}.{index}.content", turn["content"])
+                for index, turn in enumerate(value)
+                if isinstance(turn, dict) and isinstance(turn.get("content"), str)
+            ]
+    return texts
 
 
 def check_line(raw: bytes, check: RowCheck) -> list[Issue]:

@@ -657,14 +657,22 @@ def generate_suite(*, seed: int = 0, per_family: int = 8) -> list[TerminalTask]:
     """Deterministic tasks for a seed: per_family instances of each family, cycling through its variants."""
     if per_family < 1:
         raise ValueError(f"per_family is {per_family}; ask for at least 1 task per family")
-    tasks = []
-    for family in FAMILIES:
-        # A per-family shuffle of the stems gives each instance its own file names (up to len(STEMS)).
-        stems = random.Random(f"{seed}:{family}").sample(STEMS, len(STEMS))
-        for i in range(per_family):
-            draft = _BUILDERS[family](random.Random(f"{seed}:{family}:{i}"), stems[i % len(stems)], i)
-            tasks.append(TerminalTask(task_id=f"{family}-{i:03d}", task_family=family, **asdict(draft)))
-    return tasks
+    return [
+        TerminalTask(task_id=f"{family}-{i:03d}", task_family=family, **asdict(draft))
+        for family in FAMILIES
+        for i, draft in enumerate(_drafts(seed, family, per_family))
+    ]
+
+
+def _drafts(seed: int, family: str, count: int) -> list[_Draft]:
+    # A per-family shuffle of the stems gives each instance its own file names (up to len(STEMS)).
+    stems = random.Random(f"{seed}:{family}").sample(STEMS, len(STEMS))
+    return [_BUILDERS[family](random.Random(f"{seed}:{family}:{i}"), stems[i % len(stems)], i) for i in range(count)]
+
+
+def family_instructions(family: str, *, seeds: Sequence[int], per_seed: int) -> list[str]:
+    """The instructions of `family`'s first per_seed instances in the suites of `seeds` (no task is built)."""
+    return [draft.instruction for seed in seeds for draft in _drafts(seed, family, per_seed)]
 
 
 def default_suite() -> SuiteDefinition:
@@ -718,6 +726,11 @@ def holdout_families() -> frozenset[str]:
         {t.task_id: t.task_family for t in suite.tasks}, fraction=suite.holdout_fraction, seed=suite.split_seed
     )
     return frozenset(t.task_family for t in suite.tasks if split[t.task_id] == "holdout")
+
+
+def training_families() -> tuple[str, ...]:
+    """The families training data may hold: all but the held-out ones, in FAMILIES order."""
+    return tuple(family for family in FAMILIES if family not in holdout_families())
 
 
 @functools.cache

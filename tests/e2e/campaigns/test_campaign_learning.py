@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from bashgym.trainers.environments.terminal_tasks import default_suite, gold_sft_rows
+from bashgym.trainers.environments.terminal_tasks import default_suite, gold_sft_rows, training_families
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.campaigns.test_campaign_runner import Setup, assert_no_stage_repeated, through_a_kill_and_a_spent_budget
@@ -27,7 +27,8 @@ TRAINED_STEPS = 1000
 @pytest.mark.timeout(1500)
 def test_a_campaign_keeps_a_real_improvement_and_discards_a_candidate_by_its_rules(tmp_path: Path) -> None:
     traces = tmp_path / "traces.jsonl"
-    rows = gold_sft_rows(range(1, 6), exclude=default_suite().tasks)  # never a task of the evaluation suite
+    # Never a task of the evaluation suite, nor of a family it holds out (the dataset check refuses both).
+    rows = gold_sft_rows(range(1, 6), families=training_families(), exclude=default_suite().tasks)
     traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
     setup = Setup(
         model=build_tiny(tmp_path / "tiny", task=True),
