@@ -152,6 +152,16 @@ def running_daemon(
         daemon.close()
 
 
+@contextlib.contextmanager
+def daemon_with_project(home: Path, project: str = "nightly", name: str = "Nightly SFT") -> Iterator[RunningDaemon]:
+    """A running daemon whose admin created `project` first."""
+    with running_daemon(home) as daemon:
+        with daemon.client() as admin:
+            created = admin.post("/v1/projects", json={"project_id": project, "name": name})
+            assert created.status_code in {200, 201}, created.text
+        yield daemon
+
+
 @dataclass
 class CliResult:
     code: int

@@ -30,7 +30,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
 from tests.support.factories import session_records, tracking_context, training_request
-from tests.support.helpers import RunningDaemon, cli, running_daemon
+from tests.support.helpers import RunningDaemon, cli, daemon_with_project
 
 PROJECT = "nightly"
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -39,10 +39,7 @@ HELD_OUT = sorted(holdout_families())
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    with running_daemon(tmp_path_factory.mktemp("contamination") / "home") as running:
-        with running.client() as admin:
-            created = admin.post("/v1/projects", json={"project_id": PROJECT, "name": "Nightly SFT"})
-            assert created.status_code in {200, 201}, created.text
+    with daemon_with_project(tmp_path_factory.mktemp("contamination") / "home", PROJECT) as running:
         yield running
 
 
