@@ -180,7 +180,8 @@ async def demo(ctx: Ctx) -> int:
         f"--project {PROJECT} (the venv active: . .venv/bin/activate, or type .venv/bin/bashgym)."
     )
     _show(ctx, summary, render_summary(summary) + look)
-    consistent = summary["gate"]["ship"] == (summary["promoted"] is not None)
+    # Promoted only where the gate ships; where it ships and the alias stayed, a blocker says why.
+    consistent = (summary["promoted"] is not None) == (summary["gate"]["ship"] and not summary["promotion_blockers"])
     return EXIT_OK if consistent and summary["ledger_verified"] else EXIT_RULE
 
 
@@ -284,7 +285,8 @@ def render_summary(s: dict[str, Any]) -> str:
         f"campaign decision   {decision['decision']} ({decision['reason_code']})",
         f"promotion gate      {verdict}",
         f"RunCard             {s['runcard_id'] or 'none'}",
-        f"promoted            {promoted['alias'] + ' -> ' + promoted['model_version_id'] if promoted else 'no'}",
+        f"promoted            {promoted['alias'] + ' -> ' + promoted['model_version_id'] if promoted else 'no'}"
+        + ("" if promoted or not gate["ship"] else f" (champion kept: {', '.join(s['promotion_blockers'])})"),
         f"report              {s['report']['path']}/report.md",
         f"ledger              {'hash chain verified' if s['ledger_verified'] else 'hash chain BROKEN'}",
         f"trained             {s['training']['steps']} steps on {s['training']['trace_rows']} gold traces "

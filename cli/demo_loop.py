@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bashgym.cli.lineage import model_spec_from_dir
-from bashgym.client.errors import BashGymError, Conflict, InvalidInput
+from bashgym.client.errors import ApiError, BashGymError, Conflict, InvalidInput
 from bashgym.client.http import DaemonClient, announced_by
 from bashgym.client.models import DatasetFromBlob, EvalSuiteSpec, Notice, ProjectSpec
 from bashgym.client.render import notice_text
@@ -395,7 +395,12 @@ class Demo:
     async def _evidence(self, candidate: dict[str, Any]) -> dict[str, Any]:
         run_id = candidate.get("run_id")
         if not run_id:
-            return {"runcard_id": None, "gate": {"ship": False, "blockers": ["no_run"]}, "promoted": None}
+            return {
+                "runcard_id": None,
+                "gate": {"ship": False, "blockers": ["no_run"]},
+                "promoted": None,
+                "promotion_blockers": ["no_run"],
+            }
         limitations = [
             "A 558k-parameter model on a synthetic suite of 11 shell-task families: a narrow claim about these tasks.",
             "Evaluated with 4 samples per task at temperature 0.7 on one seed of the suite.",
@@ -405,16 +410,24 @@ class Demo:
         body = {"decision": "pending", "known_limitations": limitations}
         card = await self.client.request("POST", f"{self.base}/runs/{run_id}/runcards", body=body)
         gate = await self.client.request("GET", f"{self.base}/runs/{run_id}/gate", params={"asked_by": "demo"})
-        promoted = None
+        promoted, blockers = None, [b["code"] for b in gate["blockers"]]
         if gate["ship"]:
-            moved = await self.client.request("POST", f"{self.base}/runs/{run_id}/promote", body={"alias": "champion"})
-            promoted = {"alias": "champion", "model_version_id": moved["alias"]["model_version_id"]}
-        else:  # recorded too, so the channel sees the gate's verdict either way
-            codes = ", ".join(b["code"] for b in gate["blockers"])
+            # The alias moves only to a model compared with its current holder and better: a demo run again in the
+            # same home meets the champion the first one made, which its candidate (the same figures) does not beat.
+            try:
+                moved = await self.client.request(
+                    "POST", f"{self.base}/runs/{run_id}/promote", body={"alias": "champion"}
+                )
+                promoted = {"alias": "champion", "model_version_id": moved["alias"]["model_version_id"]}
+            except ApiError as exc:
+                if exc.status != 422:
+                    raise
+                blockers = [b["code"] for b in (exc.details or {}).get("blockers") or []] or [exc.code]
+        if promoted is None:  # recorded too, so the channel sees the gate's verdict either way
             hold = {
                 "decision_type": "promotion",
                 "outcome": "hold",
-                "rationale": f"the promotion gate blocked run {run_id}: {codes}",
+                "rationale": f"the promotion gate blocked run {run_id} for alias champion: {', '.join(blockers)}",
                 "run_id": run_id,
                 "evidence_refs": [card["record"]["card_id"], *filter(None, [candidate.get("comparison_id")])],
             }
@@ -423,6 +436,8 @@ class Demo:
             "runcard_id": card["record"]["card_id"],
             "gate": {"ship": bool(gate["ship"]), "blockers": [b["code"] for b in gate["blockers"]]},
             "promoted": promoted,
+            # what kept the alias where it was, when the gate shipped the run (its current holder), or the gate's
+            "promotion_blockers": [] if promoted else blockers,
         }
 
     def _suite_facts(self, result: dict[str, Any] | None) -> dict[str, Any]:

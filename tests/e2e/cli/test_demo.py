@@ -53,7 +53,9 @@ def assert_agrees_with_the_ledger(home: Path, summary: dict[str, Any]) -> None:
         summary["comparison"]["ci_low"],
     )
     assert card["runcards"][0]["card_id"] == summary["runcard_id"]
-    assert summary["gate"]["ship"] == (summary["promoted"] is not None), "promoted if and only if the gate ships"
+    # Promoted if and only if the gate ships for the alias: a shipping run that does not beat the alias's holder
+    # leaves it, and says why.
+    assert (summary["promoted"] is not None) == (summary["gate"]["ship"] and not summary["promotion_blockers"])
     assert json.dumps(aliases)  # the context answers for the demo project
     assert summary["ledger_verified"]
 
@@ -127,6 +129,9 @@ async def test_the_full_demo_promotes_a_real_improvement_and_decides_the_same_wh
     assert second["campaign_id"] == "demo-2"
     assert second["campaign_decision"] == first["campaign_decision"]
     assert second["gate"]["ship"] == first["gate"]["ship"]
+    # The champion is the first run's model, which the second candidate (the same figures) was never compared with:
+    # the alias stays, and the demo says why.
+    assert second["promoted"] is None and "alias_holder_baseline_missing" in second["promotion_blockers"], second
     # Seeded training, sampling and bootstrap: every figure repeats to the last digit (README says so).
     for side in ("baseline", "candidate"):
         assert _figures(second[side]) == _figures(first[side]), side
