@@ -13,13 +13,17 @@ base_model must be what the version is. What that means depends on what the vers
 - no files otherwise (a version an earlier launch recorded from its context): only the context's claims are
   compared with the recorded ones.
 
-A context naming a version the project has not recorded makes the launch record it from the context's claims.
+A context naming a version the project has not recorded makes the launch record it from the context's claims, of
+which its model_config_digest must be the sha256 of base_model's config.json (a directory on this host); a version
+recorded so is held to that digest later, config.json against it. Two models of one config (the same shape, other
+weights) are told apart only by a version with files: register it with `model register --dir`.
 The run's config records which check applied (`model_check`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from pathlib import Path
 from typing import Any, Literal
@@ -42,11 +46,27 @@ async def check_model_identity(ledger: Ledger, workspace: str, request: Training
     context, _ = context_in_workspace(request.tracking_context, workspace)
     if context is None:
         return None
-    try:
+    local = request.lane == "local"  # elsewhere base_model names the device's files, which are checked there
+    version: dict[str, Any] | None = None
+    with contextlib.suppress(NotFound):
         version = await ledger.get_model_version(workspace, context.project_id, context.model_version_id)
-    except NotFound:
-        return "new_version"  # the launch records it from the context: there is no record to hold it to yet
+    if version is None:
+        # The launch records the version from the context: its config digest must be base_model's own.
+        new = []
+        if local:
+            new = await asyncio.to_thread(_config_problems, request.base_model, context.model_config_digest, context)
+        if new:
+            raise RuleRejected(
+                " ".join(new),
+                hint=_hint(context, request.base_model),
+                details={"reasons": new, "model_version_id": context.model_version_id},
+            )
+        return "new_version"
     check, problems = await asyncio.to_thread(_files_problems, request.base_model, version)
+    if check == "config_digest" and local:  # the claims alone were compared: the config.json loaded is too
+        problems += await asyncio.to_thread(
+            _config_problems, request.base_model, expected_config_digest(version), context
+        )
     problems = [*_claim_problems(context, version), *problems]
     if problems:
         raise RuleRejected(
@@ -80,6 +100,22 @@ def _claim_problems(context: TrackingContext, version: dict[str, Any]) -> list[s
         if stated != recorded:
             problems.append(f"The tracking context gives {field} {stated!r} for model version {vid!r}: {recorded!r}.")
     return problems
+
+
+def _config_problems(base_model: str, expected: str, context: TrackingContext) -> list[str]:
+    """How base_model's config.json differs from the model config digest `expected` (a context's claim for a new
+    version, or a version recorded from one): a made-up digest, or another model's. Blocking: it hashes the file."""
+    config = Path(base_model) / "config.json"
+    if not (Path(base_model).is_absolute() and config.is_file()):
+        return []  # a Hub id: the trainer downloads it, and no file here says what its config is
+    found = hashlib.sha256(config.read_bytes()).hexdigest()
+    if found == expected:
+        return []
+    return [
+        f"base_model {base_model} has config.json of sha256 {found[:12]}, and the tracking context's model version "
+        f"{context.model_version_id!r} has model_config_digest {expected[:12]}: the context does not describe the "
+        "model this run loads."
+    ]
 
 
 def _files_problems(base_model: str, version: dict[str, Any]) -> tuple[ModelCheck, list[str]]:

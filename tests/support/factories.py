@@ -80,6 +80,15 @@ def grpo_data(tmp: Path, rows: int = 8) -> Path:
     return path
 
 
+def config_digest_of(model: Path, stated: str) -> str:
+    """The sha256 of `model`'s config.json in place of the placeholder digest("config"); any other stated digest
+    (a test's own claim) as it is."""
+    config = Path(model) / "config.json"
+    if stated != hashlib.sha256(b"config").hexdigest() or not config.is_file():
+        return stated
+    return hashlib.sha256(config.read_bytes()).hexdigest()
+
+
 def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]:
     # An official run names the exact data it trains on: the context's digest is the file's.
     digest = hashlib.sha256(data.read_bytes()).hexdigest()
@@ -88,7 +97,14 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
     context = (
         None
         if base is None
-        else {**base, "dataset_content_digest": digest, "dataset_version_id": f"traces-{digest[:12]}"}
+        else {
+            **base,
+            "dataset_content_digest": digest,
+            "dataset_version_id": f"traces-{digest[:12]}",
+            # ... and the model it loads: the context's config digest is the model's config.json's, where the
+            # caller left the placeholder (a launch holds a new model version's digest to the file).
+            "model_config_digest": config_digest_of(tiny, base["model_config_digest"]),
+        }
     )
     method = overrides.pop("method", None) or overrides.pop("strategy", "sft")  # tests may say either
     request = {

@@ -9,6 +9,7 @@ by the daemon's own evaluator on a held-out rows file: a whole suite of its own 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
-from tests.support.factories import digest, sft_data, tracking_context, training_request
+from tests.support.factories import sft_data, tracking_context, training_request
 from tests.support.helpers import RunningDaemon, cli, running_daemon, wait_for_run
 
 PROJECT = "nightly"
@@ -49,7 +50,9 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained(daemon: RunningDaemon, tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A 2-step tiny SFT run from model version tiny-start (the tiny model's directory)."""
     context = tracking_context(
-        model_version_id=START, model_source_uri=f"file://{tiny}", model_config_digest=digest("tiny-start")
+        model_version_id=START,
+        model_source_uri=f"file://{tiny}",
+        model_config_digest=hashlib.sha256((tiny / "config.json").read_bytes()).hexdigest(),
     )
     request = training_request(tiny, sft_data(tmp_path_factory.mktemp("train")), max_steps=2, save_steps=2,
                                tracking_context=context)  # fmt: skip

@@ -182,6 +182,25 @@ def test_a_made_up_config_digest_is_refused_at_plan_and_launch(
     assert runs_of(daemon) == before
 
 
+def test_a_new_version_is_recorded_only_with_the_config_digest_of_the_model_it_names(
+    daemon: RunningDaemon, models: dict[str, Path], data: Path
+) -> None:
+    """A context naming a version the project never recorded registers it from its claims: a made-up config digest
+    (or one of another model) would become the version's record, so it must be base_model's config.json."""
+    before = runs_of(daemon)
+    made_up = {"model_id": "tiny", "model_version_id": "tiny-new", "model_source_uri": "bashgym://models/tiny-new"}
+    for claimed in ("d" * 64, sha256(models["teacher"] / "config.json")):
+        ctx = context(data, **made_up, model_config_digest=claimed)
+        plan, started = plan_and_launch(daemon, request(models["a"], data, ctx))
+        assert plan["ready"] is False and started.status_code == 422, started.text
+        message = started.json()["error"]["message"]
+        assert f"has config.json of sha256 {sha256(models['a'] / 'config.json')[:12]}" in message, message
+        assert "'tiny-new' has model_config_digest" in message and "model register" in started.json()["error"]["hint"]
+    assert runs_of(daemon) == before
+    honest = context(data, **made_up, model_config_digest=sha256(models["a"] / "config.json"))
+    assert plan_of(daemon, request(models["a"], data, honest))["ready"] is True
+
+
 def test_a_hub_version_is_the_repo_the_run_loads(daemon: RunningDaemon, models: dict[str, Path], data: Path) -> None:
     registered = cli(
         daemon.env(), "model", "register", "--project", PROJECT, "--model", "hubby", "--version", "hubby-v1",
