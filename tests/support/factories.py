@@ -13,6 +13,12 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+# The sha256 of the config.json `build_tiny` writes for the default student (deterministic: transformers' version
+# field is dropped): a context naming a new model version states its model's real config digest, which launch
+# checks. tests/unit/trainers/test_tiny_model.py holds it to the file.
+TINY_CONFIG_DIGEST = "469b28e8bf73ff96badfd150636abab0569bf81287f4957b7ebb1b7b71d0fbab"
+
+
 def tracking_context(**overrides: Any) -> dict[str, Any]:
     context = {
         "workspace_id": "default",
@@ -25,7 +31,7 @@ def tracking_context(**overrides: Any) -> dict[str, Any]:
         "model_id": "tiny",
         "model_version_id": "tiny-v1",
         "model_source_uri": "bashgym://models/tiny",
-        "model_config_digest": digest("config"),
+        "model_config_digest": TINY_CONFIG_DIGEST,
         "dataset_id": "traces",
         "dataset_version_id": "traces-v1",
         "dataset_source_uri": "bashgym://datasets/traces",
@@ -81,10 +87,10 @@ def grpo_data(tmp: Path, rows: int = 8) -> Path:
 
 
 def config_digest_of(model: Path, stated: str) -> str:
-    """The sha256 of `model`'s config.json in place of the placeholder digest("config"); any other stated digest
-    (a test's own claim) as it is."""
+    """The sha256 of `model`'s config.json in place of the default (the tiny student's: another model, a teacher,
+    has its own); any other stated digest (a test's own claim) as it is."""
     config = Path(model) / "config.json"
-    if stated != hashlib.sha256(b"config").hexdigest() or not config.is_file():
+    if stated != TINY_CONFIG_DIGEST or not config.is_file():
         return stated
     return hashlib.sha256(config.read_bytes()).hexdigest()
 
@@ -102,7 +108,7 @@ def training_request(tiny: Path, data: Path, **overrides: Any) -> dict[str, Any]
             "dataset_content_digest": digest,
             "dataset_version_id": f"traces-{digest[:12]}",
             # ... and the model it loads: the context's config digest is the model's config.json's, where the
-            # caller left the placeholder (a launch holds a new model version's digest to the file).
+            # caller left the default (a launch holds a new model version's digest to the file).
             "model_config_digest": config_digest_of(tiny, base["model_config_digest"]),
         }
     )

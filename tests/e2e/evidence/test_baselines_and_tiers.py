@@ -150,6 +150,7 @@ def test_a_comparison_against_another_model_is_context_and_the_start_comparison_
     assert "start_baseline_missing" not in blockers(daemon, rita, trained)
 
 
+@pytest.mark.slow  # a run of its own; the gate's unit tests keep the alias-holder rule in the default suite
 def test_an_alias_moves_only_to_a_run_compared_with_the_alias_holder(
     daemon: RunningDaemon, tiny: Path, compared_with_start: tuple[str, str], rita: str, rows: Path
 ) -> None:

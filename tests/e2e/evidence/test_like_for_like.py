@@ -134,6 +134,7 @@ def test_results_evaluated_alike_compare_and_the_comparison_says_so(
     assert details["ran_alike"] is True
 
 
+@pytest.mark.slow  # a second run; the gate's unit tests keep unlike_comparison in the default suite
 def test_a_comparison_of_unlike_results_recorded_anyway_is_marked_and_never_ships(
     daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFactory, base_model: Path
 ) -> None:

@@ -40,7 +40,8 @@ def sha256(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    yield from daemon_with_project(tmp_path_factory.mktemp("attempts") / "home")
+    with daemon_with_project(tmp_path_factory.mktemp("attempts") / "home") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +157,10 @@ def test_a_launch_of_other_weights_or_of_held_out_families_never_reaches_the_gat
     recipe.write_text("".join(json.dumps(row) + "\n" for row in gold_sft_rows(range(1, 2), per_family=2)))
     contaminated = training_request(tiny, recipe, max_steps=2, tracking_context=named)
     with tenant(daemon, rita) as launcher:
-        for body, cause in ((swapped, "files differ from those the version recorded"), (contaminated, "held-out")):
+        for body, cause in (
+            (swapped, "files differ from those the version recorded"),
+            (contaminated, "held_out_family"),
+        ):
             plan = launcher.post("/v1/training/plan", json=body).json()
             assert not plan["ready"] and any(cause in r for r in plan["reasons"]), plan["reasons"]
             refused = launcher.post("/v1/training/start", json=body)

@@ -82,7 +82,10 @@ def agree(daemon: RunningDaemon, body: dict[str, Any], config: dict[str, Any], t
     return dict(verdict)
 
 
-@pytest.mark.parametrize("strategy", sorted(RECIPES))
+# Two recipes in the default suite (a supervised and an RL one); the others with make test-slow.
+@pytest.mark.parametrize(
+    "strategy", [s if s in {"sft", "grpo"} else pytest.param(s, marks=pytest.mark.slow) for s in sorted(RECIPES)]
+)
 def test_plan_validate_and_launch_read_every_recipe_alike(
     daemon: RunningDaemon, tiny: Path, tmp_path: Path, strategy: str
 ) -> None:

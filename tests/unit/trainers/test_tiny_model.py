@@ -25,6 +25,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from trl import chat_template_utils
 
+from tests.support.factories import TINY_CONFIG_DIGEST
+
 pytestmark = pytest.mark.timeout(30)
 
 CHAT = [
@@ -209,3 +211,9 @@ def test_the_task_tokenizer_knows_the_suites_words_and_fits_its_prompts() -> Non
         assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) <= 2, word
     longest = max(len(tokenizer(task_prompt(t), add_special_tokens=False)["input_ids"]) for t in default_suite().tasks)
     assert longest < 512, "the evaluation suite's prompts fit with room for the answer"
+
+
+def test_the_students_config_digest_is_the_one_test_contexts_state(student_dir: Path) -> None:
+    # Launch holds a new model version's model_config_digest to base_model's config.json: the factories' default
+    # context states this one, so it must stay the file's (a transformers upgrade that rewrites it changes both).
+    assert hashlib.sha256((student_dir / "config.json").read_bytes()).hexdigest() == TINY_CONFIG_DIGEST
