@@ -202,13 +202,16 @@ class Followers:
                 sync=False,
             )
         job = (await self.ledger.record_external_result(SYSTEM, job["workspace_id"], job["job_id"], result)).record
+        # The model version first, then the job's end: a reader who sees the job completed finds its model.
+        version = None
+        if job["surface"] == "hf-jobs":
+            evidence = await gather_evidence(self.ledger, job["workspace_id"], job["project_id"], job["run_id"])
+            version = await register_run_model(self.ledger, SYSTEM, job["workspace_id"], job["project_id"], evidence)
         job = await self.observe(
             job,
             ExternalObservation(kind="state", state="completed", upstream_state=look.upstream_state, reason=reason),
         )
-        if job["surface"] == "hf-jobs":
-            evidence = await gather_evidence(self.ledger, job["workspace_id"], job["project_id"], job["run_id"])
-            version = await register_run_model(self.ledger, SYSTEM, job["workspace_id"], job["project_id"], evidence)
+        if version is not None:
             await self.observe(
                 job, ExternalObservation(kind="result", message=f"registered as model version {version}"), sync=False
             )

@@ -150,7 +150,11 @@ def test_a_run_whose_loss_is_nan_is_flagged_as_it_trains(
     with torch.no_grad():
         model.get_output_embeddings().weight.fill_(float("nan"))
     model.save_pretrained(diverged)
-    request = training_request(diverged, sft_data(tmp_path), max_steps=3, logging_steps=1, save_steps=100)
+    # Another model than tiny-v1 (its weights and config.json differ): a version of its own.
+    diverged_version = tracking_context(model_version_id="tiny-diverged", model_source_uri="bashgym://models/diverged")
+    request = training_request(
+        diverged, sft_data(tmp_path), max_steps=3, logging_steps=1, save_steps=100, tracking_context=diverged_version
+    )
     with trainer_daemon.client() as client:
         run = run_to_its_end(client, request)
         events = client.get("/v1/projects/nightly/events", params={"limit": 1000}).json()["events"]
