@@ -20,7 +20,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
 from tests.support.factories import sft_data, training_request
-from tests.support.helpers import RunningDaemon, cli, running_daemon, wait_for_run
+from tests.support.helpers import RunningDaemon, cli, daemon_with_project, wait_for_run
 
 pytestmark = pytest.mark.timeout(600)
 PROJECT = "nightly"
@@ -30,10 +30,7 @@ QUICK = {"limit_tasks": 4, "max_new_tokens": 8}
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    with running_daemon(tmp_path_factory.mktemp("home")) as running:
-        with running.client() as admin:
-            created = admin.post("/v1/projects", json={"project_id": PROJECT, "name": "Nightly SFT"})
-            assert created.status_code in {200, 201}, created.text
+    with daemon_with_project(tmp_path_factory.mktemp("home"), PROJECT) as running:
         yield running
 
 
