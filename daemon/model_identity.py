@@ -14,9 +14,10 @@ base_model must be what the version is. What that means depends on what the vers
   compared with the recorded ones.
 
 A context naming a version the project has not recorded makes the launch record it from the context's claims, of
-which its model_config_digest must be the sha256 of base_model's config.json (a directory on this host); a version
-recorded so is held to that digest later, config.json against it. Two models of one config (the same shape, other
-weights) are told apart only by a version with files: register it with `model register --dir`.
+which its model_config_digest must be the sha256 of base_model's config.json (a directory on this host), and with
+the sha256 of each of base_model's files (`new_version_files`): later runs naming it are held to those files, so
+two models of one config (the same shape, other weights) are told apart. A version an earlier launch recorded from
+a context before files were recorded this way (or from a Hub id, or on another lane) is held to its claims alone.
 The run's config records which check applied (`model_check`).
 """
 
@@ -30,9 +31,10 @@ from typing import Any, Literal
 
 from bashgym.client.errors import NotFound, RuleRejected
 from bashgym.client.redaction import redact_text
-from bashgym.client.specs import TrackingContext, context_in_workspace
+from bashgym.client.specs import FileDigest, TrackingContext, context_in_workspace
 from bashgym.client.validation import hub_repo_of
-from bashgym.daemon.evidence.sources import FILE, RUNS, differing_files, kept_files
+from bashgym.daemon.blobs import file_digest
+from bashgym.daemon.evidence.sources import COMPLETE, FILE, RUNS, differing_files, kept_files
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 
@@ -75,6 +77,28 @@ async def check_model_identity(ledger: Ledger, workspace: str, request: Training
             details={"reasons": problems, "model_version_id": context.model_version_id},
         )
     return check
+
+
+async def new_version_files(workspace: str, request: TrainingRequest) -> list[FileDigest]:
+    """The files a model version a launch's context names for the first time is recorded with: base_model's (a
+    directory on this host), so that later runs naming the version are held to these weights, not only to their
+    config. None for a Hub id or another lane's model: there the context's claims stand."""
+    context, _ = context_in_workspace(request.tracking_context, workspace)
+    directory = Path(request.base_model)
+    if context is None or request.lane != "local" or not directory.is_absolute():
+        return []
+    return await asyncio.to_thread(_directory_files, directory)
+
+
+def _directory_files(directory: Path) -> list[FileDigest]:
+    """Each file of a model directory by its relative path, with its sha256 and size. Blocking: it hashes them."""
+    files: list[FileDigest] = []
+    if not directory.is_dir():
+        return files
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE):
+        sha256, size = file_digest(path)
+        files.append(FileDigest(path=str(path.relative_to(directory)), sha256=sha256, size_bytes=size))
+    return files
 
 
 def expected_config_digest(version: dict[str, Any]) -> str:

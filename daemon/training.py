@@ -36,12 +36,12 @@ from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch_authority import check_no_credentials, check_unisolated_checks, has_command_checks
-from bashgym.daemon.model_identity import check_model_identity
+from bashgym.daemon.model_identity import check_model_identity, new_version_files
 from bashgym.daemon.request_paths import Reach, model_files
 from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
-from bashgym.trainers.contracts.datasets import format_report, leaked_pairs, validate_request_data
+from bashgym.trainers.contracts.datasets import JUDGED_TASK_CHECK, format_report, leaked_pairs, validate_request_data
 from bashgym.trainers.contracts.fields import Capabilities, model_problems, refusals
 from bashgym.trainers.contracts.request import TrainingRequest
 from packaging.version import Version
@@ -243,6 +243,8 @@ class TrainingService:
         if request.lane == "nemo":
             run_id = new_id("run")
             job, uploaded = await self._submit_nemo_job(run_id, request)
+        # A model version this launch records from its context is recorded with base_model's files.
+        model_files = await new_version_files(workspace, request) if model_check == "new_version" else []
         registration = RunRegistration(
             run_id=run_id,
             source_system="nemo-customizer" if job else "bashgym",
@@ -253,6 +255,7 @@ class TrainingService:
             config={
                 **request.model_dump(mode="json", exclude={"tracking_context"}),
                 "dataset_sha256": dataset_sha256,
+                JUDGED_TASK_CHECK: "launch",  # _check_dataset refused every row asking a task it is judged by
                 # How base_model was held to the model version the context names (model_identity).
                 **({"model_check": model_check} if model_check else {}),
                 # The model version GRPO's rewards come from (grpo_reward_model holds its directory here).
@@ -264,7 +267,7 @@ class TrainingService:
             correlation_id=request.correlation_id or actor.correlation_id,
         )
         try:
-            written = await self.ledger.register_run(actor, workspace, registration)
+            written = await self.ledger.register_run(actor, workspace, registration, model_files=model_files)
         except BaseException:
             if job is not None:
                 await asyncio.shield(self._cancel_orphan(job["id"]))

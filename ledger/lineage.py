@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from bashgym.client.errors import IdentityConflict, NotFound
@@ -11,6 +12,7 @@ from bashgym.client.specs import (
     DatasetVersionSpec,
     EnvironmentSpec,
     ExperimentSpec,
+    FileDigest,
     ModelVersionSpec,
     ProjectSpec,
     Spec,
@@ -172,8 +174,11 @@ def register_environment(tx: Tx, ws: str, project: str, spec: EnvironmentSpec) -
     return to_record(row), replayed
 
 
-def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) -> None:
-    """Create (or replay) the project, experiment and versions a complete tracking context names."""
+def register_context_lineage(
+    tx: Tx, ctx: TrackingContext, compute_target: str, model_files: Sequence[FileDigest] = ()
+) -> None:
+    """Create (or replay) the project, experiment and versions a complete tracking context names; a model version
+    it is the first to name is recorded with `model_files` (what the launch hashed of base_model)."""
     ws, project = ctx.workspace_id, ctx.project_id
     # An existing project is referenced by its name; a context that leaves the description out does not
     # contradict the one the project was created with.
@@ -209,6 +214,7 @@ def register_context_lineage(tx: Tx, ctx: TrackingContext, compute_target: str) 
                 source_uri=ctx.model_source_uri,
                 source_revision=ctx.model_source_revision,
                 config_digest=ctx.model_config_digest,
+                files=list(model_files),
             ),
         )
     data_key = {"workspace_id": ws, "project_id": project, "dataset_version_id": ctx.dataset_version_id}

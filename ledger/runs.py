@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from bashgym.client.errors import Conflict, NotFound
 from bashgym.client.redaction import redact_text
 from bashgym.client.specs import (
     UNASSIGNED,
+    FileDigest,
     MetricBatch,
     RunRegistration,
     RunTransition,
@@ -21,8 +23,12 @@ from bashgym.ledger.rows import check_id_unused, not_found, require_project, to_
 from bashgym.ledger.tx import Tx, new_id
 
 
-def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any], bool, list[str]]:
+def register_run(
+    tx: Tx, ws: str, spec: RunRegistration, model_files: Sequence[FileDigest] = ()
+) -> tuple[dict[str, Any], bool, list[str]]:
     """Register a run and its attempt 1 (queued); without a complete context it goes to `unassigned`.
+    `model_files`: what the daemon's launch hashed of base_model, recorded with a model version this context is the
+    first to name (never a caller's: the API passes none).
 
     Returns the run record, whether it was a replay, and the context fields that were missing.
     """
@@ -32,7 +38,7 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
         project, experiment = UNASSIGNED, UNASSIGNED
         versions: dict[str, str | None] = {"model_version_id": None, "dataset_version_id": None, "environment_id": None}
     else:
-        _register_lineage_once(tx, ctx, spec)
+        _register_lineage_once(tx, ctx, spec, model_files)
         project, experiment = ctx.project_id, ctx.experiment_id
         versions = {
             "model_version_id": ctx.model_version_id,
@@ -101,7 +107,9 @@ def register_run(tx: Tx, ws: str, spec: RunRegistration) -> tuple[dict[str, Any]
     return to_record(row), replayed, missing
 
 
-def _register_lineage_once(tx: Tx, ctx: TrackingContext, spec: RunRegistration) -> None:
+def _register_lineage_once(
+    tx: Tx, ctx: TrackingContext, spec: RunRegistration, model_files: Sequence[FileDigest]
+) -> None:
     """Register the context's lineage, unless this exact context was already registered and committed.
 
     Every launch of an experiment resends the same context; the lineage rows it names are immutable.
@@ -109,7 +117,7 @@ def _register_lineage_once(tx: Tx, ctx: TrackingContext, spec: RunRegistration) 
     marker = ("tracking_context", identity_digest({"context": spec.tracking_context, "target": spec.compute_target}))
     if marker in tx.known_rows or marker in tx.learned:
         return
-    register_context_lineage(tx, ctx, spec.compute_target)
+    register_context_lineage(tx, ctx, spec.compute_target, model_files)
     tx.learned[marker] = {}
 
 

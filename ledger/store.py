@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -14,6 +14,7 @@ from bashgym.client.errors import InvalidInput, LedgerUnavailable
 from bashgym.client.specs import (
     Actor,
     EventPage,
+    FileDigest,
     MetricBatch,
     RunRegistration,
     RunTransition,
@@ -278,9 +279,11 @@ class Ledger:
 
     # -- runs ------------------------------------------------------------------------------------
 
-    async def register_run(self, actor: Actor, ws: str, spec: RunRegistration) -> WriteResult:
+    async def register_run(
+        self, actor: Actor, ws: str, spec: RunRegistration, *, model_files: Sequence[FileDigest] = ()
+    ) -> WriteResult:
         def fn(tx: Tx) -> WriteResult:
-            record, replayed, missing = runs.register_run(tx, ws, spec)
+            record, replayed, missing = runs.register_run(tx, ws, spec, model_files)
             record["missing_context_fields"] = missing
             return WriteResult(record=record, replayed=replayed, cursor=tx.last_cursor)
 

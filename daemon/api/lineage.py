@@ -84,6 +84,12 @@ class RunModelBody(BaseModel):
     model_id: Identifier
 
 
+@router.get("/projects/{project}/model-versions/{version}")
+async def show_model_version(call: ReadCall, project: str, version: str) -> Response:
+    """One model version as recorded: its source, config digest and, where recorded, each file's sha256."""
+    return json_response(await call.services.ledger.get_model_version(call.workspace, project, version))
+
+
 @router.post("/projects/{project}/runs/{run_id}/model-version", response_model=WriteResult, status_code=201)
 async def register_run_model(call: WriteCall, project: str, run_id: str, body: RunModelBody) -> Response:
     """A completed run's kept model as a model version of its project (the kind its method makes), so a later run

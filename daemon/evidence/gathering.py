@@ -4,6 +4,7 @@ an HTTP call."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -12,6 +13,7 @@ from bashgym.client.specs import Actor
 from bashgym.client.validation import canonical_json, check_identifier, sha256_text
 from bashgym.daemon.evidence.promotion import Evidence, downstream_of
 from bashgym.daemon.evidence.sources import run_model_spec
+from bashgym.daemon.evidence.training_data import judged_training_rows
 from bashgym.ledger.store import Ledger
 
 
@@ -39,6 +41,7 @@ async def gather_evidence(ledger: Ledger, ws: str, project: str, run_id: str) ->
             with contextlib.suppress(NotFound):
                 baseline_models[result_id] = await ledger.get_model_version(ws, project, baseline["model_version_id"])
     downstream = await _downstream(ledger, ws, project, run) if run.get("method") == "reward_model" else []
+    training_data = await asyncio.to_thread(judged_training_rows, run)
     return Evidence(
         run,
         results,
@@ -51,6 +54,7 @@ async def gather_evidence(ledger: Ledger, ws: str, project: str, run_id: str) ->
         baseline_models,
         downstream,
         start_version=start_version,
+        training_data=training_data,
     )
 
 

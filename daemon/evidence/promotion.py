@@ -64,6 +64,9 @@ class Evidence:
     start_version: dict[str, Any] | None = None
     # Where `promote decide` is to move an alias that a model version holds: the holder's record, with `alias`.
     alias_holder: dict[str, Any] | None = None
+    # A policy run's training data where it asks tasks the run is judged by, or cannot be read again to tell
+    # (training_data.judged_training_rows); None when there is nothing to say.
+    training_data: dict[str, Any] | None = None
 
     def counted(self) -> Evidence:
         """What the gate counts: the measured results and comparisons (and the comparisons' baselines, measured
@@ -335,7 +338,39 @@ def _checks(evidence: Evidence) -> list[Finding]:
     if not e.runcards:
         fail("runcard_missing", "The run has no RunCard.", "bashgym runcard create --run RUN")
     found += _method_checks(e, completed)
+    found += _training_data_checks(e)
     return found
+
+
+def _training_data_checks(e: Evidence) -> list[Finding]:
+    """A run launched before its data was checked for judged tasks ships only when that data checks clean now."""
+    data, run = e.training_data, e.run
+    if data is None:
+        return []
+    retrain = (
+        f"Train again with this bashgym, whose launch refuses such rows (bashgym training validate --method "
+        f"{run['method']} --dataset FILE names each one); this run cannot ship."
+    )
+    if "judged" in data:
+        return [
+            Finding(
+                "trained_on_judged_tasks",
+                "fail",
+                f"Run {run['run_id']} trained on {data['judged']} rows asking tasks it is judged by (evaluation-suite "
+                f"instances or held-out families), so its evaluation and holdout figures report memory: "
+                f"{'; '.join(data['rows'])}.",
+                retrain,
+            )
+        ]
+    return [
+        Finding(
+            "training_data_unchecked",
+            "fail",
+            f"Run {run['run_id']} was launched before bashgym checked training data for tasks it is judged by, and "
+            f"its data cannot be read again to tell: {data['unchecked']}.",
+            f"Put the exact file back where it was (the gate reads it again), or: {retrain[0].lower()}{retrain[1:]}",
+        )
+    ]
 
 
 def _set_aside(e: Evidence, key: str) -> list[str]:

@@ -57,7 +57,7 @@ from bashgym.daemon.settings import Settings
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
-from bashgym.trainers.contracts.datasets import format_report, validate_request_data
+from bashgym.trainers.contracts.datasets import JUDGED_TASK_CHECK, format_report, validate_request_data
 from bashgym.trainers.contracts.external_job import (
     owner_marker,
 )
@@ -426,6 +426,7 @@ class ExternalJobs:
                 **request.model_dump(mode="json", exclude={"tracking_context", "dataset_path", "eval_dataset_path"}),
                 "compute_target": target,
                 "dataset_sha256": dataset_sha256,
+                JUDGED_TASK_CHECK: "launch",  # the data's contract refused every row asking a task it is judged by
                 "external_job_id": spec.job_id,
                 "flavor": spec.flavor,
             },

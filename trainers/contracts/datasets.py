@@ -63,6 +63,10 @@ RETRIEVAL_FIELDS: tuple[str, ...] = ("query", "positive", "negative", "query_id"
 # the fields of their rows that hold what the policy is asked.
 POLICY_METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation")
 PROMPT_FIELDS: tuple[str, ...] = ("messages", "text", "prompt", "original_context", "hinted_context")
+# The codes of rows that ask a task the policy is judged by (check_unjudged), and the key a launch that refused
+# them records in its run's config: the gate reads the data of a run without it again (daemon/evidence).
+JUDGED_CODES: tuple[ErrorCode, ...] = ("evaluation_task", "held_out_family")
+JUDGED_TASK_CHECK = "judged_task_check"
 
 # (field, code, message) of one problem in one row; the line and file are added when it is reported.
 Issue = tuple[str, ErrorCode, str]

@@ -234,3 +234,77 @@ def test_readme_recipe_holds_only_trained_families_and_passes_validate_and_plan(
         with tenant(daemon, rita) as api:
             plan = api.post("/v1/training/plan", json=training_request(tiny, data))
         assert plan.status_code == 200 and plan.json()["ready"], plan.json()["reasons"]
+
+
+LEGACY = "legacy"  # runs recorded as a daemon from before the check recorded them, in a project of their own
+
+
+def legacy_run(daemon: RunningDaemon, data: Path) -> str:
+    """A completed-looking SFT run whose record is what a launch before this check wrote: the data's path and
+    sha256, and no judged_task_check."""
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    context = tracking_context(
+        project_id=LEGACY,
+        project_display_name="Runs from before the check",
+        dataset_version_id=f"old-{digest[:12]}",
+        dataset_content_digest=digest,
+    )
+    body = {
+        "method": "sft",
+        "tracking_context": context,
+        "config": {"dataset_path": str(data), "dataset_sha256": digest},
+    }
+    with daemon.client() as admin:
+        registered = admin.post("/v1/runs", json=body)
+    assert registered.status_code == 201, registered.text
+    return str(registered.json()["record"]["run_id"])
+
+
+def blockers_of(daemon: RunningDaemon, run_id: str) -> dict[str, dict[str, Any]]:
+    with daemon.client() as admin:
+        gate = admin.get(f"/v1/projects/{LEGACY}/runs/{run_id}/gate")
+    assert gate.status_code == 200, gate.text
+    return {b["code"]: b for b in gate.json()["blockers"]}
+
+
+def test_a_run_trained_before_the_check_on_judged_tasks_is_blocked_by_the_gate(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    rows = old_recipe()
+    data = jsonl(tmp_path / "old-recipe.jsonl", rows)
+    run_id = legacy_run(daemon, data)
+    first_line, family = min(held_out_lines(rows).items())
+    blocker = blockers_of(daemon, run_id)["trained_on_judged_tasks"]
+    assert f"old-recipe.jsonl:{first_line}:" in blocker["message"] and family in blocker["message"], blocker
+    assert f"trained on {len(held_out_lines(rows))} rows" in blocker["message"], blocker
+    assert "bashgym training validate --method sft" in blocker["next_action"], blocker
+    gated = cli(daemon.env(), "promote", "gate", "--project", LEGACY, "--run", run_id)
+    assert gated.code == 7 and "trained_on_judged_tasks" in gated.stdout + gated.stderr, gated
+
+    data.write_text("")  # other bytes: what it trained on is gone, and the gate says it cannot tell
+    changed = blockers_of(daemon, run_id)["training_data_unchecked"]
+    assert "not the" in changed["message"] and "Put the exact file back" in changed["next_action"], changed
+    data.unlink()
+    gone = blockers_of(daemon, run_id)["training_data_unchecked"]
+    assert "no longer on this host" in gone["message"], gone
+
+
+def test_a_run_trained_before_the_check_on_clean_data_and_a_launched_run_pass_it(
+    daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    clean = jsonl(
+        tmp_path / "clean.jsonl",
+        gold_sft_rows(range(1, 3), families=training_families(), exclude=default_suite().tasks),
+    )
+    assert not {"trained_on_judged_tasks", "training_data_unchecked"} & set(
+        blockers_of(daemon, legacy_run(daemon, clean))
+    )
+    # A run the daemon launches records that its launch refused judged rows: the gate does not read its data again.
+    context = tracking_context(project_id=LEGACY, project_display_name="Runs from before the check")
+    with daemon.client() as admin:
+        started = admin.post("/v1/training/start", json=training_request(tiny, clean, tracking_context=context))
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run_id"]
+        admin.post(f"/v1/projects/{LEGACY}/runs/{run_id}/stop")
+        run = admin.get(f"/v1/projects/{LEGACY}/runs/{run_id}").json()
+    assert run["config"]["judged_task_check"] == "launch", run["config"]

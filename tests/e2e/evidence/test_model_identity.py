@@ -201,6 +201,31 @@ def test_a_new_version_is_recorded_only_with_the_config_digest_of_the_model_it_n
     assert plan_of(daemon, request(models["a"], data, honest))["ready"] is True
 
 
+def test_a_version_first_recorded_by_a_launch_holds_later_runs_to_its_weights(
+    daemon: RunningDaemon, models: dict[str, Path], data: Path, tmp_path: Path
+) -> None:
+    """A and B share a config: a version recorded from a context's claims alone would take B as A. The launch that
+    records it records A's files too, and a later run naming it with B's weights is refused, by API and CLI."""
+    facts = {"model_id": "tiny", "model_version_id": "tiny-ctx", "model_source_uri": "bashgym://models/tiny-ctx"}
+    ctx = context(data, **facts, model_config_digest=sha256(models["a"] / "config.json"))
+    with daemon.client() as client:
+        started = client.post("/v1/training/start", json=request(models["a"], data, ctx))
+        assert started.status_code == 201, started.text
+        stopped = client.post(f"/v1/projects/{PROJECT}/runs/{started.json()['run_id']}/stop")  # its record suffices
+        assert stopped.status_code == 200, stopped.text
+        version = client.get(f"/v1/projects/{PROJECT}/model-versions/tiny-ctx").json()
+    recorded = {f["path"]: f["sha256"] for f in version["files"]}
+    assert recorded["model.safetensors"] == sha256(models["a"] / "model.safetensors"), version
+    before = runs_of(daemon)
+    plan, launched = plan_and_launch(daemon, request(models["b"], data, ctx))
+    assert plan["ready"] is False and launched.status_code == 422, launched.text
+    assert "tiny-ctx" in launched.json()["error"]["message"] and "model.safetensors" in launched.text
+    planned, started_by_cli = cli_plan_and_launch(daemon, tmp_path, models["b"], data, ctx)
+    assert planned.code == 7 and started_by_cli.code == 7 and "model.safetensors" in started_by_cli.stderr
+    assert runs_of(daemon) == before
+    assert plan_of(daemon, request(models["a"], data, ctx))["ready"] is True  # A itself still passes
+
+
 def test_a_hub_version_is_the_repo_the_run_loads(daemon: RunningDaemon, models: dict[str, Path], data: Path) -> None:
     registered = cli(
         daemon.env(), "model", "register", "--project", PROJECT, "--model", "hubby", "--version", "hubby-v1",
