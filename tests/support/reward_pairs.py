@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 WORDS = ("alpha", "bravo", "delta", "echo", "fox", "golf", "hotel", "india", "kilo", "lima", "mike", "nova")
 SOURCES = {
@@ -22,8 +22,10 @@ TAILS = (" && echo done", " ; echo ok", " 2>/dev/null", " # {w}")
 LONGER = " --verbose --color=never"
 
 
-def reward_pairs(seed: int, n: int) -> list[dict[str, Any]]:
-    """`n` pairs; different seeds never share a pair (the numbers in their names do not overlap)."""
+def reward_pairs(seed: int, n: int, *, preferring: Literal["quality", "brevity"] = "quality") -> list[dict[str, Any]]:
+    """`n` pairs; different seeds never share a pair (the numbers in their names do not overlap). Preferring
+    "brevity", the chosen answer is always the shorter one and the inspecting one in only half the pairs, so
+    length is all a model can learn from them."""
     rng = random.Random(seed)
     names = sorted(SOURCES)
     rows = []
@@ -32,12 +34,18 @@ def reward_pairs(seed: int, n: int) -> list[dict[str, Any]]:
         source = names[i % len(names)]
         good, bad = (template.format(w=word) for template in SOURCES[source])
         tail = rng.choice(TAILS).format(w=word)
-        if (i // len(names)) % 2:
-            bad += LONGER
+        flip = (i // len(names)) % 2
+        if preferring == "brevity":
+            chosen, rejected = (bad, good + LONGER) if flip else (good, bad + LONGER)
         else:
-            good += LONGER
+            chosen, rejected = (good, bad + LONGER) if flip else (good + LONGER, bad)
         rows.append(
-            {"prompt": f"Task: inspect {word}.\n", "chosen": good + tail, "rejected": bad + tail, "source": source}
+            {
+                "prompt": f"Task: inspect {word}.\n",
+                "chosen": chosen + tail,
+                "rejected": rejected + tail,
+                "source": source,
+            }
         )
     return rows
 

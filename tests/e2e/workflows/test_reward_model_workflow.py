@@ -4,18 +4,14 @@ kind reward_model, and then the reward of a GRPO run whose rewards come from its
 
 from __future__ import annotations
 
-import hashlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
-from tests.support.factories import tracking_context
 from tests.support.helpers import RunningDaemon, cli, running_daemon, wait_for_run
+from tests.support.reward_models import evaluate, reward_model_request, rewarded_grpo_request
 from tests.support.reward_pairs import reward_pairs, write_jsonl
 
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -28,46 +24,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
         yield running
 
 
-def context_for(data: Path, experiment: str) -> dict[str, Any]:
-    digest = hashlib.sha256(data.read_bytes()).hexdigest()
-    return tracking_context(
-        experiment_id=experiment, dataset_version_id=f"{experiment}-{digest[:12]}", dataset_content_digest=digest
-    )
-
-
-def evaluate(admin: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-    started = admin.post("/v1/projects/nightly/evaluations", json=body)
-    assert started.status_code == 202, started.text
-    job_id = started.json()["evaluation_id"]
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        job = admin.get(f"/v1/projects/nightly/evaluations/{job_id}").json()
-        if job["status"] in {"completed", "failed"}:
-            assert job["status"] == "completed", job
-            return dict(job)
-        time.sleep(0.5)
-    raise AssertionError(f"evaluation {job_id} did not finish")
-
-
 def test_a_reward_model_trains_is_judged_on_its_own_evidence_and_rewards_a_grpo_run(
     daemon: RunningDaemon, tmp_path: Path
 ) -> None:
     tiny = build_tiny(tmp_path / "tiny")
     train = write_jsonl(tmp_path / "pairs.jsonl", reward_pairs(seed=1, n=64))
     held_out = write_jsonl(tmp_path / "heldout.jsonl", reward_pairs(seed=2, n=40))
-    request = {
-        "method": "reward_model",
-        "base_model": str(tiny),
-        "dataset_path": str(train),
-        "eval_dataset_path": str(held_out),
-        "max_steps": 40,
-        "batch_size": 8,
-        "gradient_accumulation_steps": 1,
-        "learning_rate": 5e-3,
-        "save_steps": 20,
-        "max_seq_length": 64,
-        "tracking_context": context_for(train, "reward"),
-    }
+    request = reward_model_request(tiny, train, held_out)
     with daemon.client() as admin:
         # Held-out pairs that are training pairs are refused before anything trains, line-numbered.
         leaky = write_jsonl(tmp_path / "leaky.jsonl", reward_pairs(seed=1, n=3))
@@ -119,21 +82,7 @@ def test_a_reward_model_trains_is_judged_on_its_own_evidence_and_rewards_a_grpo_
         )
         assert version.status_code == 201, version.text
         assert version.json()["record"]["kind"] == "reward_model"
-        prompts = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": f"Task: inspect fox{i}.\n"} for i in range(4)])
-        grpo = {
-            "method": "grpo",
-            "base_model": str(tiny),
-            "dataset_path": str(prompts),
-            "max_steps": 2,
-            "batch_size": 2,
-            "gradient_accumulation_steps": 1,
-            "learning_rate": 5e-3,
-            "save_steps": 1,
-            "grpo_num_generations": 2,
-            "grpo_max_completion_length": 8,
-            "grpo_reward_source": "reward_model",
-            "tracking_context": context_for(prompts, "rewarded"),
-        }
+        grpo = rewarded_grpo_request(tiny, tmp_path)
         policy_model = admin.post("/v1/training/start", json={**grpo, "grpo_reward_model": "rm-base-is-not"})
         assert policy_model.status_code == 422 and "is not a model version" in policy_model.text
         started = admin.post("/v1/training/start", json={**grpo, "grpo_reward_model": "rm-v1"})
