@@ -75,7 +75,8 @@ class AnomalyWatch:
         if norm != 0.0:
             return []
         causes = []
-        if metrics.get("train.truncated_fraction") == 1.0:
+        # Truncated alone is no cause: a truncated completion the loss still sees trains.
+        if metrics.get("train.truncated_masked_fraction") == 1.0:
             causes.append(
                 "every completion hit max_completion_length and was masked out of the loss (raise "
                 "grpo_max_completion_length; the terminal_rl_tmax_like profile masks truncated completions)"

@@ -43,6 +43,8 @@ CANONICAL_METRICS = {
     # GRPOTrainer: the share of completions that hit max_completion_length (masked out of the loss when
     # mask_truncated_completions is on).
     "completions/clipped_ratio": "train.truncated_fraction",
+    # FilteringGRPOTrainer: the share of completions masked out of the loss for it (0.0 without the mask).
+    "completions/masked_truncated_ratio": "train.truncated_masked_fraction",
     "mean_token_accuracy": "train.mean_token_accuracy",
     # RewardTrainer: the share of a batch's pairs scored the right way round, and the mean score gap.
     "accuracy": "train.pair_accuracy",

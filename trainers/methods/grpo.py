@@ -66,6 +66,11 @@ class FilteringGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         training = self.model is not None and self.model.training
+        # The share of completions the loss never sees: mask_truncated_completions zeroes a truncated one's whole
+        # completion_mask, where one that ended keeps its EOS at least. Truncated but not masked still trains.
+        unseen = (output["completion_mask"].sum(dim=1) == 0).float()
+        masked = self.accelerator.gather(unseen).mean().item()
+        self._metrics["train" if training else "eval"]["completions/masked_truncated_ratio"].append(masked)
         if not (self.filter_zero_std_groups and training):
             return output
         completion_mask = output["completion_mask"]
