@@ -115,6 +115,11 @@ def run(record: dict[str, Any]) -> None:
             [{**a, "reason": a.get("error_summary") or a.get("status_reason")} for a in attempts],
             ["attempt_id", "status", "reason"],
         )
+    anomalies = record.get("anomalies") or []
+    if anomalies:
+        heading("Anomalies")
+        for anomaly in anomalies:  # whole: a detail says what happened and what to change
+            say(f"step {anomaly.get('step')} {anomaly.get('kind')}: {anomaly.get('detail')}", indent=2)
     metrics(record.get("metric_summary") or {})
     evaluations = record.get("evaluations") or []
     heading("Evaluations")

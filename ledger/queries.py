@@ -334,6 +334,13 @@ def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dic
         key,
     ).fetchone()
     run["topology"] = json.loads(topology[0]) if topology else None
+    # What its supervisor flagged as it trained (a non-finite loss, a step that trained nothing), oldest first.
+    run["anomalies"] = [
+        json.loads(row[0])
+        for row in conn.execute(
+            f"SELECT payload_json FROM events WHERE {scope} AND event_type = 'run.anomaly' ORDER BY cursor", key
+        )
+    ]
     run["metric_summary"] = {
         row["metric"]: {"count": row["n"], "min": row["lo"], "max": row["hi"], "last_step": row["last_step"]}
         for row in conn.execute(

@@ -248,6 +248,20 @@ def wait_for_run(client: httpx.Client, project: str, run_id: str, statuses: set[
     raise AssertionError(f"run {run_id} never reached {statuses}; last {run['status']}")
 
 
+def train_all(client: httpx.Client, project: str, requests: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
+    """Start every named request at once (the local lane runs them in turn), wait for each, and return each
+    completed run by its name."""
+    started = {name: client.post("/v1/training/start", json=body) for name, body in requests.items()}
+    assert all(s.status_code == 201 for s in started.values()), {n: s.text for n, s in started.items()}
+    runs = {
+        name: wait_for_run(client, project, s.json()["run_id"], {"completed", "failed", "cancelled"}, timeout_s)
+        for name, s in started.items()
+    }
+    for run in runs.values():
+        assert run["status"] == "completed", run["attempts"][-1]
+    return runs
+
+
 async def wait_for_status(
     api: httpx.AsyncClient, project: str, run_id: str, statuses: set[str], timeout_s: float = 240
 ) -> Any:
