@@ -86,13 +86,23 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
         "--method", "--strategy", dest="method", required=True, choices=METHODS,
         help="the training method (--strategy, its former name, is accepted too)",
     )  # fmt: skip
-    parser.add_argument("--model", required=True, dest="base_model", help="base model: hub id or local path")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", dest="base_model", help="base model: hub id or local path")
+    model.add_argument("--model-version", help="a registered model version of --project: the run trains from its files")
+    parser.add_argument(
+        "--project",
+        help="the project the run is recorded under, as an official run: the daemon composes its tracking context "
+        "from --model-version, --dataset-version and --experiment (its records)",
+    )
+    parser.add_argument("--experiment", help="experiment of --project (default: the project's default experiment)")
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument(
         "--dataset-path", type=input_file, help="training data (JSONL) on this machine; uploaded for the run's project"
     )
     data.add_argument("--dataset-version", help="a registered dataset version whose content the daemon holds")
-    parser.add_argument("--dataset-project", help="project of --dataset-version (default: the tracking context's)")
+    parser.add_argument(
+        "--dataset-project", help="project of --dataset-version (default: --project, or the tracking context's)"
+    )
     parser.add_argument(
         "--compute-target",
         help="local (the default), ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer; left out, "
@@ -133,9 +143,11 @@ def build_request(a: argparse.Namespace) -> dict[str, object]:
     if a.compute_target:  # sent only when given: the operator form names its target in --config
         body["compute_target"] = a.compute_target
     on_this_host = body.get("compute_target", "local") == "local" and not body.get("use_remote_ssh")
-    model = Path(a.base_model).expanduser()
-    local = on_this_host and model.exists()  # on other lanes the path is the device's (or a hub id)
-    body.update(method=a.method, base_model=str(model.resolve()) if local else a.base_model)
+    body["method"] = a.method
+    if a.base_model is not None:  # else the daemon loads --model-version's files
+        model = Path(a.base_model).expanduser()
+        local = on_this_host and model.exists()  # on other lanes the path is the device's (or a hub id)
+        body["base_model"] = str(model.resolve()) if local else a.base_model
     if a.tracking_context:
         body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
     flags = {
@@ -168,6 +180,7 @@ async def training_plan(ctx: Ctx) -> int:
 async def _request_body(ctx: Ctx) -> dict[str, object]:
     """The request, with --dataset-path uploaded for the project the run will be recorded under (the daemon reads
     no path of this machine's; an upload the daemon already holds is stored once)."""
+    _check_official(ctx.args)
     try:
         body = build_request(ctx.args)
     except ValueError as exc:
@@ -231,7 +244,40 @@ def _check_locally(request: TrainingRequest, dataset: Path) -> None:
 
 def _params(ctx: Ctx) -> dict[str, Any]:
     a = ctx.args
-    return {"workspace": ctx.workspace, "dataset_version": a.dataset_version, "dataset_project": a.dataset_project}
+    return {
+        "workspace": ctx.workspace,
+        "dataset_version": a.dataset_version,
+        "dataset_project": a.dataset_project,
+        "project": a.project,
+        "model_version": a.model_version,
+        "experiment": a.experiment,
+    }
+
+
+def _check_official(a: argparse.Namespace) -> None:
+    """--project names an official run by its registered versions; the flags that compose it come together."""
+    if a.project is None:
+        lonely = [
+            flag for flag, value in (("--model-version", a.model_version), ("--experiment", a.experiment)) if value
+        ]
+        if lonely:
+            raise UsageError(
+                f"{' and '.join(lonely)} name records of a project: give --project too.",
+                hint="bashgym training start --project P --model-version MV --dataset-version DV --method ...",
+            )
+        return
+    if a.tracking_context:
+        raise UsageError(
+            "Give --project or --tracking-context, not both: with --project the daemon composes the context.",
+            hint="Drop --tracking-context to launch by the project's registered versions.",
+        )
+    if a.model_version is None or a.dataset_version is None:
+        raise UsageError(
+            "An official run in --project names its registered versions: --model-version and --dataset-version.",
+            hint=f"Register them first (bashgym model register --project {a.project} --model ID --version MV --dir "
+            f"DIR; bashgym dataset register --project {a.project} --dataset ID --version DV --file FILE), then name "
+            "them; bashgym ledger context --project P lists what is registered.",
+        )
 
 
 def _start_args(parser: argparse.ArgumentParser) -> None:

@@ -145,7 +145,14 @@ def plan(result: dict[str, Any]) -> None:
     """`training plan`: would it launch, where, recorded under what, and the settings it would train with."""
     ready = bool(result.get("ready"))
     mark = MARKS["ship"] if ready else MARKS["blocked"]
+    unofficial = result.get("context_status") == "unassigned"
     verdict = "ready: a launch would be accepted" if ready else "a launch would be refused"
+    if ready and unofficial:  # accepted, but never promotable: not what "ready" means to a user
+        mark = MARKS["warning"]
+        verdict = (
+            "a launch would be accepted as an UNOFFICIAL run: kept under `unassigned`, which the gate never ships "
+            "(name --project P --model-version MV --dataset-version DV, or a complete --tracking-context)"
+        )
     say(f"{mark} [bold]Training plan[/bold] (nothing launched): {verdict}", markup=True)
     for reason in result.get("reasons") or []:
         say(f"  {MARKS['blocked']} {escape(str(reason))}", markup=True)
