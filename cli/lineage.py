@@ -60,6 +60,38 @@ async def project_show(ctx: Ctx) -> int:
     )
 
 
+@command("project", "use", help="make a project the default of commands that take --project (in bashgym.toml)")(
+    _project_arg
+)
+async def project_use(ctx: Ctx) -> int:
+    project = check_identifier(ctx.args.project, field="project")
+    await ctx.client.request("GET", f"/v1/projects/{project}", params={"workspace": ctx.workspace})  # it exists
+    path = ctx.settings.home / "bashgym.toml"
+    await asyncio.to_thread(set_toml_key, path, "project", project)
+    shadowed = ctx.environ.get("BASHGYM_PROJECT")
+    result = {"project": project, "written_to": str(path)}
+    if shadowed and shadowed != project:
+        result["note"] = f"BASHGYM_PROJECT={shadowed} in this environment wins over the file; unset it to use {project}"
+    return done(ctx, result, title="Default project")
+
+
+def set_toml_key(path: Path, key: str, value: str) -> None:
+    """Set a top-level `key = "value"` line in a TOML file, keeping every other line as written (a value here is an
+    identifier: nothing in it needs escaping)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    line = f'{key} = "{value}"'
+    for index, text in enumerate(lines):
+        if text.lstrip().startswith("["):
+            break  # tables begin: a top-level key goes before them
+        if text.split("=", 1)[0].strip() == key:
+            lines[index] = line
+            break
+    if line not in lines:  # no such key before the tables
+        lines.insert(0, line)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _channel_args(parser: argparse.ArgumentParser) -> None:
     _project_arg(parser)
     parser.add_argument("--channel", help="Discord channel id to route the project's notices to (omit to show)")

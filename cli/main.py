@@ -7,6 +7,8 @@ import asyncio
 import json
 import os
 import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 # Each command module registers its commands when imported.
@@ -63,7 +65,8 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(default_project: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with `default_project`, a command that needs --project takes it when none is named."""
     common = _common()
     parser = Parser(
         prog="bashgym",
@@ -91,9 +94,32 @@ def build_parser() -> argparse.ArgumentParser:
             groups[prefix] = group_parser.add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=True)
         leaf = groups[path[:-1]].add_parser(path[-1], parents=[common], help=help_text, description=help_text)
         add_args(leaf)
+        if default_project:
+            _default_project(leaf, default_project)
         leaf.set_defaults(handler=handler)
         leaves[path] = leaf
     return parser
+
+
+def _default_project(parser: argparse.ArgumentParser, project: str) -> None:
+    """A required --project becomes optional, defaulting to `project` (an optional one keeps its own meaning)."""
+    for action in parser._actions:
+        if "--project" in action.option_strings and action.required:
+            action.required, action.default = False, project
+            action.help = f"{action.help} (default {project}: BASHGYM_PROJECT or bashgym project use)"
+
+
+def default_project(environ: dict[str, str]) -> str | None:
+    """BASHGYM_PROJECT, else `project` in $BASHGYM_HOME/bashgym.toml (`bashgym project use P` writes it). Read
+    before the settings, which a parser does not wait for; a broken file is reported when they load."""
+    if environ.get("BASHGYM_PROJECT"):
+        return environ["BASHGYM_PROJECT"]
+    home = Path(environ.get("BASHGYM_HOME") or Path.home() / ".bashgym")
+    try:
+        value = tomllib.loads((home / "bashgym.toml").read_text()).get("project")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str], environ: dict[str, str]) -> int:
     if argv[:1] == ["__complete"]:  # hidden: what the completion scripts ask (cli/completion.py)
-        return completion.complete(argv[1:], environ, build_parser())
-    parser = build_parser()
+        return completion.complete(argv[1:], environ, build_parser(default_project(environ)))
+    parser = build_parser(default_project(environ))
     try:
         check_words(parser, argv)
         args = parser.parse_args(argv)

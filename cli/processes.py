@@ -147,7 +147,12 @@ async def status(ctx: Ctx) -> int:
             exc.message,
             "Start one with `bashgym daemon` (foreground) or `bashgym up`, then run bashgym status.",
         ) from exc
-    result: dict[str, Any] = {"daemon": "reachable", "api": ctx.client.api, **health.model_dump()}
+    result: dict[str, Any] = {
+        "daemon": "reachable",
+        "api": ctx.client.api,
+        "default_project": ctx.settings.project or "none (bashgym project use P sets one)",
+        **health.model_dump(),
+    }
     try:
         ledger = await ctx.client.ledger_health()
         result["ledger_detail"] = {k: ledger[k] for k in ("status", "journal_mode", "synchronous", "last_cursor")}

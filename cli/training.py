@@ -180,7 +180,7 @@ async def training_plan(ctx: Ctx) -> int:
 async def _request_body(ctx: Ctx) -> dict[str, object]:
     """The request, with --dataset-path uploaded for the project the run will be recorded under (the daemon reads
     no path of this machine's; an upload the daemon already holds is stored once)."""
-    _check_official(ctx.args)
+    _check_official(ctx.args, ctx.settings.project)
     try:
         body = build_request(ctx.args)
     except ValueError as exc:
@@ -254,8 +254,11 @@ def _params(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def _check_official(a: argparse.Namespace) -> None:
-    """--project names an official run by its registered versions; the flags that compose it come together."""
+def _check_official(a: argparse.Namespace, default: str | None) -> None:
+    """--project names an official run by its registered versions; the flags that compose it come together. A
+    launch naming a model version is in the default project (`bashgym project use`) when it names none."""
+    if a.project is None and a.model_version and default:
+        a.project = default
     if a.project is None:
         lonely = [
             flag for flag, value in (("--model-version", a.model_version), ("--experiment", a.experiment)) if value

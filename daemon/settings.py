@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     api: str | None = Field(None, description="Daemon URL the CLI talks to (default: the running daemon's).")
     token: str | None = Field(None, description="API token the CLI sends (default: $BASHGYM_HOME/admin.token).")
     default_workspace: str = Field("default", description="Workspace used when a command names none.")
+    project: str | None = Field(
+        None,
+        description="Project of CLI commands that take --project when they name none (`bashgym project use P` "
+        "writes it to bashgym.toml).",
+    )
     ledger_synchronous: Literal["NORMAL", "FULL"] = Field(
         "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes."
     )

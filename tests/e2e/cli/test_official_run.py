@@ -99,3 +99,28 @@ def test_a_plan_without_a_project_says_the_run_would_be_unofficial(
     assert "UNOFFICIAL" in planned.stdout and "never ships" in planned.stdout, planned.stdout
     assert "--project P --model-version MV --dataset-version DV" in planned.stdout
     assert "ready: a launch would be accepted" not in planned.stdout
+
+
+def test_a_default_project_serves_every_command_that_needs_one(rita: dict[str, str], tmp_path: Path) -> None:
+    user = {**rita, "BASHGYM_HOME": str(tmp_path / "me")}  # this user's own settings, not the daemon's
+    unnamed = cli(user, "training", "list", "--json")
+    assert unnamed.code == 2 and "--project" in unnamed.stderr, unnamed.stderr
+    refused = cli(user, "project", "use", "no-such-project")
+    assert refused.code in {4, 5} and not (tmp_path / "me" / "bashgym.toml").exists(), refused.stderr
+
+    used = cli(user, "project", "use", PROJECT)
+    assert used.code == 0, used.stderr
+    assert (tmp_path / "me" / "bashgym.toml").read_text() == f'project = "{PROJECT}"\n'
+    listed = cli(user, "training", "list", "--json")
+    assert listed.code == 0 and isinstance(json.loads(listed.stdout), list), listed.stderr
+    status = cli(user, "status", "--json")
+    assert status.code == 0 and json.loads(status.stdout)["default_project"] == PROJECT, status.stdout
+    # An official launch naming its versions is in the default project.
+    planned = cli(user, "training", "plan", "--model-version", "tiny-v1", "--dataset-version", "rows-v1",
+                  "--method", "sft", "--config", config(tmp_path))  # fmt: skip
+    assert planned.code == 0 and "context verified" in planned.stdout, planned.stdout + planned.stderr
+    # The environment wins over the file, and an explicit --project over both.
+    elsewhere = cli({**user, "BASHGYM_PROJECT": "elsewhere"}, "training", "list", "--json")
+    assert elsewhere.code != 0 and "elsewhere" in elsewhere.stderr, elsewhere.stderr
+    named = cli({**user, "BASHGYM_PROJECT": "elsewhere"}, "training", "list", "--project", PROJECT, "--json")
+    assert named.code == 0, named.stderr
