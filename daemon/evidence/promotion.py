@@ -6,6 +6,7 @@ training run. The method minimums follow ../shared/RECIPES.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -230,7 +231,7 @@ def build_runcard(
 
 def gate(evidence: Evidence) -> dict[str, Any]:
     """`ship` only when every check of the method's minimum evidence holds; blockers say what to do next."""
-    checks = _checks(evidence)
+    checks = [pasteable(f, evidence) for f in _checks(evidence)]
     blockers = [f for f in checks if f.severity == "fail"]
     warnings = [f for f in checks if f.severity == "warn"]
     return {
@@ -267,7 +268,32 @@ def validate_runcard(evidence: Evidence, *, promotion: bool) -> list[dict[str, A
             )
     if promotion:
         findings += [f for f in _checks(evidence) if f.code != "runcard_missing"]
-    return [asdict(f) for f in findings]
+    return [asdict(pasteable(f, evidence)) for f in findings]
+
+
+# The commands a next action names that take --project (`training validate` reads a file here, and `training start
+# --project` means an official run: neither gets one).
+PROJECT_COMMANDS = ("eval run", "eval compare", "runcard create", "model register", "promote gate", "promote decide")
+_COMMAND = re.compile(r"bashgym (" + "|".join(PROJECT_COMMANDS) + r")\b")
+
+
+def pasteable(finding: Finding, e: Evidence) -> Finding:
+    """The finding with the ids the gate knows filled into its next action, so that it runs when pasted: the run's
+    project (on every command that takes one) and id, its newest completed result (START may be another run's:
+    a reward model's rewarded policy's, so it stays).
+    What does not exist yet (the result an evaluation still has to make) stays a placeholder in capitals."""
+    run, action = e.run, finding.next_action
+    action = action.replace("--run RUN --suite SUITE", "--run RUN").replace("--run RUN", f"--run {run['run_id']}")
+    completed = [r for r in e.results if r["status"] == "completed"]
+    if completed:
+        action = action.replace("--candidate RESULT", f"--candidate {completed[-1]['result_id']}")
+        action = action.replace("--baseline RESULT", "--baseline BASELINE_RESULT")
+
+    def with_project(match: re.Match[str]) -> str:
+        rest = action[match.end() :].split("bashgym ", 1)[0]
+        return match.group(0) if "--project" in rest else f"{match.group(0)} --project {run['project_id']}"
+
+    return replace(finding, next_action=_COMMAND.sub(with_project, action))
 
 
 def _checks(evidence: Evidence) -> list[Finding]:

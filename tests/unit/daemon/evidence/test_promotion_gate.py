@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -351,3 +352,21 @@ def test_a_card_may_claim_no_more_than_its_evidence_supports() -> None:
     assert supported_tier(evidence)[0] == "broad" and gate(evidence)["ship"], gate(evidence)["blockers"]
     evidence.comparisons[-1]["provenance"] = "asserted"  # only measured comparisons support a tier
     assert supported_tier(evidence)[0] == "narrow"
+
+
+def test_next_actions_name_the_ids_the_gate_knows_so_they_run_when_pasted() -> None:
+    """Issue 52: `bashgym eval run --run RUN --suite SUITE` lacked --project and held placeholders for known ids."""
+    bare = shipping()
+    bare.results, bare.comparisons, bare.baselines, bare.runcards = [], [], {}, []
+    actions = {b["code"]: b["next_action"] for b in gate(bare)["blockers"]}
+    assert actions["no_evaluation"] == "bashgym eval run --project p --run run-1"
+    assert actions["runcard_missing"] == "bashgym runcard create --project p --run run-1"
+    evaluated = shipping()
+    evaluated.comparisons, evaluated.baselines = [], {}
+    evaluated.results = [r for r in evaluated.results if r["run_id"] == "run-1"]
+    action = next(b for b in gate(evaluated)["blockers"] if b["code"] == "no_baseline_comparison")["next_action"]
+    candidate = evaluated.results[-1]["result_id"]
+    assert action == f"bashgym eval compare --project p --baseline BASELINE_RESULT --candidate {candidate}", action
+    for blocker in [*gate(bare)["blockers"], *gate(evaluated)["blockers"]]:
+        assert not re.search(r"--run RUN\b", blocker["next_action"]), blocker
+    assert not any("--candidate RESULT" in b["next_action"] for b in gate(evaluated)["blockers"])
