@@ -90,9 +90,10 @@ def unit_of(metric: str) -> str:
     return next((unit for key, unit in _UNITS.items() if name.endswith(key)), "")
 
 
-def signed(value: float) -> str:
-    """A difference, always with its sign: `+0.037`."""
-    return f"{value:+.3f}"
+def signed(value: float | None) -> str:
+    """A difference, always with its sign: `+0.037`; `-` where none was recorded (an imported comparison may state no
+    CI)."""
+    return "-" if value is None else f"{value:+.3f}"
 
 
 # What a result's or comparison's provenance means to its reader: only measured evidence counts toward a ship.
