@@ -10,6 +10,7 @@ from bashgym.cli import views
 from bashgym.cli.registry import Ctx, command, command_group, done, read_json_file
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
+from bashgym.client.render import campaign_state
 
 command_group("campaign", help="campaigns: a spec, candidates one changed variable at a time, decisions, reports")
 command_group("research", help="where a campaign stands, and waiting for it to change (for agents)")
@@ -46,7 +47,12 @@ async def campaign_list(ctx: Ctx) -> int:
     if ctx.as_json:
         return done(ctx, listing)
     rows = [
-        {"campaign": c["campaign_id"], "status": c["status"], "version": c["version"], "title": c["title"]}
+        {
+            "campaign": c["campaign_id"],
+            "status": campaign_state(c["status"], c.get("status_reason")),
+            "version": c["version"],
+            "title": c["title"],
+        }
         for c in listing["campaigns"]
     ]
     return done(ctx, rows, title="Campaigns")

@@ -8,6 +8,7 @@ from typing import Any
 
 from bashgym.cli.output import cell, console, escape, pairs, table, when
 from bashgym.client.render import (
+    campaign_state,
     duration,
     figure,
     key_metric_text,
@@ -306,7 +307,8 @@ def campaign(record: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
     """`campaign show`: its state and why, what it optimises within which budget, and each iteration's decision."""
     spec = record.get("spec") or {}
     reason = escape(f" ({record['status_reason']})" if record.get("status_reason") else "")
-    say(f"[bold]Campaign {escape(record['campaign_id'])}[/bold]  {_status(record['status'])}{reason}", markup=True)
+    state = campaign_state(record["status"], record.get("status_reason"))
+    say(f"[bold]Campaign {escape(record['campaign_id'])}[/bold]  {_status(state)}{reason}", markup=True)
     budget = spec.get("budget") or {}
     rules = spec.get("stop_rules") or {}
     stops = [f"{name.replace('_', ' ')} {value}" for name, value in rules.items() if value not in (None, {}, [])]
@@ -428,7 +430,9 @@ def size(n: int) -> str:
 
 
 def _status(status: str) -> str:
-    colour = {"completed": "green", "failed": "red", "cancelled": "red", "running": "cyan"}.get(status, "yellow")
+    colour = {"completed": "green", "failed": "red", "cancelled": "red", "running": "cyan"}.get(
+        status.partition(":")[0], "yellow"
+    )
     return f"[{colour}]{escape(status)}[/{colour}]"
 
 

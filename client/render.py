@@ -125,6 +125,21 @@ SIGNALS = {
     "incomplete_lineage": "runs not fully identified",
 }
 CAMPAIGN_ENDS = frozenset({"exhausted", "completed", "blocked", "failed", "cancelled"})
+# What a campaign that met a stop rule did, in the rule's words: its status `exhausted` names no outcome.
+STOP_RULES = {
+    "max_iterations": "iteration limit reached",
+    "max_consecutive_discards": "discard limit reached",
+    "deadline": "deadline passed",
+}
+
+
+def campaign_state(status: str, reason: str | None = None) -> str:
+    """A campaign's state as a person reads it: `exhausted` is "completed: iteration limit reached" (the stop rule
+    its reason names); every other status is itself. The API keeps the status."""
+    if status != "exhausted":
+        return status
+    rule = (reason or "").partition(":")[0].strip()
+    return f"completed: {STOP_RULES.get(rule, 'a stop rule was met')}"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bashgym.client.models import Notice, NoticeField, NoticeFile, NoticeOutcome, NoticePage
-from bashgym.client.render import notice_text, sentences
+from bashgym.client.render import campaign_state, notice_text, sentences
 from bashgym.client.specs import Event
 from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.notices.external_jobs import EXTERNAL_JOB_OUTCOMES, render_external_job
@@ -223,7 +223,7 @@ class NoticeRenderer:
     async def _campaign_moved(self, event: Event) -> Rendered:
         p = event.payload
         outcome = CAMPAIGN_OUTCOMES.get(p["status"], "info")
-        title = f"Campaign {p['campaign_id']}: {p['previous_status']} → {p['status']}"
+        title = f"Campaign {p['campaign_id']}: {p['previous_status']} → {campaign_state(p['status'], p.get('reason'))}"
         fields = [("campaign", p["campaign_id"]), ("by", event.actor)]
         if p.get("approved_capability"):
             fields.append(("lent", f"{p['approved_capability']} for {p.get('approved_iteration_id')}"))

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from bashgym.cli import views
+from bashgym.cli import output, views
+from bashgym.client.render import campaign_state
+
+
+@pytest.fixture(autouse=True)
+def fresh_console(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CLI makes its console once per process, on the stdout of the moment: each test captures its own."""
+    monkeypatch.setattr(output, "_console", None)
+    yield
 
 
 def test_a_comparison_imported_without_a_ci_is_listed_with_a_dash(capsys: pytest.CaptureFixture[str]) -> None:
@@ -19,3 +29,22 @@ def test_a_comparison_imported_without_a_ci_is_listed_with_a_dash(capsys: pytest
     views.evaluations({"suites": [], "results": [], "comparisons": [imported]})
     shown = capsys.readouterr().out
     assert "cmp-1" in shown and "+0.200" in shown and "[-, -]" in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("reason", "said"),
+    [
+        ("max_iterations: 3 candidates decided", "completed: iteration limit reached"),
+        ("max_consecutive_discards: 2 in a row", "completed: discard limit reached"),
+        ("deadline: the campaign's deadline 2026-12-01T00:00:00Z passed", "completed: deadline passed"),
+    ],
+)
+def test_a_campaign_that_met_its_stop_rule_reads_completed_with_the_rule(
+    capsys: pytest.CaptureFixture[str], reason: str, said: str
+) -> None:
+    """Issue 52: a finished campaign read "exhausted", which names no outcome."""
+    assert campaign_state("exhausted", reason) == said
+    assert campaign_state("blocked", "budget_overrun") == "blocked"
+    views.campaign({"campaign_id": "c1", "status": "exhausted", "status_reason": reason, "spec": {}}, [])
+    shown = capsys.readouterr().out
+    assert said in shown and "exhausted" not in shown.replace(reason, ""), shown
