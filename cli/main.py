@@ -26,6 +26,7 @@ from bashgym.cli import (  # noqa: F401
     lineage,
     operator,
     processes,
+    runs,
     skills,
     training,
     ui,

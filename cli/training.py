@@ -353,30 +353,6 @@ def _run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", required=True, help="project id (unassigned for runs without context)")
 
 
-@command("training", "status", help="one run: status, attempts, metrics summary, artifacts")(_run_args)
-async def training_status(ctx: Ctx) -> int:
-    run = await ctx.client.request(
-        "GET", f"/v1/projects/{ctx.args.project}/runs/{ctx.args.run}", params={"workspace": ctx.workspace}
-    )
-    if ctx.as_json:
-        return done(ctx, run)
-    views.run(run)
-    return EXIT_OK
-
-
-def _list_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", required=True, help="project id")
-    parser.add_argument("--status", help="filter by status")
-
-
-@command("training", "list", help="a project's runs, newest first")(_list_args)
-async def training_list(ctx: Ctx) -> int:
-    rows = await ctx.client.request(
-        "GET", f"/v1/projects/{ctx.args.project}/runs", params={"status": ctx.args.status, "workspace": ctx.workspace}
-    )
-    return done(ctx, rows, columns=["run_id", "method", "status", "context_status", "created_at"], title="Runs")
-
-
 def _log_args(parser: argparse.ArgumentParser) -> None:
     _run_args(parser)
     parser.add_argument("--tail", type=int, default=50, help="the last N lines")

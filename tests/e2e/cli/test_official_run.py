@@ -124,3 +124,22 @@ def test_a_default_project_serves_every_command_that_needs_one(rita: dict[str, s
     assert elsewhere.code != 0 and "elsewhere" in elsewhere.stderr, elsewhere.stderr
     named = cli({**user, "BASHGYM_PROJECT": "elsewhere"}, "training", "list", "--project", PROJECT, "--json")
     assert named.code == 0, named.stderr
+
+
+def test_runs_are_one_noun_and_the_older_spellings_are_the_same_commands(rita: dict[str, str], tmp_path: Path) -> None:
+    """Issue 52: runs were listed by `ledger runs` and `training list` with other columns, and `bashgym run list`
+    was "did you mean runcard?"."""
+    started = cli(rita, "run", "start", *OFFICIAL, "--config", config(tmp_path), "--json")
+    assert started.code == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    stopped = cli(rita, "run", "stop", run_id, "--project", PROJECT, "--yes")
+    assert stopped.code == 0, stopped.stderr
+    listed = [cli(rita, *verb, "--project", PROJECT, "--json") for verb in (("run", "list"), ("training", "list"))]
+    assert all(done.code == 0 for done in listed), [done.stderr for done in listed]
+    assert listed[0].stdout == listed[1].stdout and run_id in listed[0].stdout
+    shown = [
+        cli(rita, *verb, run_id, "--project", PROJECT, "--json") for verb in (("run", "show"), ("training", "status"))
+    ]
+    assert shown[0].code == shown[1].code == 0 and shown[0].json()["run_id"] == run_id == shown[1].json()["run_id"]
+    table = cli(rita, "run", "list", "--project", PROJECT)
+    assert table.code == 0 and run_id in table.stdout and "verified" in table.stdout, table.stdout

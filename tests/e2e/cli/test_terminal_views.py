@@ -301,8 +301,9 @@ def test_a_plan_says_whether_it_would_launch_and_where_it_would_be_recorded(
         daemon.env(), "training", "plan", "--method", "sft", "--model", "org/model", "--dataset-path", str(data)
     )
     assert code == 0, shown
-    assert "Training plan (nothing launched): ready" in shown
     words = " ".join(shown.split())  # the view wraps at 80 columns
+    # Accepted, but unofficial: "ready" is kept for a run that can be promoted (issue 52).
+    assert "Training plan (nothing launched): a launch would be accepted as an UNOFFICIAL run" in words
     assert "project unassigned, context unassigned" in words and "not an official run" in words
     assert "learning rate 2.00e-05" in words and '"request"' not in shown
 
