@@ -45,6 +45,17 @@ DatasetVersion = Annotated[
 DatasetProject = Annotated[
     str | None, Field(max_length=200, description="the project that holds dataset_version (default: the run's)")
 ]
+OfficialProject = Annotated[
+    str | None,
+    Field(
+        max_length=200,
+        description="record the run in this project as an official run: with model_version and dataset_version "
+        "the daemon composes its complete tracking context and loads the model (leave base_model and "
+        "tracking_context out of the request)",
+    ),
+]
+ModelVersion = Annotated[str | None, Field(max_length=200, description="the model version of `project` to train from")]
+Experiment = Annotated[str | None, Field(max_length=200, description="experiment of `project` (default: its own)")]
 TrainingRequest = Annotated[
     dict[str, Any],
     Field(
@@ -126,14 +137,25 @@ def build(daemon: Daemon) -> list[Tool]:
         wait: Annotated[bool, Field(description="wait for the run to end, reporting progress")] = False,
         dataset_version: DatasetVersion = None,
         dataset_project: DatasetProject = None,
+        project: OfficialProject = None,
+        model_version: ModelVersion = None,
+        experiment: Experiment = None,
         ctx: Context | None = None,
     ) -> answers.Started:
-        body = await _uploaded(daemon, request)
-        data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
+        body = await _uploaded(daemon, request, project)
+        data = {
+            "dataset_version": dataset_version,
+            "dataset_project": dataset_project,
+            **official(project, model_version, experiment),
+        }
         started = dict(await post("/v1/training/start", body, key=idempotency_key, **data))
+        if started.get("replayed"):  # a retried launch: what its run is now, not what it was when first answered
+            run = await get(f"/v1/projects/{p(started['project_id'])}/runs/{p(started['run_id'])}")
+            started["status"] = run["status"]
         if started.get("project_id") == "unassigned" or started.get("context_status") == "unassigned":
             started["note"] = (
-                "No complete tracking context: the run is recorded under project `unassigned`, not an official run."
+                "No complete tracking context: the run is recorded under project `unassigned`, not an official run "
+                "(the gate never ships it). Name project, model_version and dataset_version to make it official."
             )
         if wait:
             started["run"] = await _follow_run(daemon, started["project_id"], started["run_id"], ctx)
@@ -143,10 +165,17 @@ def build(daemon: Daemon) -> list[Tool]:
     # -- training ---------------------------------------------------------------------------------------------
 
     async def plan_training(
-        request: TrainingRequest, dataset_version: DatasetVersion = None, dataset_project: DatasetProject = None
+        request: TrainingRequest,
+        dataset_version: DatasetVersion = None,
+        dataset_project: DatasetProject = None,
+        project: OfficialProject = None,
+        model_version: ModelVersion = None,
+        experiment: Experiment = None,
     ) -> answers.Plan:
         data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
-        return answers.Plan.model_validate(await post("/v1/training/plan", await _uploaded(daemon, request), **data))
+        data |= official(project, model_version, experiment)
+        body = await _uploaded(daemon, request, project)
+        return answers.Plan.model_validate(await post("/v1/training/plan", body, **data))
 
     async def validate_training_data(
         method: Annotated[str, Field(description="sft, dpo, grpo, rlvr, distillation or session_distillation")],
@@ -457,9 +486,11 @@ def build(daemon: Daemon) -> list[Tool]:
              **read),
         Tool("start_training", "training.launch", start_training,
              "Launch a training run (training.launch) and answer its ids at once, or with wait: true follow it to "
-             "its end with progress (cancelling the call stops the waiting, never the run). A run without a "
-             "complete tracking context is recorded under `unassigned`, and the answer says so. Give an "
-             "idempotency_key so a retried call launches once. Check the request with plan_training first."),
+             "its end with progress (cancelling the call stops the waiting, never the run). An official run names "
+             "project, model_version and dataset_version (the daemon composes its tracking context); without them "
+             "or a complete tracking_context it is recorded under `unassigned`, which never ships, and the answer "
+             "says so. Give an idempotency_key so a retried call launches once (replayed: true, with the run's "
+             "status now). Check the request with plan_training first."),
         Tool("plan_training", "training.launch", plan_training,
              "Validate a training request with its defaults, lane and effective configuration; launches nothing. "
              "Unknown fields come back with the closest real one.", idempotent=True),
@@ -537,13 +568,19 @@ def build(daemon: Daemon) -> list[Tool]:
     ]  # fmt: skip
 
 
-async def _uploaded(daemon: Daemon, request: dict[str, Any]) -> dict[str, Any]:
-    """The request with its local data files uploaded for the project the run will be recorded under: the
-    daemon reads no path of this machine's (a path it may read itself, or a hub id, is sent as it is)."""
+def official(project: str | None, model_version: str | None = None, experiment: str | None = None) -> dict[str, Any]:
+    """The query of a launch that names its project and registered versions (the daemon composes the context)."""
+    return {"project": project, "model_version": model_version, "experiment": experiment} if project else {}
+
+
+async def _uploaded(daemon: Daemon, request: dict[str, Any], named: str | None = None) -> dict[str, Any]:
+    """The request with its local data files uploaded for the project the run will be recorded under (`named`, or
+    its tracking context's): the daemon reads no path of this machine's (a path it may read itself, or a hub id,
+    is sent as it is)."""
     body = dict(request)
     workspace = daemon.workspace or "default"
     context = body.get("tracking_context")
-    project = run_project(context if isinstance(context, dict) else None, workspace)
+    project = named or run_project(context if isinstance(context, dict) else None, workspace)
     for field in ("dataset_path", "eval_dataset_path"):
         value = body.get(field)
         if isinstance(value, str) and not value.startswith(BLOB_URI) and Path(value).expanduser().is_file():

@@ -310,11 +310,23 @@ def _stored_answer(stored: dict[str, Any], digest: str, key: str) -> Response:
             "it will not be carried out twice.",
         )
     return Response(
-        stored["response_json"],
+        _said_replayed(stored["response_json"]),
         status_code=stored["status_code"],
         media_type="application/json",
         headers={"Idempotent-Replayed": "true"},
     )
+
+
+def _said_replayed(response_json: str) -> str:
+    """The stored answer, saying `replayed: true` where it has that field: a retried call is told it changed
+    nothing, not the first call's `false` (a launch's answer then reads its run's state anew: it may have ended)."""
+    try:
+        answer = json.loads(response_json)
+    except ValueError:
+        return response_json
+    if not isinstance(answer, dict) or "replayed" not in answer:
+        return response_json
+    return json.dumps({**answer, "replayed": True})
 
 
 def key_digest(key: str) -> str:

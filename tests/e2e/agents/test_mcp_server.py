@@ -206,6 +206,7 @@ async def test_an_agent_runs_the_loop_from_projects_to_a_confirmed_promotion(
         # The same key again: the same run, not a second launch.
         _, again = await call(opened, "start_training", {"request": request, "idempotency_key": "agent-launch-1"})
         assert again["run_id"] == run_id
+        assert again["replayed"] is True and again["status"] == "completed", again  # its state now, not at launch
         _, runs = await call(opened, "list_runs", {"project": PROJECT, "limit": 100})
         assert [r["run_id"] for r in runs["runs"]].count(run_id) == 1
 

@@ -1,0 +1,59 @@
+"""An agent launches an official run as the CLI and Discord do: by project and registered versions, over MCP.
+
+Issue 52: `start_training` refused `project` and `model_version`, so an agent needed a hand-written 17-field
+tracking context, or its run landed in `unassigned`; a retried launch answered `replayed: false, status: queued`
+for a run that had ended."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from bashgym.trainers.tiny import build_tiny
+
+from tests.e2e.trust_boundaries.tenants import issue_token
+from tests.support.factories import sft_data
+from tests.support.helpers import RunningDaemon, cli, daemon_with_project
+from tests.support.mcp_client import call, session
+
+pytestmark = pytest.mark.anyio
+PROJECT = "agents-official"
+METHOD = {"method": "sft", "max_steps": 2, "batch_size": 4, "max_seq_length": 128}
+OFFICIAL = {"project": PROJECT, "model_version": "tiny-v1", "dataset_version": "rows-v1"}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    root = tmp_path_factory.mktemp("mcp-official")
+    tiny, data = build_tiny(root / "tiny"), sft_data(root, rows=8)
+    with daemon_with_project(root / "home", PROJECT, "Agents, officially") as running:
+        for args in (
+            ("model", "register", "--project", PROJECT, "--model", "tiny", "--version", "tiny-v1", "--dir", str(tiny)),
+            ("dataset", "register", "--project", PROJECT, "--dataset", "rows", "--version", "rows-v1",
+             "--file", str(data)),
+        ):  # fmt: skip
+            done = cli(running.env(), *args)
+            assert done.code == 0, done.stderr
+        yield running
+
+
+async def test_an_agent_plans_and_starts_an_official_run_by_project_and_versions(daemon: RunningDaemon) -> None:
+    token = issue_token(daemon, "agent-rita", "researcher", project=PROJECT)
+    async with session(daemon, token) as opened:
+        failed, plan = await call(opened, "plan_training", {"request": METHOD, **OFFICIAL})
+        assert not failed and plan["ready"] and plan["context_status"] == "verified", plan
+        arguments = {"request": METHOD, **OFFICIAL, "idempotency_key": "official-1"}
+        failed, started = await call(opened, "start_training", arguments)
+        assert not failed, started
+        assert started["project_id"] == PROJECT and started["context_status"] == "verified", started
+        assert started["replayed"] is False and not started.get("note"), started
+        with daemon.client() as admin:  # stopping takes training.stop, which a researcher does not hold
+            stopped = admin.post(f"/v1/projects/{PROJECT}/runs/{started['run_id']}/stop")
+        assert stopped.status_code == 200, stopped.text
+        # Retried with its key: the same run, said to be a replay, with the state it is in now.
+        failed, again = await call(opened, "start_training", arguments)
+        assert not failed and again["run_id"] == started["run_id"], again
+        assert again["replayed"] is True and again["status"] == "cancelled", again
+        # A project without its versions is refused, saying which are missing.
+        failed, refused = await call(opened, "plan_training", {"request": METHOD, "project": PROJECT})
+        assert failed and "model_version" in refused, refused
