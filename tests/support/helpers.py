@@ -162,6 +162,17 @@ def daemon_with_project(home: Path, project: str = "nightly", name: str = "Night
         yield daemon
 
 
+def register_versions(daemon: RunningDaemon, project: str, model: Path, data: Path) -> None:
+    """Register `model` as model version tiny-v1 (its files stored) and `data` as dataset version rows-v1 of
+    `project`, through the CLI as a user does: what an official launch by project and versions names."""
+    for args in (
+        ("model", "register", "--project", project, "--model", "tiny", "--version", "tiny-v1", "--dir", str(model)),
+        ("dataset", "register", "--project", project, "--dataset", "rows", "--version", "rows-v1", "--file", str(data)),
+    ):
+        done = cli(daemon.env(), *args)
+        assert done.code == 0, done.stderr
+
+
 @dataclass
 class CliResult:
     code: int

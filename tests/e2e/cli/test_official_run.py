@@ -15,7 +15,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.factories import sft_data
-from tests.support.helpers import RunningDaemon, cli, daemon_with_project
+from tests.support.helpers import RunningDaemon, cli, daemon_with_project, register_versions
 
 PROJECT = "nightly"
 
@@ -26,13 +26,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     root = tmp_path_factory.mktemp("official")
     tiny, data = build_tiny(root / "tiny"), sft_data(root, rows=8)
     with daemon_with_project(root / "home", PROJECT) as running:
-        for args in (
-            ("model", "register", "--project", PROJECT, "--model", "tiny", "--version", "tiny-v1", "--dir", str(tiny)),
-            ("dataset", "register", "--project", PROJECT, "--dataset", "rows", "--version", "rows-v1",
-             "--file", str(data)),
-        ):  # fmt: skip
-            done = cli(running.env(), *args)
-            assert done.code == 0, done.stderr
+        register_versions(running, PROJECT, tiny, data)
         yield running
 
 
