@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from bashgym.agents import answers
 from bashgym.agents.daemon import Daemon, refusal
-from bashgym.client.errors import ApiError
-from bashgym.client.models import BLOB_URI
+from bashgym.client.errors import ApiError, BashGymError
+from bashgym.client.models import BLOB_URI, DatasetFromBlob, ModelVersionSpec
 from bashgym.client.specs import run_project
 from bashgym.trainers.contracts.datasets import (
     ContractReport,
@@ -278,6 +278,94 @@ def build(daemon: Daemon) -> list[Tool]:
         result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
         return answers.EvaluationResult.model_validate(result)
 
+    async def create_project(
+        project_id: Annotated[str, Field(min_length=1, max_length=128, description="the new project's id")],
+        name: Annotated[str, Field(min_length=1, max_length=200, description="its display name")],
+        description: Annotated[str, Field(max_length=2000)] = "",
+        profile: Annotated[
+            Literal["default", "embedding_retrieval"], Field(description="embedding_retrieval trains retrievers only")
+        ] = "default",
+    ) -> answers.Written:
+        body = {"project_id": project_id, "name": name, "description": description, "profile": profile}
+        return answers.Written.model_validate(await post("/v1/projects", body))
+
+    async def create_experiment(
+        project: Project,
+        experiment_id: Annotated[str, Field(min_length=1, max_length=128, description="the new experiment's id")],
+        name: Annotated[str, Field(min_length=1, max_length=200)],
+        objective: Annotated[str, Field(min_length=1, max_length=2000, description="what it tries to find out")],
+        task_type: Annotated[str, Field(min_length=1, max_length=200, description="e.g. terminal_agent_sft")],
+    ) -> answers.Written:
+        """An official run's tracking context states its experiment's objective and task type: both are asked."""
+        body = {"experiment_id": experiment_id, "name": name, "objective": objective, "task_type": task_type}
+        return answers.Written.model_validate(await post(f"/v1/projects/{p(project)}/experiments", body))
+
+    async def register_dataset_version(
+        project: Project,
+        dataset_id: Annotated[str, Field(min_length=1, max_length=128)],
+        dataset_version_id: Annotated[str, Field(min_length=1, max_length=128)],
+        path: Annotated[str, Field(max_length=4096, description="a JSONL file on this machine (uploaded)")],
+    ) -> answers.Written:
+        file = Path(path).expanduser()
+        if not await asyncio.to_thread(file.is_file):
+            raise ToolError(f"{path} is not a file on this machine. Next: name the dataset's JSONL file.")
+        try:
+            stored = await daemon.client.blob_upload(file, project=project, workspace=daemon.workspace)
+        except ApiError as exc:
+            raise ToolError(refusal(exc)) from exc
+        spec = DatasetFromBlob(
+            dataset_id=dataset_id, dataset_version_id=dataset_version_id, sha256=stored["sha256"], filename=file.name
+        )
+        return answers.Written.model_validate(
+            await post(f"/v1/projects/{p(project)}/dataset-versions/from-blob", spec.model_dump())
+        )
+
+    async def register_model_version(
+        project: Project,
+        model_id: Annotated[str, Field(min_length=1, max_length=128)],
+        model_version_id: Annotated[str, Field(min_length=1, max_length=128)],
+        directory: Annotated[
+            str | None, Field(max_length=4096, description="a saved model directory on this machine (uploaded)")
+        ] = None,
+        hub_id: Annotated[
+            str | None, Field(max_length=200, description="a Hub model id (recorded, not fetched)")
+        ] = None,
+        revision: Annotated[str, Field(max_length=200, description="the Hub commit sha or tag; with hub_id")] = "",
+        kind: Literal["causal_lm", "reward_model", "embedding_retriever"] = "causal_lm",
+    ) -> answers.Written:
+        if (directory is None) == (hub_id is None):
+            raise ToolError("Name exactly one of directory and hub_id. Next: a directory of saved weights here, or a "
+                            "Hub id with its revision.")  # fmt: skip
+        if hub_id is not None:
+            if not revision:
+                raise ToolError(
+                    "hub_id needs revision: an id alone does not pin the weights. Next: add the commit sha."
+                )
+            spec = ModelVersionSpec(
+                model_version_id=model_version_id,
+                model_id=model_id,
+                source_uri=f"hf://{hub_id}",
+                source_revision=revision,
+                kind=kind,
+            )
+        else:
+            try:
+                spec = await daemon.client.model_dir_spec(
+                    Path(str(directory)).expanduser(),
+                    project=project,
+                    workspace=daemon.workspace,
+                    model_id=model_id,
+                    version_id=model_version_id,
+                )
+            except ApiError as exc:
+                raise ToolError(refusal(exc)) from exc
+            except BashGymError as exc:
+                raise ToolError(f"{exc.message} Next: {exc.hint}") from exc
+            spec = spec.model_copy(update={"kind": kind})
+        return answers.Written.model_validate(
+            await post(f"/v1/projects/{p(project)}/model-versions", spec.model_dump(mode="json"))
+        )
+
     async def register_run_model(
         project: Project,
         run_id: Annotated[str, Field(max_length=200, description="a completed run of the project")],
@@ -513,6 +601,16 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("run_evaluation", "eval.run", run_evaluation, "Evaluate a completed run, a model version or the gold "
              "solutions on a suite (eval.run), reporting progress per task; answers the recorded result.",
              idempotent=False),
+        Tool("create_project", "ledger.write", create_project, "Create a project (ledger.write); a token scoped to "
+             "projects may create only those.", idempotent=True),
+        Tool("create_experiment", "ledger.write", create_experiment, "Create an experiment of a project "
+             "(ledger.write); a launch names it with `experiment`.", idempotent=True),
+        Tool("register_dataset_version", "ledger.write", register_dataset_version, "Upload a JSONL file of this "
+             "machine into the project's store and record it as a dataset version (ledger.write): what "
+             "start_training's dataset_version names.", idempotent=True),
+        Tool("register_model_version", "ledger.write", register_model_version, "Record a model version of the "
+             "project from a saved directory of this machine (its files uploaded, each by sha256) or a Hub id at a "
+             "revision (ledger.write): what start_training's model_version names.", idempotent=True),
         Tool("register_run_model", "ledger.write", register_run_model, "Keep a completed run's model as a model "
              "version of its project, of the kind its method made (a reward model's version is what GRPO's "
              "grpo_reward_model names; ledger.write).", idempotent=True),

@@ -12,9 +12,7 @@ from bashgym.cli.registry import Ctx, command, command_group, done, no_args, rea
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import InvalidInput
 from bashgym.client.models import DatasetFromBlob, ExperimentSpec, ModelVersionSpec, ProjectSpec
-from bashgym.client.specs import FileDigest
 from bashgym.client.validation import check_identifier
-from bashgym.trainers.contracts.rundir import sha256_file
 
 if TYPE_CHECKING:
     from bashgym.client.http import DaemonClient
@@ -247,26 +245,18 @@ async def model_spec_from_dir(
     parent: str | None,
     echo: bool,
 ) -> ModelVersionSpec:
-    """Copy a model directory's files into the daemon's store and describe the version they make."""
-    if not directory.is_dir():
-        raise InvalidInput(f"{directory} is not a directory.", hint="Pass the model directory with --dir.")
-    files = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        stored = await client.blob_upload(path, project=project, workspace=workspace)
-        files.append(
-            FileDigest(path=str(path.relative_to(directory)), sha256=stored["sha256"], size_bytes=stored["size_bytes"])
-        )
-        if echo:
-            print(f"  stored {path.relative_to(directory)} ({stored['size_bytes']} bytes)", file=sys.stderr)
-    if not files:
-        raise InvalidInput(f"{directory} holds no files.")
-    config = directory / "config.json"
-    config_digest = await asyncio.to_thread(sha256_file, config) if config.is_file() else None
-    return ModelVersionSpec(
-        model_version_id=version_id,
+    """Copy a model directory's files into the daemon's store and describe the version they make (each file said on
+    stderr as it is stored, with `echo`)."""
+
+    def said(name: str, size: int) -> None:
+        print(f"  stored {name} ({size} bytes)", file=sys.stderr)
+
+    return await client.model_dir_spec(
+        directory,
+        project=project,
+        workspace=workspace,
         model_id=model_id,
-        source_uri=f"bashgym://models/{model_id}",
-        config_digest=config_digest,
-        parent_version_id=parent,
-        files=files,
+        version_id=version_id,
+        parent=parent,
+        on_file=said if echo else None,
     )

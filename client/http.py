@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from bashgym.client.errors import ApiError, DaemonUnreachable
+from bashgym.client.errors import ApiError, DaemonUnreachable, InvalidInput
 from bashgym.client.models import (
     DatasetFromBlob,
     ErrorResponse,
@@ -25,8 +27,21 @@ from bashgym.client.models import (
     WhoAmI,
     WriteResult,
 )
+from bashgym.client.specs import FileDigest
 
 __all__ = ["ApiError", "DaemonClient", "DaemonUnreachable", "announced_by", "resolve_api"]
+
+
+def _model_dir(directory: Path) -> tuple[list[Path], str | None]:
+    """A model directory's files, in order, and its config.json's sha256; refused when it is no directory or empty.
+    Blocking: it walks and hashes."""
+    if not directory.is_dir():
+        raise InvalidInput(f"{directory} is not a directory.", hint="Name the model's directory on this machine.")
+    paths = sorted(p for p in directory.rglob("*") if p.is_file())
+    if not paths:
+        raise InvalidInput(f"{directory} holds no files.", hint="Name the directory the model was saved to.")
+    config = directory / "config.json"
+    return paths, hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
 
 
 def resolve_api(api: str | None, endpoint_file: Path, default_port: int) -> str:
@@ -153,6 +168,36 @@ class DaemonClient:
             await self.request(
                 "POST", f"/v1/projects/{project}/model-versions", body=spec, params={"workspace": workspace}
             )
+        )
+
+    async def model_dir_spec(
+        self,
+        directory: Path,
+        *,
+        project: str,
+        workspace: str | None,
+        model_id: str,
+        version_id: str,
+        parent: str | None = None,
+        on_file: Callable[[str, int], None] | None = None,
+    ) -> ModelVersionSpec:
+        """Copy a model directory's files into the daemon's store for `project` and describe the version they make
+        (`on_file(name, size)` as each is stored); nothing is registered yet."""
+        paths, config_digest = await asyncio.to_thread(_model_dir, directory)
+        files = []
+        for path in paths:
+            stored = await self.blob_upload(path, project=project, workspace=workspace)
+            name = str(path.relative_to(directory))
+            files.append(FileDigest(path=name, sha256=stored["sha256"], size_bytes=stored["size_bytes"]))
+            if on_file is not None:
+                on_file(name, int(stored["size_bytes"]))
+        return ModelVersionSpec(
+            model_version_id=version_id,
+            model_id=model_id,
+            source_uri=f"bashgym://models/{model_id}",
+            config_digest=config_digest,
+            parent_version_id=parent,
+            files=files,
         )
 
     async def blob_upload(self, path: Path, *, project: str, workspace: str | None = None) -> dict[str, Any]:

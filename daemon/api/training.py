@@ -131,6 +131,16 @@ async def _in_named_project(call: Call, http: Request, payload: dict[str, Any]) 
     context = await registered_context(
         ledger, ws, project, model=model, dataset=dataset, experiment=experiment, environment=environment_id(target)
     )
+    _, missing = context_in_workspace(context, ws)
+    if missing:  # a launch that names its project is official, or refused: never `unassigned` by accident
+        raise InvalidInput(
+            f"Project {project}'s records leave the run's tracking context incomplete ({', '.join(missing)} "
+            f"empty; experiment {experiment['experiment_id']!r}): the run would be recorded under `unassigned`.",
+            hint=f"Name an experiment that states its objective and task type (bashgym experiment create --project "
+            f"{project} --id E --name N --objective TEXT --task-type TYPE), or leave experiment out for the "
+            "project's ad-hoc one.",
+            details={"missing_context_fields": missing},
+        )
     return {**payload, "base_model": base_model, "tracking_context": context}
 
 

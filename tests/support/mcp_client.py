@@ -27,7 +27,8 @@ READ_ONLY = {
 RESEARCHER_MORE = {
     "start_training", "plan_training", "pause_run", "resume_run", "run_evaluation", "compare_results",
     "create_runcard", "create_campaign", "campaign_action", "cancel_campaign", "propose_candidate",
-    "create_campaign_report", "register_run_model",
+    "create_campaign_report", "register_run_model", "create_project", "create_experiment",
+    "register_dataset_version", "register_model_version",
 }  # fmt: skip
 ADMIN_MORE = {
     "stop_run", "promote_decide", "conclude_campaign", "amend_budget", "preflight_device", "cancel_external_job",

@@ -7,13 +7,14 @@ for a run that had ended."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.factories import sft_data
-from tests.support.helpers import RunningDaemon, daemon_with_project, register_versions
+from tests.support.helpers import RunningDaemon, daemon_with_project, register_versions, running_daemon
 from tests.support.mcp_client import call, session
 
 pytestmark = pytest.mark.anyio
@@ -51,3 +52,52 @@ async def test_an_agent_plans_and_starts_an_official_run_by_project_and_versions
         # A project without its versions is refused, saying which are missing.
         failed, refused = await call(opened, "plan_training", {"request": METHOD, "project": PROJECT})
         assert failed and "model_version" in refused, refused
+
+
+@pytest.fixture(scope="module")
+def empty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with running_daemon(tmp_path_factory.mktemp("mcp-empty") / "home") as running:
+        yield running
+
+
+async def test_an_agent_sets_up_a_project_from_an_empty_home_with_tools_alone(
+    empty: RunningDaemon, tmp_path: Path
+) -> None:
+    """Issue 52: an agent could not create a project or register a dataset or a model over MCP."""
+    tiny, data = build_tiny(tmp_path / "tiny"), sft_data(tmp_path, rows=8)
+    token = issue_token(empty, "agent-new", "researcher", project="fresh")  # scoped to a project not yet made
+    async with session(empty, token) as opened:
+        failed, said = await call(opened, "create_project", {"project_id": "elsewhere", "name": "Not mine"})
+        assert failed and "elsewhere" in said, said  # a scoped token creates its own project only
+        steps = [
+            ("create_project", {"project_id": "fresh", "name": "Fresh"}),
+            ("create_experiment", {"project": "fresh", "experiment_id": "first", "name": "First try",
+                                   "objective": "Does SFT on rows-v1 help?", "task_type": "terminal_agent_sft"}),
+            ("register_dataset_version", {"project": "fresh", "dataset_id": "rows", "dataset_version_id": "rows-v1",
+                                          "path": str(data)}),
+            ("register_model_version", {"project": "fresh", "model_id": "tiny", "model_version_id": "tiny-v1",
+                                        "directory": str(tiny)}),
+        ]  # fmt: skip
+        for tool, arguments in steps:
+            failed, written = await call(opened, tool, arguments)
+            assert not failed and written["replayed"] is False, (tool, written)
+        failed, model = await call(
+            opened, "register_model_version", {**steps[3][1], "directory": None, "hub_id": "a/b"}
+        )
+        assert failed and "revision" in model, model
+        with empty.client() as admin:  # an experiment recorded without an objective cannot make a run official
+            vague = {"experiment_id": "vague", "name": "Vague"}
+            assert admin.post("/v1/projects/fresh/experiments", json=vague).status_code == 201
+        versions = {"project": "fresh", "experiment": "vague", "model_version": "tiny-v1", "dataset_version": "rows-v1"}
+        failed, said = await call(opened, "plan_training", {"request": METHOD, **versions})
+        assert failed and "objective" in said and "unassigned" in said, said
+        versions["experiment"] = "first"
+        failed, plan = await call(opened, "plan_training", {"request": METHOD, **versions})
+        assert not failed and plan["ready"] and plan["context_status"] == "verified", plan
+        failed, started = await call(opened, "start_training", {"request": METHOD, **versions})
+        assert not failed and started["project_id"] == "fresh" and started["context_status"] == "verified", started
+    with empty.client() as admin:
+        run = admin.get(f"/v1/projects/fresh/runs/{started['run_id']}").json()
+        admin.post(f"/v1/projects/fresh/runs/{started['run_id']}/stop")  # its record is what this test reads
+    assert (run["experiment_id"], run["model_version_id"], run["dataset_version_id"]) == ("first", "tiny-v1", "rows-v1")
+    assert run["config"]["model_check"] == "files", run["config"]
