@@ -23,8 +23,10 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 INSTRUCTIONS = """\
 BashGym's experiment ledger, training and evidence, as tools. There is no implicit project: start with
 list_experiment_projects, then get_experiment_context for the project you work on. Check a launch with
-plan_training before start_training, and give start_training a tracking_context (without one the run is recorded
-under `unassigned`) and an idempotency_key. A loss curve or a smoke run is never a quality claim: promotion_gate
+plan_training before start_training, and make the run official: name project, model_version and dataset_version
+(create_project, register_model_version and register_dataset_version record them), or give a complete
+tracking_context; without either the run is recorded under `unassigned`, which never ships. Give start_training an
+idempotency_key. A loss curve or a smoke run is never a quality claim: promotion_gate
 decides from evaluations against a pinned baseline. Destructive tools (stop_run, cancel_campaign,
 conclude_campaign, promote_decide, amend_budget, cancel_external_job) ask for confirmation or need confirm: true.
 The skills (resources under bashgym://skills/) say how the team works."""
