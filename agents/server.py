@@ -14,10 +14,10 @@ from urllib.parse import quote
 from bashgym.agents import external_jobs
 from bashgym.agents.daemon import Daemon, refusal
 from bashgym.agents.tools import Tool, build
-from bashgym.client.errors import ApiError
+from bashgym.client.errors import ApiError, DaemonUnreachable
 from bashgym.client.http import DaemonClient
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 INSTRUCTIONS = """\
@@ -41,6 +41,8 @@ async def serve(client: DaemonClient, workspace: str | None) -> None:
 async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
     try:
         principal = await client.whoami()
+    except DaemonUnreachable as exc:
+        return _without_daemon(exc)
     except ApiError as exc:
         raise SystemExit(f"bashgym mcp: the daemon refused this token: {refusal(exc)}") from exc
     # A token limited to one workspace works there: the daemon's default workspace is beyond it.
@@ -70,6 +72,24 @@ async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
     _skill_resources(server)
     if "ledger.read" in held:
         _ledger_resources(server, daemon)
+    return server
+
+
+def _without_daemon(exc: DaemonUnreachable) -> MCPServer:
+    """No daemon answered at start: a server that says so, to the agent, rather than one that exits (its client sees
+    only "Connection closed"). Its one tool answers how to start a daemon; restart this server once one runs."""
+    said = f"{refusal(exc)} Then restart this MCP server (its tools are offered once it knows the token's rights)."
+    server: MCPServer = MCPServer(name="bashgym", instructions=f"BashGym is not reachable: {said}", log_level="WARNING")
+
+    async def daemon_status() -> dict[str, Any]:
+        raise ToolError(said)
+
+    server.add_tool(
+        daemon_status,
+        name="daemon_status",
+        description="Why BashGym's tools are not offered: no daemon answered when this server started.",
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
     return server
 
 

@@ -6,15 +6,18 @@ for a run that had ended."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from bashgym.trainers.tiny import build_tiny
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.factories import sft_data
-from tests.support.helpers import RunningDaemon, daemon_with_project, register_versions, running_daemon
+from tests.support.helpers import BASHGYM, RunningDaemon, daemon_with_project, register_versions, running_daemon
 from tests.support.mcp_client import call, session
 
 pytestmark = pytest.mark.anyio
@@ -101,3 +104,21 @@ async def test_an_agent_sets_up_a_project_from_an_empty_home_with_tools_alone(
         admin.post(f"/v1/projects/fresh/runs/{started['run_id']}/stop")  # its record is what this test reads
     assert (run["experiment_id"], run["model_version_id"], run["dataset_version_id"]) == ("first", "tiny-v1", "rows-v1")
     assert run["config"]["model_check"] == "files", run["config"]
+
+
+async def test_without_a_daemon_the_server_stays_up_and_says_how_to_start_one(tmp_path: Path) -> None:
+    """Issue 52: with no daemon, `bashgym mcp` exited at start; the agent saw only "Connection closed"."""
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "BASHGYM_HOME": str(tmp_path / "home"), "BASHGYM_API": f"http://127.0.0.1:{port}",
+           "BASHGYM_TOKEN": "bgy_not-checked"}  # fmt: skip
+    params = StdioServerParameters(command=BASHGYM[0], args=[*BASHGYM[1:], "mcp"], env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as opened:
+        await opened.initialize()
+        listed = await opened.list_tools()
+        assert [tool.name for tool in listed.tools] == ["daemon_status"]
+        failed, said = await call(opened, "daemon_status", {})
+    assert failed and f"127.0.0.1:{port}" in said and "bashgym up" in said and "restart" in said, said
