@@ -34,7 +34,7 @@ from bashgym.client.redaction import redact_text
 from bashgym.client.specs import FileDigest, TrackingContext, context_in_workspace
 from bashgym.client.validation import hub_repo_of
 from bashgym.daemon.blobs import file_digest
-from bashgym.daemon.evidence.sources import COMPLETE, FILE, RUNS, differing_files, kept_files
+from bashgym.daemon.evidence.sources import FILE, RUNS, differing_files, files_of, kept_files
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.request import TrainingRequest
 
@@ -92,13 +92,13 @@ async def new_version_files(workspace: str, request: TrainingRequest) -> list[Fi
 
 def _directory_files(directory: Path) -> list[FileDigest]:
     """Each file of a model directory by its relative path, with its sha256 and size. Blocking: it hashes them."""
-    files: list[FileDigest] = []
     if not directory.is_dir():
-        return files
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE):
-        sha256, size = file_digest(path)
-        files.append(FileDigest(path=str(path.relative_to(directory)), sha256=sha256, size_bytes=size))
-    return files
+        return []
+    return [
+        FileDigest(path=name, sha256=sha256, size_bytes=size)
+        for name, path in files_of(directory).items()
+        for sha256, size in [file_digest(path)]
+    ]
 
 
 def expected_config_digest(version: dict[str, Any]) -> str:

@@ -79,11 +79,18 @@ def run_files(run: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def files_of(directory: Path) -> dict[str, Path]:
+    """A model directory's files by their relative path, sorted, without the completion marker a materialised copy
+    carries: what a version's files are compared with or recorded from."""
+    found = (p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE)
+    return {str(p.relative_to(directory)): p for p in sorted(found)}
+
+
 def differing_files(directory: Path, recorded: dict[str, str]) -> list[str]:
     """Each file of `directory` that is not as `recorded` (sha256 by relative path) says so: missing, other bytes,
     or not recorded at all (a planted file is loaded too). Empty when the directory is exactly what was recorded.
     Blocking: it hashes every file."""
-    found = {str(p.relative_to(directory)): p for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE}
+    found = files_of(directory)
     problems = []
     for path, sha256 in sorted(recorded.items()):
         if path not in found:
