@@ -1,7 +1,8 @@
-"""README's table of write routes and what each asks of its caller, made from the rules the routes declare.
+"""The table of write routes and what each asks of its caller (docs/security.md, "Authority"), made from the rules
+the routes declare.
 
-`python -m bashgym.daemon.api.route_table` prints it; tests/unit/daemon/api/test_route_table.py fails when README's
-copy differs, or when a write route declares no rule.
+`python -m bashgym.daemon.api.route_table` prints it; tests/unit/daemon/api/test_route_table.py fails when the
+docs' copy differs, or when a write route declares no rule.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def statement(route: WriteRoute) -> str:
 
 
 def render(app: FastAPI) -> str:
-    """The Markdown table between its markers, as README holds it."""
+    """The Markdown table between its markers, as docs/security.md holds it."""
     rows = [f"| `{r.method} {r.path}` | {statement(r)} |" for r in write_routes(app)]
     return "\n".join([BEGIN, "| route | what the caller needs |", "|---|---|", *rows, END])
 

@@ -1,7 +1,7 @@
 """Guard: the docs name only commands that exist, and every command is documented somewhere.
 
-README.md and every skills/**/*.md are scanned for `bashgym <words>` (in code blocks and inline code)
-and `/<group> <sub>` slash commands, including README's table of slash groups and their subcommands.
+README.md, every docs/**/*.md and every skills/**/*.md are scanned for `bashgym <words>` (in code blocks and inline
+code) and `/<group> <sub>` slash commands, including docs/discord.md's table of slash groups and their subcommands.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from bashgym.cli.main import build_parser
 from bashgym.cli.registry import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "skills").rglob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "skills").rglob("*.md"))]
 
 WORD = re.compile(r"[a-z][a-z0-9-]*(?:\|[a-z][a-z0-9-]*)*")
 # `bashgym` as a word of its own: not `bashgym.trainers`, `bashgym-0.1.whl` or `python/bashgym`.
@@ -100,7 +100,7 @@ def slash_mentions(text: str) -> Iterator[tuple[int, str, list[str]]]:
     for number, line in enumerate(text.splitlines(), start=1):
         row = TABLE_ROW.match(line)
         if row:
-            # README's table: `/group` | `sub` (notes), `sub`*, ...; code spans inside notes are not subcommands.
+            # docs/discord.md's table: `/group` | `sub` (notes), `sub`*, ...; code spans in notes are not subcommands.
             cells = re.sub(r"\([^)]*\)", "", row.group(2))
             yield number, row.group(1), INLINE_CODE.findall(cells)
     for number, fragment in code_fragments(text):
@@ -147,14 +147,14 @@ def test_docs_mention_only_commands_and_slash_commands_that_exist() -> None:
 def test_every_cli_command_is_documented() -> None:
     named, _, _ = scan()
     undocumented = sorted(" ".join(("bashgym", *c)) for c in cli_commands() - named)
-    assert not undocumented, f"mentioned in no doc (README.md, skills/): {undocumented}"
+    assert not undocumented, f"mentioned in no doc (README.md, docs/, skills/): {undocumented}"
 
 
 def test_every_slash_command_is_documented() -> None:
     _, named, _ = scan()
     every = {(group, sub) for group, subs in slash_commands().items() for sub in subs}
     undocumented = sorted(f"/{group} {sub}" for group, sub in every - named)
-    assert not undocumented, f"mentioned in no doc (README.md, skills/): {undocumented}"
+    assert not undocumented, f"mentioned in no doc (README.md, docs/, skills/): {undocumented}"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,6 @@
-"""README stays true to the code: every daemon setting with its variable and default, and the newcomer's order."""
+"""README and docs/ stay true to the code and to a newcomer's evening: a short README in the newcomer's order, the
+reference in docs/ pages by task, every daemon setting with its variable and default, and links that stay inside
+the repository."""
 
 from __future__ import annotations
 
@@ -9,21 +11,30 @@ from typing import Any
 from bashgym.daemon.settings import Settings
 from pydantic_core import PydanticUndefined
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MAX_README_LINES = 400  # issue 52: an evening's reader gets the product, the demo and a first run; docs/ the rest
 
-# Issue 11: a newcomer reads what BashGym is, how to run it, the demo and Discord first; reference comes after.
+# Issues 11 and 52: what BashGym is, how to run it, the demo, then the reader's own first run; reference is in docs/.
 REQUIRED_SECTIONS = [
     "## Two commands on a fresh machine",
     "## The demo",
-    "## Connecting Discord",
-    "## The CLI by task",
-    "## Quickstart",
-    "## Compute lanes",
-    "## Configuration",
-    "## State directory",
-    "## Troubleshooting",
+    "## Your first official run in ten minutes",
+    "## Where to go next",
 ]
-CLI_TASKS = ["launch", "monitor", "evaluate", "compare", "runcard", "promote", "campaigns", "reports"]
+# The CLI first, then an agent over MCP, then Discord (which needs an application set up first).
+FIRST_RUN_ORDER = ["### From the terminal", "### From a coding agent (MCP)", "### From Discord"]
+PAGES = ["cli", "discord", "mcp", "web", "lanes", "training-methods", "evidence", "security", "configuration",
+         "architecture", "operations", "campaigns", "development"]  # fmt: skip
+# Where a user looks for each task: (page, a word of its heading there).
+TASKS = {
+    "launch": "training-methods", "monitor": "cli", "evaluate": "evidence", "compare": "evidence",
+    "runcard": "evidence", "promote": "evidence", "campaigns": "campaigns", "reports": "campaigns",
+    "budgets": "campaigns", "compute lanes": "lanes", "troubleshooting": "operations", "backups": "operations",
+    "state directory": "configuration", "security model": "security", "authority": "security",
+}  # fmt: skip
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 CODE_SPAN = re.compile(r"`([^`]*)`")
 
@@ -59,7 +70,7 @@ def settings_table(text: str) -> dict[str, tuple[str, str]]:
     """setting name -> (environment variable cell, default cell) of the Configuration table."""
     rows: dict[str, tuple[str, str]] = {}
     in_table = False
-    for line in section(text, "## Configuration").splitlines():
+    for line in section(text, "## Configuration").splitlines():  # docs/configuration.md
         if line.startswith("| setting | environment variable | default |"):
             in_table = True
             continue
@@ -101,12 +112,12 @@ def documented_value(cell: str, like: Any) -> Any:
 
 
 def test_the_configuration_table_lists_every_setting_with_its_variable_and_default() -> None:
-    rows = settings_table(readme())
-    assert rows, "README's Configuration section has no `| setting | environment variable | default |` table"
+    rows = settings_table((DOCS / "configuration.md").read_text(encoding="utf-8"))
+    assert rows, "docs/configuration.md has no `| setting | environment variable | default |` table"
     missing = sorted(set(Settings.model_fields) - set(rows))
     unknown = sorted(set(rows) - set(Settings.model_fields))
-    assert not missing, f"settings missing from README's Configuration table: {missing}"
-    assert not unknown, f"README's Configuration table lists settings the code lacks: {unknown}"
+    assert not missing, f"settings missing from docs/configuration.md's table: {missing}"
+    assert not unknown, f"docs/configuration.md's table lists settings the code lacks: {unknown}"
     wrong = []
     for name, (variable, default_cell) in rows.items():
         if variable != f"`BASHGYM_{name.upper()}`":
@@ -115,21 +126,62 @@ def test_the_configuration_table_lists_every_setting_with_its_variable_and_defau
         empty = expected in (None, "") or expected in ([], {})
         shown = documented_value(default_cell, expected)
         if (shown is None) != empty or (not empty and shown != expected):
-            wrong.append(f"{name}: README says {default_cell!r}, the code's default is {expected!r}")
-    assert not wrong, "README's Configuration table disagrees with Settings:\n" + "\n".join(wrong)
+            wrong.append(f"{name}: the docs say {default_cell!r}, the code's default is {expected!r}")
+    assert not wrong, "docs/configuration.md's table disagrees with Settings:\n" + "\n".join(wrong)
 
 
-def test_the_sections_come_in_the_newcomers_order() -> None:
+def test_the_readme_is_short_and_its_sections_come_in_the_newcomers_order() -> None:
     text = readme()
+    lines = len(text.splitlines())
+    assert lines <= MAX_README_LINES, f"README has {lines} lines, over {MAX_README_LINES}: move reference to docs/"
     found = headings(text)
     assert found[0] == "# BashGym"
-    missing = [h for h in REQUIRED_SECTIONS if h not in found]
+    missing = [h for h in [*REQUIRED_SECTIONS, *FIRST_RUN_ORDER] if h not in found]
     assert not missing, f"README lacks the sections {missing}"
-    positions = [found.index(h) for h in REQUIRED_SECTIONS]
-    assert positions == sorted(positions), f"README's sections must come in this order: {REQUIRED_SECTIONS}"
-    cli = [h.lower() for h in headings(section(text, "## The CLI by task")) if h.startswith("### ")]
-    untreated = [task for task in CLI_TASKS if not any(task in h for h in cli)]
-    assert not untreated, f"'The CLI by task' has no ### heading for {untreated}"
+    for order in (REQUIRED_SECTIONS, FIRST_RUN_ORDER):
+        positions = [found.index(h) for h in order]
+        assert positions == sorted(positions), f"README's sections must come in this order: {order}"
+
+
+def test_every_task_has_its_page_and_heading_in_docs() -> None:
+    missing = [page for page in PAGES if not (DOCS / f"{page}.md").is_file()]
+    assert not missing, f"docs/ lacks the pages {missing}"
+    for page in PAGES:
+        assert headings((DOCS / f"{page}.md").read_text(encoding="utf-8"))[0].startswith("# "), f"docs/{page}.md"
+    untreated = [
+        f"{task} (docs/{page}.md)"
+        for task, page in TASKS.items()
+        if not any(task in h.lower() for h in headings((DOCS / f"{page}.md").read_text(encoding="utf-8")))
+    ]
+    assert not untreated, f"no heading names these tasks on their page: {untreated}"
+    listed = section(readme(), "## Where to go next")
+    unlisted = [page for page in PAGES if f"(docs/{page}.md)" not in listed]
+    assert not unlisted, f"README's 'Where to go next' links no {unlisted}"
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings."""
+    return {re.sub(r"[^\w\- ]", "", h.lstrip("#").strip().lower()).replace(" ", "-") for h in headings(text)}
+
+
+def test_links_stay_inside_the_repository_and_reach_their_file_and_heading() -> None:
+    wrong = []
+    for doc in [README, *sorted(DOCS.glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for number, line in enumerate(text.splitlines(), start=1):
+            for target in LINK.findall(line):
+                if target.startswith(("http://", "https://", "mailto:")):
+                    continue
+                path, _, anchor = target.partition("#")
+                file = (doc.parent / path).resolve() if path else doc
+                where = f"{doc.relative_to(ROOT)}:{number}: {target}"
+                if not file.is_relative_to(ROOT):
+                    wrong.append(f"{where} leaves the repository")
+                elif not file.exists():
+                    wrong.append(f"{where}: no such file")
+                elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text(encoding="utf-8")):
+                    wrong.append(f"{where}: no heading with that anchor")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_opening_says_what_bashgym_is_in_three_sentences_and_draws_the_loop() -> None:
@@ -145,5 +197,5 @@ def test_the_opening_says_what_bashgym_is_in_three_sentences_and_draws_the_loop(
 def test_the_demo_example_holds_measured_figures_not_placeholders() -> None:
     text = readme()
     assert "<measured>" not in text, "fill the demo's example output from a real run"
-    example = text[text.index("## The demo") : text.index("## Connecting Discord")]
+    example = section(text, "## The demo")
     assert "Summary (measured in this run)" in example and "promotion gate" in example

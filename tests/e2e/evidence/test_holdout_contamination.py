@@ -33,7 +33,7 @@ from tests.support.factories import session_records, tracking_context, training_
 from tests.support.helpers import RunningDaemon, cli, daemon_with_project
 
 PROJECT = "nightly"
-README = Path(__file__).resolve().parents[3] / "README.md"
+RECIPES = Path(__file__).resolve().parents[3] / "docs" / "training-methods.md"  # where the docs show the recipe
 HELD_OUT = sorted(holdout_families())
 
 
@@ -214,19 +214,19 @@ def test_a_registered_dataset_version_holding_held_out_rows_is_refused_at_plan_a
 
 
 def readme_recipes() -> list[str]:
-    """Every `gold_sft_rows(...)` expression README shows."""
-    return re.findall(r"`(gold_sft_rows\(.*?\))`", " ".join(README.read_text().split()))
+    """Every `gold_sft_rows(...)` expression docs/training-methods.md shows."""
+    return re.findall(r"`(gold_sft_rows\(.*?\))`", " ".join(RECIPES.read_text().split()))
 
 
 def test_readme_recipe_holds_only_trained_families_and_passes_validate_and_plan(
     daemon: RunningDaemon, rita: str, tiny: Path, tmp_path: Path
 ) -> None:
     recipes = readme_recipes()
-    assert recipes, "README shows no gold_sft_rows recipe"
+    assert recipes, "docs/training-methods.md shows no gold_sft_rows recipe"
     names = {"gold_sft_rows": gold_sft_rows, "default_suite": default_suite, "training_families": training_families,
              "__builtins__": {"range": range}}  # fmt: skip
     for recipe in recipes:
-        rows = eval(recipe, names)  # README's own text, run as written
+        rows = eval(recipe, names)  # the docs' own text, run as written
         assert rows and not held_out_lines(rows), recipe
         data = jsonl(tmp_path / "recipe.jsonl", rows)
         validated = cli(daemon.env(), "training", "validate", "--method", "sft", "--dataset", str(data))

@@ -1,4 +1,5 @@
-"""README's route table is the one the routes declare, and every write route declares what its caller needs."""
+"""docs/security.md's route table is the one the routes declare, and every write route declares what its caller
+needs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bashgym.daemon.api.routing import AUTHENTICATED
 from bashgym.daemon.authority import CAPABILITIES
 from fastapi import FastAPI
 
-README = Path(__file__).resolve().parents[4] / "README.md"
+SECURITY = Path(__file__).resolve().parents[4] / "docs" / "security.md"
 
 
 def _app() -> FastAPI:
@@ -29,8 +30,8 @@ def test_every_write_route_declares_a_rule_of_known_capabilities() -> None:
     assert unknown == set()
 
 
-def test_readme_holds_the_route_table_the_routes_declare() -> None:
-    text = README.read_text()
-    assert BEGIN in text and END in text, "README's Authority section holds the table between its markers"
+def test_the_security_page_holds_the_route_table_the_routes_declare() -> None:
+    text = SECURITY.read_text()
+    assert BEGIN in text and END in text, "docs/security.md's Authority section holds the table between its markers"
     copy = text[text.index(BEGIN) : text.index(END) + len(END)]
     assert copy == render(_app()), "regenerate it: python -m bashgym.daemon.api.route_table"
