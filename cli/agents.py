@@ -14,7 +14,7 @@ def _mcp_args(parser: argparse.ArgumentParser) -> None:
 
 @command(
     "mcp",
-    help="serve the workspace to coding agents as MCP tools over stdio, with this token's authority (README, 'Agents')",
+    help="serve the workspace to coding agents as MCP tools over stdio, with this token's authority (docs/mcp.md)",
 )(_mcp_args)
 async def mcp(ctx: Ctx) -> int:
     from bashgym.agents.server import serve

@@ -384,7 +384,7 @@ def _shell_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shell", choices=SHELLS, help="the shell the script is for")
 
 
-@command("completion", help="print a shell completion script: bash, zsh or fish (see README)")(_shell_arg)
+@command("completion", help="print a shell completion script: bash, zsh or fish (see docs/cli.md)")(_shell_arg)
 async def completion_script(ctx: Ctx) -> int:
     sys.stdout.write(SCRIPTS[ctx.args.shell])
     return EXIT_OK

@@ -221,7 +221,7 @@ async def _wait_for_bot(client: Any, bot: Any, home: Path, display: Display) -> 
         if bot.returncode is not None:
             raise BashGymError(
                 f"The Discord bot exited with code {bot.returncode}; see {home / 'bot.log'}.",
-                hint="README, 'Connecting Discord', lists each start error and its fix.",
+                hint="docs/discord.md, 'When the bot does not start', lists each start error and its fix.",
             )
         doctor = await client.request("GET", "/v1/doctor")
         check = next((c for c in doctor["checks"] if c["check"] == "discord"), None)

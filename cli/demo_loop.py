@@ -65,7 +65,7 @@ class DemoOptions:
 
 
 def recipe(steps: int) -> dict[str, Any]:
-    """The candidate's SFT recipe for the task model (README, "Training")."""
+    """The candidate's SFT recipe for the task model (docs/training-methods.md)."""
     return {
         "method": "sft",
         "use_lora": False,
@@ -546,7 +546,7 @@ def check_options(options: DemoOptions, environ: dict[str, str]) -> None:
             missing.append("BASHGYM_DISCORD_DEFAULT_CHANNEL (or --channel)")
         if missing:
             raise InvalidInput(
-                f"--discord needs {', '.join(missing)}.", hint="See README, 'Connecting Discord', steps 1-5."
+                f"--discord needs {', '.join(missing)}.", hint="See docs/discord.md, 'Connecting Discord', steps 1-5."
             )
 
 

@@ -26,7 +26,7 @@ PROJECT = "retrieval-demo"
 MODEL_VERSION = "tiny-retriever-v1"
 DATASET_VERSION = "shipped-queries-v1"
 # 10 epochs of batch 16 over the shipped training queries (~160 steps) take the tiny retriever from nDCG@10 ~0.38
-# to ~0.99 on the frozen evaluation queries in seconds of training on 2 cores (README, "The retrieval demo").
+# to ~0.99 on the frozen evaluation queries in seconds of training on 2 cores (docs/training-methods.md).
 EPOCHS = 10.0
 LEARNING_RATE = 1e-3
 BATCH_SIZE = 16

@@ -48,7 +48,7 @@ first steps:
   bashgym up                            the daemon (and the bot, if configured)
   bashgym logs --follow                 the daemon's log
   bashgym ledger context --project P    a project at a glance
-  bashgym COMMAND --help                its options; README has every command
+  bashgym COMMAND --help                its options; docs/cli.md has every command
 
 exit codes: 0 ok, 2 usage, 3 not authenticated, 4 forbidden, 5 not found,
   6 conflict, 7 refused by a rule (validation, gate, budget), 8 unavailable"""

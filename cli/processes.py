@@ -66,7 +66,7 @@ async def up(ctx: Ctx) -> int:
         notices = "notices print here" if settings.console_notices else "add --console-notices to print notices here"
         print(
             f"Discord is not configured: set {settings.discord_token_env} to the bot token to add the bot "
-            f"(see README, 'Connecting Discord'). Running the daemon alone; {notices}.",
+            f"(see docs/discord.md). Running the daemon alone; {notices}.",
             flush=True,
         )
         return await main(settings, ctx.environ)

@@ -154,7 +154,7 @@ def check_unisolated_checks(settings: Settings, levels: dict[str, str | None]) -
     raise Forbidden(
         f"This dataset's rows carry command checks (verifier.kind command), its author's shell code; they run in "
         f"the attempt's sandbox, which isolates them only at the `namespaces` level, and {said}.",
-        hint="Run the trainer where the sandbox isolates (root with unshare and setpriv, README 'Security model'), "
+        hint="Run the trainer where the sandbox isolates (root with unshare and setpriv; docs/security.md), "
         "use exact_match or terminal_task verifiers, or, trusting every dataset author with that host's user, "
         "set BASHGYM_ALLOW_UNISOLATED_CHECKS=true on the daemon.",
         details={"isolation": levels},

@@ -27,7 +27,8 @@ DAEMON_LOG = Path("logs", "daemon.log")  # under the home
 # tool such as nvidia-smi) gets of the daemon's environment, by name: the system's basics, where Python, torch, CUDA
 # and the Hugging Face libraries find their files, caches and offline switches, and how many threads they take.
 # Nothing else: a credential the operator keeps there (a provider's key, the Discord token, a sink's secret, one
-# with a name no list knows) stays in the daemon. README, "Security model", says which secret reaches which process.
+# with a name no list knows) stays in the daemon. docs/security.md, "Security model", says which secret reaches
+# which process.
 CHILD_ENV_NAMES = frozenset(
     {
         *("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP"),
@@ -191,10 +192,10 @@ class Settings(BaseSettings):
     trainer_env_vars: list[str] = Field(
         default_factory=list,
         description="Further variables of the daemon's environment (names, comma-separated) its local trainers, "
-        "evaluators and probes get beyond the built-in list (README, Security model); never a secret's.",
+        "evaluators and probes get beyond the built-in list (docs/security.md, Security model); never a secret's.",
     )
 
-    # Trust boundaries (README, "Security model"): the host paths callers may name, and what they may reach.
+    # Trust boundaries (docs/security.md, "Security model"): the host paths callers may name, and what they may reach.
     data_roots: list[Path] = Field(
         default_factory=list,
         description="Directories (comma-separated) whose files callers may name by path: datasets, base models, "

@@ -80,7 +80,8 @@ def call_of(request: Request, services: Services, ws: str, principal: Principal,
 @dataclass(frozen=True)
 class Rule:
     """What a route asks of its caller, as its dependency declares it: the capability a refusal names first, any
-    other it needs too, and the rule in words (README's route table is made from these, daemon/api/route_table.py)."""
+    other it needs too, and the rule in words (docs/security.md's route table is made
+    from these, daemon/api/route_table.py)."""
 
     capability: str
     also: tuple[str, ...] = ()
