@@ -103,7 +103,7 @@ def _directory_files(directory: Path) -> list[FileDigest]:
 
 def expected_config_digest(version: dict[str, Any]) -> str:
     """The model_config_digest a context naming `version` states: the recorded one, or the sha256 of its source_uri
-    where it recorded none (a Hub repo, a run's model), as launch_context composes it."""
+    where it recorded none (a Hub repo, a run's model), as launch.resolve composes it."""
     return str(version["config_digest"] or hashlib.sha256(str(version["source_uri"]).encode()).hexdigest())
 
 

@@ -35,9 +35,9 @@ from bashgym.daemon.lanes.nemo_data import NemoDataset, customizer_dataset, job_
 from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
-from bashgym.daemon.launch_authority import check_no_credentials, check_unisolated_checks, has_command_checks
+from bashgym.daemon.launch.authorise import check_no_credentials, check_unisolated_checks, has_command_checks
+from bashgym.daemon.launch.confine import Reach, model_files
 from bashgym.daemon.model_identity import check_model_identity, new_version_files
-from bashgym.daemon.request_paths import Reach, model_files
 from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
@@ -554,7 +554,7 @@ class TrainingService:
             )
 
     async def _check_command_checks(self, workspace: str, request: TrainingRequest, device: Device | None) -> None:
-        """A dataset's command checks train only where the sandbox isolates them (launch_authority)."""
+        """A dataset's command checks train only where the sandbox isolates them (launch.authorise)."""
         if request.method not in {"grpo", "rlvr"} or self.settings.allow_unisolated_checks:
             return
         if not await asyncio.to_thread(has_command_checks, Path(request.dataset_path)):
@@ -908,7 +908,7 @@ PAUSED_TIDY_S = 30.0  # how long a resume waits for a just-paused run's supervis
 def scrub_logs(run_dir: Path) -> None:
     """Once a trainer is done, its logs (and run_state.json's error) are rewritten with every credential-shaped
     string redacted: a trainer prints what it meets (a traceback, a library's message), and a log at rest keeps no
-    secret. A request holding one is refused at the door (launch_authority.check_no_credentials).
+    secret. A request holding one is refused at the door (launch.authorise.check_no_credentials).
     While it runs, the log is the daemon user's alone (0600), and `training log` answers redacted lines."""
     for pattern in LOGS:
         for path in run_dir.glob(pattern):

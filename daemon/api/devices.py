@@ -13,7 +13,7 @@ from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.host_paths import HostPaths, check_device_host, check_device_reach
 from bashgym.daemon.lanes.ssh import Device, bootstrap, preflight
-from bashgym.daemon.request_paths import held_blob
+from bashgym.daemon.launch.confine import held_blob
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

@@ -19,7 +19,7 @@ from bashgym.daemon.evidence.promotion import (
     overclaim,
     validate_runcard,
 )
-from bashgym.daemon.request_paths import data_reference
+from bashgym.daemon.launch.confine import data_reference
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

@@ -15,7 +15,7 @@ from bashgym.daemon.api.routing import Call, requires, written
 from bashgym.daemon.evidence.exchange import export_bundle, verify_bundle
 from bashgym.daemon.evidence.sources import RUNS
 from bashgym.daemon.host_paths import HostPaths
-from bashgym.daemon.request_paths import model_files
+from bashgym.daemon.launch.confine import model_files
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response

@@ -32,8 +32,8 @@ from bashgym.daemon.api.training import parse_training_request
 from bashgym.daemon.external.hub_access import check_no_command_checks
 from bashgym.daemon.external.planning import submit_plan
 from bashgym.daemon.external.service import JOB_DATA_PATH, ExternalJobs
-from bashgym.daemon.launch_authority import authorise_launch
-from bashgym.daemon.request_paths import confine_request
+from bashgym.daemon.launch.authorise import authorise_launch
+from bashgym.daemon.launch.confine import confine_request
 from bashgym.trainers.contracts.request import TrainingRequest
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response

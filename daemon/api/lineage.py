@@ -27,7 +27,7 @@ from bashgym.daemon.api.routing import (
 )
 from bashgym.daemon.blobs import count_rows
 from bashgym.daemon.evidence.sources import RUNS, kind_of_method, run_model_spec
-from bashgym.daemon.request_paths import check_model_source, held_blob
+from bashgym.daemon.launch.confine import check_model_source, held_blob
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response

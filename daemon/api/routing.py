@@ -12,7 +12,7 @@ from bashgym.client.validation import check_identifier
 from bashgym.daemon.api import replays
 from bashgym.daemon.api.responses import MUTATING, json_response
 from bashgym.daemon.authority import Principal, act_in_workspace, resolve_request, resolve_token
-from bashgym.daemon.request_paths import Reach
+from bashgym.daemon.launch.confine import Reach
 from bashgym.daemon.services import Services
 from bashgym.ledger.store import Ledger
 from fastapi import Depends, Query, Request
@@ -30,7 +30,7 @@ class Call:
 
     @property
     def reach(self) -> Reach:
-        """What this request may reach on the daemon's host (request_paths)."""
+        """What this request may reach on the daemon's host (launch.confine)."""
         return Reach(self.services.settings, self.services.ledger, self.services.blobs, self.workspace)
 
 

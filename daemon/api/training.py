@@ -23,9 +23,9 @@ from bashgym.client.validation import check_identifier, check_scope
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, requires, requires_run_control, requires_somewhere
 from bashgym.daemon.lanes.admission import shaped_for_lane
-from bashgym.daemon.launch_authority import authorise_launch
-from bashgym.daemon.launch_context import environment_id, named_experiment, registered_context
-from bashgym.daemon.request_paths import DATA_FIELDS, MODEL_FIELDS, base_model_of, confine_request, held_blob
+from bashgym.daemon.launch.authorise import authorise_launch
+from bashgym.daemon.launch.confine import DATA_FIELDS, MODEL_FIELDS, base_model_of, confine_request, held_blob
+from bashgym.daemon.launch.resolve import environment_id, named_experiment, registered_context
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.fields import effective_config, request_from_recipe

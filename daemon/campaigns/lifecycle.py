@@ -12,8 +12,8 @@ from typing import Any
 
 from bashgym.client.errors import BashGymError, NotFound, RuleRejected
 from bashgym.client.specs import Actor, BudgetEntrySpec
-from bashgym.daemon.launch_authority import check_hub_target, check_retention, owner_lacks
-from bashgym.daemon.request_paths import Reach, check_model_source, confine_request
+from bashgym.daemon.launch.authorise import check_hub_target, check_retention, owner_lacks
+from bashgym.daemon.launch.confine import Reach, check_model_source, confine_request
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.fields import request_from_recipe
 from bashgym.trainers.contracts.request import TrainingRequest, parse_compute_target

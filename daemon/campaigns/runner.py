@@ -26,9 +26,9 @@ from bashgym.daemon.campaigns.lifecycle import authority_reason, in_training_win
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.evidence.promotion import SAFETY_METRIC
 from bashgym.daemon.failpoints import reach
-from bashgym.daemon.launch_authority import check_hub_target, check_retention, implied_capabilities
-from bashgym.daemon.launch_context import environment_id, registered_context
-from bashgym.daemon.request_paths import Reach, base_model_of, confine_request, held_blob
+from bashgym.daemon.launch.authorise import check_hub_target, check_retention, implied_capabilities
+from bashgym.daemon.launch.confine import Reach, base_model_of, confine_request, held_blob
+from bashgym.daemon.launch.resolve import environment_id, registered_context
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.ledger.store import Ledger

@@ -31,7 +31,7 @@ from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.admission import trainer_python
 from bashgym.daemon.lanes.remote import read_from
 from bashgym.daemon.lanes.ssh import Device, RemoteRun
-from bashgym.daemon.request_paths import Reach, held_blob, model_files
+from bashgym.daemon.launch.confine import Reach, held_blob, model_files
 from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id

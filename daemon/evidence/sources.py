@@ -3,7 +3,7 @@
 A version points at its files in one of four ways: `file://DIR` (a directory in a data root),
 `bashgym://runs/RUN` (a run's kept model), `bashgym://models/ID` (files copied into the content store
 by `bashgym model register --dir`), or `hf://ORG/NAME` (a Hub repo id, resolved by the trainer); nothing else.
-request_paths.model_files confines each before anything reads it. Stored files are materialised once, as hard
+launch.confine.model_files confines each before anything reads it. Stored files are materialised once, as hard
 links to their blobs, into `$BASHGYM_HOME/models/<ws>/<project>/<version>/`.
 """
 
@@ -102,7 +102,7 @@ def differing_files(directory: Path, recorded: dict[str, str]) -> list[str]:
 
 def stored_model_dir(settings: Settings, ws: str, project: str, record: dict[str, Any], held: dict[str, Path]) -> Path:
     """A stored version's directory, materialised once from its blobs: `held` maps each file's sha256 to its blob,
-    every one held by the project (request_paths.held_blob gives them). Blocking."""
+    every one held by the project (launch.confine.held_blob gives them). Blocking."""
     target = settings.home / "models" / ws / project / str(record["model_version_id"])
     if (target / COMPLETE).is_file():
         return target

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bashgym.client.errors import Forbidden, RuleRejected
 from bashgym.daemon.external.hf_jobs import HubIdentity, HubJobs, UpstreamError
-from bashgym.daemon.launch_authority import has_command_checks
+from bashgym.daemon.launch.authorise import has_command_checks
 from bashgym.daemon.settings import Settings
 
 VERIFIED_METHODS = frozenset({"grpo", "rlvr"})  # the methods whose rewards run each row's verifier

@@ -91,7 +91,7 @@ def test_the_daemon_root_holds_the_wiring_and_subjects_are_folders(imports: Impo
     root = sorted(name for name, path in imports.modules.items() if path.parent == ROOT / "daemon")
     assert len(root) <= 15, root
     subjects = sorted(p.name for p in (ROOT / "daemon").iterdir() if (p / "__init__.py").is_file())
-    assert subjects == ["api", "authority", "campaigns", "evidence", "external", "lanes", "notices", "ui"]
+    assert subjects == ["api", "authority", "campaigns", "evidence", "external", "lanes", "launch", "notices", "ui"]
     # Within the daemon, a subject never reaches into the HTTP surface: api/ sits on top of the others.
     up = [
         a

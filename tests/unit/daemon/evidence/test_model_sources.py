@@ -13,7 +13,7 @@ from bashgym.client.specs import Actor, ProjectSpec, RunRegistration
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.sources import COMPLETE, hub_models_loaded
 from bashgym.daemon.host_paths import PathRefused
-from bashgym.daemon.request_paths import Reach, base_model_of, model_files
+from bashgym.daemon.launch.confine import Reach, base_model_of, model_files
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.evaluation import EvalRequest
