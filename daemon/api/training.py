@@ -211,7 +211,7 @@ async def plan(call: Call, request: TrainingRequest) -> dict[str, Any]:
         "missing_context_fields": missing,
         "publication": publication,
         # lane_preflight and the checks a launch makes, every refusal listed: launch refuses exactly these.
-        **await _service(call).launch_verdict(call.workspace, request),
+        **await _service(call).checks.verdict(call.workspace, request),
         "effective_config": effective_config(request),
     }
 
