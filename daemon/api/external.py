@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.external import HfJobSubmission, PlanSubmission, ProviderJobSubmission
-from bashgym.client.specs import UNASSIGNED, context_in_workspace
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
@@ -28,13 +27,10 @@ from bashgym.daemon.api.routing import (
     requires,
     requires_somewhere,
 )
-from bashgym.daemon.api.training import parse_training_request
 from bashgym.daemon.external.hub_access import check_no_command_checks
 from bashgym.daemon.external.planning import submit_plan
 from bashgym.daemon.external.service import JOB_DATA_PATH, ExternalJobs
-from bashgym.daemon.launch.authorise import authorise_launch
-from bashgym.daemon.launch.confine import confine_request
-from bashgym.trainers.contracts.request import TrainingRequest
+from bashgym.daemon.launch.pipeline import prepare_job
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
@@ -64,6 +60,7 @@ def _requires_job_control() -> Any:
 StopCall = Annotated[Call, _requires_job_control()]
 # What the daemon sets in a job's request: the caller names the data by its Hub coordinates, never a path here.
 _SET_BY_DAEMON = ("dataset_path", "eval_dataset_path", "compute_target", "hf_repo_owner", "auto_push_hf")
+JOB_DATA = ("dataset_path", "eval_dataset_path")  # read here and uploaded: confined like any launch's
 
 router = APIRouter(prefix="/v1", tags=["external jobs"])
 
@@ -74,15 +71,6 @@ def _service(call: Call) -> ExternalJobs:
     return call.services.external
 
 
-def _authorised(call: Call, request: TrainingRequest, *, publishes: bool) -> str:
-    context, _ = context_in_workspace(request.tracking_context, call.workspace)
-    project = context.project_id if context else UNASSIGNED
-    authorise_launch(call.principal, call.services.settings, call.workspace, project, request)
-    if publishes:
-        call.principal.require("artifact.publish_private", workspace_id=call.workspace, project_id=project)
-    return project
-
-
 @router.post("/jobs/hf", status_code=201)
 async def submit_hf_job(call: LaunchCall, body: HfJobSubmission) -> Response:
     named = [name for name in _SET_BY_DAEMON if name in body.request]
@@ -91,10 +79,12 @@ async def submit_hf_job(call: LaunchCall, body: HfJobSubmission) -> Response:
             f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} set by the daemon for a Hugging Face Job; "
             "drop it. The job downloads `dataset` from the Hub and pushes to `output_repo`.",
         )
-    request = parse_training_request({**body.request, "dataset_path": JOB_DATA_PATH})
-    project = _authorised(call, request, publishes=True)
-    may_exceed = call.principal.holds("budget.amend", project)
-    job = await _service(call).submit_hf(call.actor, call.workspace, request, body, may_exceed_budget=may_exceed)
+    payload = {**body.request, "dataset_path": JOB_DATA_PATH}
+    prepared = await prepare_job(call.principal, call.reach, payload, confined=(), publishes=True)
+    may_exceed = prepared.may_exceed_budget
+    job = await _service(call).submit_hf(
+        call.actor, call.workspace, prepared.request, body, may_exceed_budget=may_exceed
+    )
     return json_response(job, 201)
 
 
@@ -103,14 +93,10 @@ async def submit_provider_job(call: LaunchCall, provider: str, body: ProviderJob
     check_identifier(provider, field="provider")
     if "compute_target" in body.request:
         raise InvalidInput("compute_target is set by the daemon for a provider job; drop it.")
-    request = parse_training_request(body.request)
-    project = _authorised(call, request, publishes=False)
     # The data is read here and uploaded to the provider: confined like any launch's (a blob or a root's file).
-    paths = {name: getattr(request, name) for name in ("dataset_path", "eval_dataset_path")}
-    request = request.model_copy(update=await confine_request(call.reach, paths, project))
-    may_exceed = call.principal.holds("budget.amend", project)
+    prepared = await prepare_job(call.principal, call.reach, body.request, confined=JOB_DATA, publishes=False)
     job = await _service(call).submit_provider(
-        call.actor, call.workspace, provider, request, body, may_exceed_budget=may_exceed
+        call.actor, call.workspace, provider, prepared.request, body, may_exceed_budget=prepared.may_exceed_budget
     )
     return json_response(job, 201)
 
@@ -120,12 +106,10 @@ async def plan_compute(call: LaunchCall, body: PlanSubmission) -> Response:
     """Render a SkyPilot or dstack plan (and with `launch`, submit it where the engine is configured)."""
     if "compute_target" in body.request:
         raise InvalidInput("compute_target is set by the plan (the job trains `local` where the engine runs it).")
-    request = parse_training_request(body.request)
-    project = _authorised(call, request, publishes=False)
-    paths = {name: getattr(request, name) for name in ("dataset_path", "eval_dataset_path")}
-    request = request.model_copy(update=await confine_request(call.reach, paths, project))
+    prepared = await prepare_job(call.principal, call.reach, body.request, confined=JOB_DATA, publishes=False)
+    request = prepared.request
     if body.launch:  # the task runs with the job token: no author's shell code runs beside it
-        files = {name: Path(path) for name in paths if (path := getattr(request, name))}
+        files = {name: Path(path) for name in JOB_DATA if (path := getattr(request, name))}
         await asyncio.to_thread(
             check_no_command_checks, request.method, files, "the plan's data", runs_in=f"the {body.engine} task"
         )
@@ -138,7 +122,7 @@ async def plan_compute(call: LaunchCall, body: PlanSubmission) -> Response:
         request,
         body,
         service.plan_secrets(),
-        may_exceed_budget=call.principal.holds("budget.amend", project),
+        may_exceed_budget=prepared.may_exceed_budget,
     )
     return json_response(answer, 201)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from bashgym.client.errors import BashGymError, NotFound, RuleRejected
 from bashgym.client.specs import Actor, BudgetEntrySpec
-from bashgym.daemon.launch.authorise import check_hub_target, check_retention, owner_lacks
+from bashgym.daemon.launch.authorise import check_publication, owner_lacks
 from bashgym.daemon.launch.confine import Reach, check_model_source, confine_request
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.fields import request_from_recipe
@@ -171,8 +171,7 @@ async def _launch_rights(spec: dict[str, Any], project: str, reach: Reach) -> li
             continue
         try:
             await confine_request(reach, recipe, project, skip=tuple(_FILLED_PER_ITERATION))
-            check_retention(request)
-            check_hub_target(reach.settings, request)
+            check_publication(reach.settings, request)
         except BashGymError as exc:
             found.append(finding("launch_refused", f"{where}: {exc.message}", exc.hint or f"Fix {where}."))
     return found

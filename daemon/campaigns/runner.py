@@ -26,8 +26,8 @@ from bashgym.daemon.campaigns.lifecycle import authority_reason, in_training_win
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody, EvaluationService
 from bashgym.daemon.evidence.promotion import SAFETY_METRIC
 from bashgym.daemon.failpoints import reach
-from bashgym.daemon.launch.authorise import check_hub_target, check_retention, implied_capabilities
 from bashgym.daemon.launch.confine import Reach, base_model_of, confine_request, held_blob
+from bashgym.daemon.launch.pipeline import launch, prepare_owned
 from bashgym.daemon.launch.resolve import environment_id, registered_context
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -274,14 +274,14 @@ class CampaignRunner(BackgroundLoop):
         except BashGymError as exc:
             await self._refused(campaign, it, exc.message)
             return
-        # The launch routes' authorisation, for the campaign's owner: every capability the request implies.
-        for capability in implied_capabilities(request):
-            if not await self._owner_may(campaign, it, capability):
-                return
         try:
-            check_retention(request)
-            check_hub_target(self.settings, request)
-            started = await self.training.start(ACTOR, ws, request)
+            # The launch routes' authorisation, for the campaign's owner: every capability the request implies.
+            prepared = await prepare_owned(
+                self.settings, ws, request, may=lambda capability: self._owner_may(campaign, it, capability)
+            )
+            if prepared is None:
+                return
+            started = await launch(self.training, ACTOR, prepared)
         except BashGymError as exc:
             if exc.code == "budget_exceeded":
                 await self._authority(campaign, f"budget_overrun: {exc.message}")

@@ -1,4 +1,4 @@
-"""What a launch implies, authorised the same way on every path that starts a run.
+"""The authorise stage: what a launch implies, authorised the same way on every path that starts a run.
 
 A training request implies capabilities (training.launch; artifact.publish_private to push to the Hub;
 artifact.publish_public for a public repository) and a Hub target (a namespace the operator allows).
@@ -9,10 +9,12 @@ campaign is validated and again at each launch, so a campaign never starts what 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bashgym.client.errors import Forbidden, InvalidInput
 from bashgym.client.redaction import contains_secret
+from bashgym.client.specs import UNASSIGNED, context_in_workspace
 from bashgym.daemon.authority import Principal, actor_holds
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
@@ -82,10 +84,37 @@ def authorise_launch(principal: Principal, settings: Settings, ws: str, project:
     """Raise Forbidden unless `principal` may launch `request` in `project`; answer its publication."""
     for capability in implied_capabilities(request):
         principal.require(capability, workspace_id=ws, project_id=project)
+    return check_request(settings, request)
+
+
+def check_request(settings: Settings, request: TrainingRequest) -> str:
+    """What no capability allows: a credential in the request, full retention without an audit, a push outside the
+    operator's namespaces. Answers the launch's publication."""
     check_no_credentials(request)
+    check_publication(settings, request)
+    return publication(request)
+
+
+def check_publication(settings: Settings, request: TrainingRequest) -> None:
+    """What the run keeps and where it pushes, as the operator allows (a campaign's recipe is checked so too)."""
     check_retention(request)
     check_hub_target(settings, request)
-    return publication(request)
+
+
+def recorded_project(request: TrainingRequest, ws: str) -> tuple[str, list[str]]:
+    """The project a launch would be recorded under (`unassigned` without a complete context), and the context
+    fields missing."""
+    context, missing = context_in_workspace(request.tracking_context, ws)
+    return (context.project_id if context else UNASSIGNED), missing
+
+
+async def owner_may_launch(request: TrainingRequest, may: Callable[[str], Awaitable[bool]]) -> bool:
+    """Whether a recorded owner (a campaign's) may launch `request`: `may` judges each implied capability, and may
+    lend one or make the launch wait for a holder (answering False)."""
+    for capability in implied_capabilities(request):
+        if not await may(capability):
+            return False
+    return True
 
 
 # Handled on the way in: the tracking context is redacted where it is written, a credential-shaped correlation id
