@@ -2,7 +2,7 @@
 
 Plan said ready for data whose sha256 was not the tracking context's and for a retriever's LoRA the installed peft
 cannot train; `training validate` refused reward-model-rewarded GRPO prompts that plan and launch took. Plan and
-launch now walk one list of checks (TrainingService._launch_checks), `training validate --config` reads the rows as
+launch now walk one list of checks (LaunchChecks._launch_checks), `training validate --config` reads the rows as
 that request reads them, and this file holds the three equal over every documented recipe.
 """
 
