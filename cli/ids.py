@@ -1,16 +1,12 @@
-"""Short ids, like git's short hashes: where a command takes a run, result, campaign or model version id, a
-unique prefix of it is enough. The daemon answers which ids start with it (only among what the token may read);
-the line on stderr says which id it resolved to."""
+"""Short ids in the CLI: where a command takes a run, result, campaign or model version id, a unique prefix of it is
+enough (client/ids.py decides, as for MCP tools); the line on stderr says which id it resolved to."""
 
 from __future__ import annotations
-
-import re
-from typing import Any
 
 from bashgym.cli.output import note
 from bashgym.cli.registry import Ctx
 from bashgym.cli.usage import UsageError
-from bashgym.client.errors import ApiError
+from bashgym.client.ids import AmbiguousId, resolve_id
 
 # The argument (its dest) and the kind of id it names.
 ID_ARGUMENTS = {
@@ -21,8 +17,6 @@ ID_ARGUMENTS = {
     "campaign": "campaign",
     "model_version": "model_version",
 }
-WHOLE_ID = re.compile(r"^[a-z]+-(?:[0-9a-f]{12}-[0-9a-f]{8}|[0-9a-f]{24})$")
-MIN_PREFIX = 6  # the daemon's minimum; a shorter value is taken as it is (a campaign may be named `demo1`)
 
 
 async def resolve_prefixes(ctx: Ctx) -> None:
@@ -36,21 +30,11 @@ async def resolve_prefixes(ctx: Ctx) -> None:
 
 
 async def _resolve(ctx: Ctx, value: str, kind: str) -> str:
-    if len(value) < MIN_PREFIX or WHOLE_ID.match(value):
-        return value
-    try:
-        answer: dict[str, Any] = await ctx.client.resolve_id(value, kind=kind, workspace=ctx.workspace)
-    except ApiError:
-        return value  # the command itself says what is wrong with the id (not found, no daemon, no right)
     project = getattr(ctx.args, "project", None)
-    ids = sorted({str(m["id"]) for m in answer["matches"] if project is None or m["project_id"] == project})
-    if not ids or value in ids:
-        return value
-    if len(ids) == 1:
-        note(f"{value} → {ids[0]}")
-        return ids[0]
-    more = "+" if answer.get("truncated") else ""
-    raise UsageError(
-        f"{value} is ambiguous: {len(ids)}{more} {kind.replace('_', ' ')} ids start with it ({', '.join(ids[:5])}).",
-        hint="Type more of the id, or the whole id.",
-    )
+    try:
+        whole = await resolve_id(ctx.client, value, kind=kind, workspace=ctx.workspace, project=project)
+    except AmbiguousId as exc:
+        raise UsageError(exc.message, hint=exc.hint) from exc
+    if whole != value:
+        note(f"{value} → {whole}")
+    return whole
