@@ -5,13 +5,15 @@ bundle, RunCards and campaign reports as resources, and speaks MCP over stdio.""
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.resources
+import inspect
 import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from bashgym.agents import external_jobs
+from bashgym.agents import external_jobs, hints
 from bashgym.agents.daemon import Daemon, refusal
 from bashgym.agents.tools import Tool, build
 from bashgym.client.errors import ApiError, DaemonUnreachable
@@ -56,9 +58,10 @@ async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
         log_level="WARNING",
         middleware=[StrictArguments({tool.name: tool for tool in offered})],
     )
+    required = {tool.name: _required(tool) for tool in offered}
     for tool in offered:
         server.add_tool(
-            tool.run,
+            _for_agents(tool, required),
             name=tool.name,
             description=tool.description,
             annotations=ToolAnnotations(
@@ -93,6 +96,26 @@ def _without_daemon(exc: DaemonUnreachable) -> MCPServer:
     return server
 
 
+def _for_agents(tool: Tool, required: hints.Required) -> Any:
+    """The tool, its answers' and refusals' next steps naming tools rather than CLI commands (agents/hints.py)."""
+
+    @functools.wraps(tool.run)
+    async def run(**arguments: Any) -> Any:
+        known = {k: v for k, v in arguments.items() if isinstance(v, str)}
+        try:
+            answer = await tool.run(**arguments)
+        except ToolError as exc:
+            raise ToolError(hints.for_agents(str(exc), known, required)) from exc
+        return hints.translate(answer, known, required)
+
+    return run
+
+
+def _required(tool: Tool) -> tuple[str, ...]:
+    parameters = inspect.signature(tool.run).parameters.values()
+    return tuple(p.name for p in parameters if p.default is inspect.Parameter.empty and p.name != "ctx")
+
+
 def _in(workspace: str | None) -> str:
     return f" in workspace {workspace}" if workspace else ""
 
@@ -123,8 +146,6 @@ class StrictArguments:
         if name not in self.tools:
             return None
         if name not in self.known:
-            import inspect
-
             signature = inspect.signature(self.tools[name].run)
             self.known[name] = [n for n in signature.parameters if n != "ctx"]
         return self.known[name]
