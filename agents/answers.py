@@ -1,6 +1,7 @@
-"""What each tool answers, as models: their JSON Schema is the tool's output schema, so an agent knows the fields
-before it calls. The fields named are the ones an agent acts on; every other field of the
-daemon's answer passes through as it is (`extra="allow"`), so nothing the daemon says is lost."""
+"""What each tool answers, as models the SDK checks each answer against. The fields named are the ones an agent
+acts on; every other field of the daemon's answer passes through as it is (`extra="allow"`). The listing does not
+publish these schemas (agents/server.py keeps tools/list small); a tool's answer is compact unless asked for in
+detail (agents/compact.py), and names what it left out in `detail_omitted`."""
 
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ class Run(Answer):
     context_status: str = Field(description="verified (an official run) or unassigned")
     model_version_id: str | None = None
     dataset_version_id: str | None = None
-    attempts: list[dict[str, Any]] = Field(default_factory=list)
-    evaluations: list[dict[str, Any]] = Field(default_factory=list)
-    artifacts: list[dict[str, Any]] = Field(default_factory=list, description="each with its sha256")
+    attempts: list[dict[str, Any]] = Field(default_factory=list, description="the latest (detail: every one)")
+    evaluations: list[dict[str, Any]] = Field(default_factory=list, description="results with their metrics")
+    artifacts: list[dict[str, Any]] | None = Field(None, description="each with its sha256 (with detail: true)")
     metric_summary: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -75,7 +76,9 @@ class Plan(Answer):
     lane: str | None = None
     project_id: str | None = Field(None, description="where the run would be recorded")
     context_status: str | None = None
-    effective_config: dict[str, Any] = Field(default_factory=dict, description="what the trainer would run with")
+    effective_config: dict[str, Any] | None = Field(
+        None, description="what the trainer would run with (with detail: true)"
+    )
 
 
 class Runs(Answer):

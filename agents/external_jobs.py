@@ -103,13 +103,10 @@ def build(daemon: Daemon) -> list[Tool]:
 
     read = {"read_only": True, "idempotent": True}
     return [
-        Tool("list_external_jobs", "ledger.read", list_external_jobs, "External jobs (Hugging Face Jobs, managed "
-             "provider fine-tunes) of the projects this token may read, newest first, filtered by project, state or "
-             "surface.", **read),
-        Tool("show_external_job", "ledger.read", show_external_job, "One external job: upstream id, state, whether "
-             "compute started, result, reason, who asked to cancel, with its last observations (states, log lines, "
-             "metrics, events).", **read),
-        Tool("cancel_external_job", "training.stop", cancel_external_job, "Cancel an external job upstream "
-             "(training.stop, or training.control on your own run); its run ends cancelled. Destructive: asks for "
-             "confirmation, or needs confirm: true.", destructive=True, idempotent=True),
+        Tool("list_external_jobs", "ledger.read", list_external_jobs, "External jobs (Hugging Face Jobs, provider "
+             "fine-tunes), newest first, by project, state or surface.", **read),
+        Tool("show_external_job", "ledger.read", show_external_job, "One external job: upstream id, state, result, "
+             "reason, and its last observations (states, log lines, metrics, events).", **read),
+        Tool("cancel_external_job", "training.stop", cancel_external_job, "Cancel an external job upstream; its run "
+             "ends cancelled. Asks to confirm (confirm: true).", destructive=True, idempotent=True),
     ]  # fmt: skip

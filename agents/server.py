@@ -64,14 +64,10 @@ async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
             _for_agents(tool, required),
             name=tool.name,
             description=tool.description,
-            annotations=ToolAnnotations(
-                read_only_hint=tool.read_only,
-                destructive_hint=tool.destructive,
-                idempotent_hint=tool.idempotent,
-                open_world_hint=False,
-            ),
+            annotations=_annotations(tool),
             structured_output=True,
         )
+        _publish_compact(server, tool.name)
     _skill_resources(server)
     if "ledger.read" in held:
         _ledger_resources(server, daemon)
@@ -109,6 +105,68 @@ def _for_agents(tool: Tool, required: hints.Required) -> Any:
         return hints.translate(answer, known, required)
 
     return run
+
+
+def _annotations(tool: Tool) -> ToolAnnotations:
+    """The hints that differ from MCP's defaults (not read-only, destructive, not idempotent, open world); a
+    read-only tool's other hints mean nothing."""
+    if tool.read_only:
+        return ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    return ToolAnnotations(
+        destructive_hint=tool.destructive, idempotent_hint=tool.idempotent or None, open_world_hint=False
+    )
+
+
+def _publish_compact(server: MCPServer, name: str) -> None:
+    """List the tool with a compact input schema and no output schema: an agent reads every tool's listing before
+    its first call, so the listing says what to send (nothing the server checks anyway: lengths, titles, defaults
+    of null). What a tool answers is still its model of agents/answers.py, checked by the SDK on every call; the
+    answer carries its field names, and the description says what it holds."""
+    registered = server._tool_manager.get_tool(name)  # the SDK has no public way to amend a registered tool
+    assert registered is not None
+    registered.parameters = _optional_omitted(compact_schema(registered.parameters))
+    registered.__dict__["output_schema"] = None  # the listed schema only: answers stay structured
+
+
+def compact_schema(node: Any) -> Any:
+    """The JSON Schema without what is noise to an agent; `Optional[T]` as `"type": [T, "null"]`."""
+    if isinstance(node, list):
+        return [compact_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("properties", "$defs"):
+            out[key] = {name: compact_schema(s) for name, s in value.items()}
+        elif not _noise(key, value):
+            out[key] = compact_schema(value)
+    either = out.get("anyOf")
+    if isinstance(either, list) and len(either) == 2 and {"type": "null"} in either:
+        other = next(s for s in either if s != {"type": "null"})
+        if isinstance(other.get("type"), str):
+            out.pop("anyOf")
+            out = {**other, "type": [other["type"], "null"], **out}
+    return out
+
+
+def _optional_omitted(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional argument whose default is null is listed by its type: an agent leaves it out (null is still
+    taken, as the same)."""
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        kind = prop.get("type")
+        if name not in required and isinstance(kind, list) and "null" in kind and "default" not in prop:
+            rest = [k for k in kind if k != "null"]
+            prop["type"] = rest[0] if len(rest) == 1 else rest
+    return schema
+
+
+def _noise(key: str, value: Any) -> bool:
+    return (
+        (key in ("title", "maxLength", "minLength") and isinstance(value, str | int))
+        or (key == "additionalProperties" and value is True)
+        or (key == "default" and value is None)
+    )
 
 
 def _required(tool: Tool) -> tuple[str, ...]:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from bashgym.agents import answers
+from bashgym.agents import answers, compact
 from bashgym.agents.daemon import Daemon, refusal
 from bashgym.client.errors import ApiError, BashGymError
+from bashgym.client.ids import resolve_id
 from bashgym.client.models import BLOB_URI, DatasetFromBlob, ModelVersionSpec
 from bashgym.client.specs import run_project
 from bashgym.trainers.contracts.datasets import (
@@ -29,29 +30,28 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, ValidationError
 
-Project = Annotated[str, Field(min_length=1, max_length=200, description="project id; there is no implicit project")]
-RunId = Annotated[str, Field(min_length=1, max_length=200, description="run id, whole, as a listing gave it")]
-CampaignId = Annotated[str, Field(min_length=1, max_length=200, description="campaign id")]
-ResultId = Annotated[str, Field(min_length=1, max_length=200, description="evaluation result id (res-...)")]
+Project = Annotated[str, Field(min_length=1, max_length=200)]  # the name says what it is: a listing spares it
+RunId = Annotated[str, Field(min_length=1, max_length=200, description="run id, or a unique prefix of it")]
+CampaignId = Annotated[str, Field(min_length=1, max_length=200)]
+ResultId = Annotated[str, Field(min_length=1, max_length=200, description="result id (res-...), or a unique prefix")]
 Reason = Annotated[str, Field(max_length=2000, description="why, recorded with the change")]
 Confirm = Annotated[
     bool,
-    Field(description="true to confirm this destructive action; without it the client is asked, where it can be"),
+    Field(description="true once the person has said yes (a client that can ask them is asked)"),
 ]
 DatasetVersion = Annotated[
     str | None,
-    Field(max_length=200, description="train on this registered dataset version instead of a dataset_path"),
+    Field(max_length=200, description="a registered dataset version, instead of dataset_path"),
 ]
 DatasetProject = Annotated[
-    str | None, Field(max_length=200, description="the project that holds dataset_version (default: the run's)")
+    str | None, Field(max_length=200, description="the project holding dataset_version (default: the run's)")
 ]
 OfficialProject = Annotated[
     str | None,
     Field(
         max_length=200,
-        description="record the run in this project as an official run: with model_version and dataset_version "
-        "the daemon composes its complete tracking context and loads the model (leave base_model and "
-        "tracking_context out of the request)",
+        description="an official run in this project: with model_version and dataset_version (no base_model or "
+        "tracking_context in the request)",
     ),
 ]
 ModelVersion = Annotated[str | None, Field(max_length=200, description="the model version of `project` to train from")]
@@ -59,11 +59,14 @@ Experiment = Annotated[str | None, Field(max_length=200, description="experiment
 TrainingRequest = Annotated[
     dict[str, Any],
     Field(
-        description="the training request as `bashgym training start` sends it: method, base_model, dataset_path "
-        "(a file on this machine is uploaded for the run's project) or dataset_version_id, method fields, "
-        "compute_target, and tracking_context (without a complete one the run is recorded under `unassigned`)"
+        description="method and its fields (learning_rate, max_steps, ...), compute_target; without project and "
+        "versions: base_model, dataset_path (a local file is uploaded), tracking_context"
     ),
 ]
+Detail = Annotated[bool, Field(description="the whole object instead of the compact answer")]
+# Where an agent finds the whole ids of each kind.
+LISTINGS = {"run": "list_runs", "eval_result": "list_evaluations", "campaign": "list_campaigns",
+            "model_version": "get_experiment_context"}  # fmt: skip
 RUN_ENDS = frozenset({"completed", "failed", "cancelled", "paused", "unknown"})
 POLL_S = 1.0
 
@@ -114,16 +117,30 @@ def build(daemon: Daemon) -> list[Tool]:
             "POST", path, body=body if body is not None else {}, params=params, idempotency_key=key
         )
 
+    async def whole(project: str, value: str, kind: str) -> str:
+        """The whole id a unique prefix stands for (client/ids.py, as in the CLI), or a tool error that says why."""
+        try:
+            return await resolve_id(
+                daemon.client, value, kind=kind, workspace=daemon.workspace, project=project, strict=kind != "campaign"
+            )
+        except BashGymError as exc:
+            raise ToolError(f"{exc.message} Next: {exc.hint} {LISTINGS[kind]} names them.") from exc
+
+    async def run_path(project: str, run_id: str, tail: str = "") -> str:
+        return f"/v1/projects/{p(project)}/runs/{p(await whole(project, run_id, 'run'))}{tail}"
+
     # -- the four the platform contract names ------------------------------------------------------------------
 
     async def list_experiment_projects() -> answers.Projects:
         return answers.Projects.model_validate({"projects": await get("/v1/projects")})
 
-    async def get_experiment_context(project: Project) -> answers.Context:
-        return answers.Context.model_validate(await get(f"/v1/projects/{p(project)}/context"))
+    async def get_experiment_context(project: Project, detail: Detail = False) -> answers.Context:
+        record = await get(f"/v1/projects/{p(project)}/context")
+        return answers.Context.model_validate(record if detail else compact.context(record))
 
-    async def get_experiment_run(project: Project, run_id: RunId) -> answers.Run:
-        return answers.Run.model_validate(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}"))
+    async def get_experiment_run(project: Project, run_id: RunId, detail: Detail = False) -> answers.Run:
+        record = await get(await run_path(project, run_id, ""))
+        return answers.Run.model_validate(record if detail else compact.run(record))
 
     async def start_training(
         request: TrainingRequest,
@@ -131,7 +148,7 @@ def build(daemon: Daemon) -> list[Tool]:
             str | None,
             Field(
                 max_length=200,
-                description="name this launch: a retried call with the same key launches once and answers the same",
+                description="a retried call with the same key launches once",
             ),
         ] = None,
         wait: Annotated[bool, Field(description="wait for the run to end, reporting progress")] = False,
@@ -158,7 +175,7 @@ def build(daemon: Daemon) -> list[Tool]:
                 "(the gate never ships it). Name project, model_version and dataset_version to make it official."
             )
         if wait:
-            started["run"] = await _follow_run(daemon, started["project_id"], started["run_id"], ctx)
+            started["run"] = compact.run(await _follow_run(daemon, started["project_id"], started["run_id"], ctx))
             started["status"] = started["run"]["status"]
         return answers.Started.model_validate(started)
 
@@ -171,11 +188,13 @@ def build(daemon: Daemon) -> list[Tool]:
         project: OfficialProject = None,
         model_version: ModelVersion = None,
         experiment: Experiment = None,
+        detail: Detail = False,
     ) -> answers.Plan:
         data = {"dataset_version": dataset_version, "dataset_project": dataset_project}
         data |= official(project, model_version, experiment)
         body = await _uploaded(daemon, request, project)
-        return answers.Plan.model_validate(await post("/v1/training/plan", body, **data))
+        planned = await post("/v1/training/plan", body, **data)
+        return answers.Plan.model_validate(planned if detail else compact.plan(planned))
 
     async def validate_training_data(
         method: Annotated[str, Field(description="sft, dpo, grpo, rlvr, distillation or session_distillation")],
@@ -197,31 +216,35 @@ def build(daemon: Daemon) -> list[Tool]:
         runs = await get(
             f"/v1/projects/{p(project)}/runs", status=status, method=method, experiment=experiment, limit=limit
         )
-        return answers.Runs.model_validate({"runs": runs})
+        return answers.Runs.model_validate({"runs": compact.rows(runs)})
 
     async def get_run_log(
         project: Project, run_id: RunId, tail: Annotated[int, Field(ge=1, le=5000)] = 200
     ) -> answers.Log:
-        return answers.Log.model_validate(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/log", tail=tail))
+        return answers.Log.model_validate(await get(await run_path(project, run_id, "/log"), tail=tail))
 
     async def pause_run(project: Project, run_id: RunId) -> answers.RunControl:
-        return answers.RunControl.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/pause"))
+        return answers.RunControl.model_validate(await post(await run_path(project, run_id, "/pause")))
 
     async def resume_run(project: Project, run_id: RunId) -> answers.RunControl:
-        return answers.RunControl.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/resume"))
+        return answers.RunControl.model_validate(await post(await run_path(project, run_id, "/resume")))
 
     async def stop_run(
         project: Project, run_id: RunId, confirm: Confirm = False, ctx: Context | None = None
     ) -> answers.RunControl:
         await confirmed(ctx, confirm, f"Stop run {run_id}: it ends cancelled and cannot be resumed.")
-        return answers.RunControl.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/stop"))
+        return answers.RunControl.model_validate(await post(await run_path(project, run_id, "/stop")))
 
     async def get_metric_trend(
         project: Project,
         metric: Annotated[str, Field(min_length=1, max_length=200, description="e.g. train.loss")],
         run_id: Annotated[str | None, Field(description="one run's points; without it each run's latest")] = None,
     ) -> answers.Trend:
-        return answers.Trend.model_validate(await get(f"/v1/projects/{p(project)}/trend", metric=metric, run=run_id))
+        return answers.Trend.model_validate(
+            await get(
+                f"/v1/projects/{p(project)}/trend", metric=metric, run=run_id and await whole(project, run_id, "run")
+            )
+        )
 
     async def list_events(
         project: Project,
@@ -246,20 +269,21 @@ def build(daemon: Daemon) -> list[Tool]:
             str | None,
             Field(
                 max_length=4000,
-                description="held-out rows instead of the task suite (a file here is uploaded): a policy's rows, a "
-                "reward model's pairs (accuracy, calibration, length bias, leakage), or a retriever's queries",
+                description="held-out rows instead of the suite (a local file is uploaded): a policy's rows, a "
+                "reward model's pairs or a retriever's queries",
             ),
         ] = None,
         corpus_path: Annotated[
             str | None,
-            Field(max_length=4000, description="a retriever's documents, with dataset_path (neither: shipped split)"),
+            Field(max_length=4000, description="a retriever's documents, with dataset_path"),
         ] = None,
+        detail: Detail = False,
         ctx: Context | None = None,
     ) -> answers.EvaluationResult:
         body = {
             "suite_id": suite_id,
-            "run_id": run_id,
-            "model_version_id": model_version_id,
+            "run_id": run_id and await whole(project, run_id, "run"),
+            "model_version_id": model_version_id and await whole(project, model_version_id, "model_version"),
             "gold": gold,
             "samples": samples,
             "limit_tasks": limit_tasks,
@@ -276,7 +300,7 @@ def build(daemon: Daemon) -> list[Tool]:
             raise ToolError(f"Evaluation {job['evaluation_id']} ended {job['status']}: {job.get('error') or ''}")
         listing = await get(f"/v1/projects/{p(project)}/evaluations", suite=job["suite_id"])
         result = next(r for r in listing["results"] if r["result_id"] == job["result_id"])
-        return answers.EvaluationResult.model_validate(result)
+        return answers.EvaluationResult.model_validate(result if detail else compact.result(result))
 
     async def create_project(
         project_id: Annotated[str, Field(min_length=1, max_length=128, description="the new project's id")],
@@ -373,14 +397,15 @@ def build(daemon: Daemon) -> list[Tool]:
         model_id: Annotated[str, Field(max_length=128, description="the model id the version belongs to")],
     ) -> answers.Written:
         body = {"model_version_id": model_version_id, "model_id": model_id}
-        return answers.Written.model_validate(
-            await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/model-version", body)
-        )
+        return answers.Written.model_validate(await post(await run_path(project, run_id, "/model-version"), body))
 
     async def list_evaluations(
-        project: Project, suite_id: Annotated[str | None, Field(description="only this suite")] = None
+        project: Project,
+        suite_id: Annotated[str | None, Field(description="only this suite")] = None,
+        detail: Detail = False,
     ) -> answers.Evaluations:
-        return answers.Evaluations.model_validate(await get(f"/v1/projects/{p(project)}/evaluations", suite=suite_id))
+        listing = await get(f"/v1/projects/{p(project)}/evaluations", suite=suite_id)
+        return answers.Evaluations.model_validate(listing if detail else compact.evaluations(listing))
 
     async def compare_results(
         project: Project,
@@ -389,8 +414,8 @@ def build(daemon: Daemon) -> list[Tool]:
         resamples: Annotated[int, Field(ge=100, le=100_000)] = 2000,
     ) -> answers.Comparison:
         body = {
-            "baseline_result_id": baseline_result_id,
-            "candidate_result_id": candidate_result_id,
+            "baseline_result_id": await whole(project, baseline_result_id, "eval_result"),
+            "candidate_result_id": await whole(project, candidate_result_id, "eval_result"),
             "resamples": resamples,
         }
         return answers.Comparison.model_validate(await post(f"/v1/projects/{p(project)}/evaluations/compare", body))
@@ -405,15 +430,13 @@ def build(daemon: Daemon) -> list[Tool]:
         body: dict[str, Any] = {"known_limitations": known_limitations, "decision": decision}
         if claim_tier:
             body["claim_tier"] = claim_tier
-        return answers.Written.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards", body))
+        return answers.Written.model_validate(await post(await run_path(project, run_id, "/runcards"), body))
 
     async def show_runcards(project: Project, run_id: RunId) -> answers.RunCards:
-        return answers.RunCards.model_validate(await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/runcards"))
+        return answers.RunCards.model_validate(await get(await run_path(project, run_id, "/runcards")))
 
     async def promotion_gate(project: Project, run_id: RunId) -> answers.Gate:
-        return answers.Gate.model_validate(
-            await get(f"/v1/projects/{p(project)}/runs/{p(run_id)}/gate", asked_by="mcp")
-        )
+        return answers.Gate.model_validate(await get(await run_path(project, run_id, "/gate"), asked_by="mcp"))
 
     async def promote_decide(
         project: Project,
@@ -427,8 +450,9 @@ def build(daemon: Daemon) -> list[Tool]:
         ctx: Context | None = None,
     ) -> answers.Promotion:
         await confirmed(ctx, confirm, f"Point alias {alias} at run {run_id}'s model (recorded as a decision).")
-        body = {"alias": alias, "model_version_id": model_version_id, "override_reason": override_reason}
-        return answers.Promotion.model_validate(await post(f"/v1/projects/{p(project)}/runs/{p(run_id)}/promote", body))
+        version = model_version_id and await whole(project, model_version_id, "model_version")
+        body = {"alias": alias, "model_version_id": version, "override_reason": override_reason}
+        return answers.Promotion.model_validate(await post(await run_path(project, run_id, "/promote"), body))
 
     # -- campaigns and research -------------------------------------------------------------------------------
 
@@ -567,21 +591,18 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("list_experiment_projects", "ledger.read", list_experiment_projects,
              "The projects this token may read, with names. Start here: every other tool names a project.", **read),
         Tool("get_experiment_context", "ledger.read", get_experiment_context,
-             "A project at a glance: health signals, inventory, lineage, aliases, recent runs, evaluations, "
-             "decisions and events. Needs the project id; there is no implicit project.", **read),
+             "A project at a glance: signals, inventory, lineage and aliases, recent runs, evaluations, "
+             "decisions.", **read),
         Tool("get_experiment_run", "ledger.read", get_experiment_run,
-             "One run: status, tracking context, attempts, metric summary, evaluations and artifacts with digests.",
+             "One run: status, context, key metrics, evaluations, latest attempt; detail: true for all of it.",
              **read),
         Tool("start_training", "training.launch", start_training,
-             "Launch a training run (training.launch) and answer its ids at once, or with wait: true follow it to "
-             "its end with progress (cancelling the call stops the waiting, never the run). An official run names "
-             "project, model_version and dataset_version (the daemon composes its tracking context); without them "
-             "or a complete tracking_context it is recorded under `unassigned`, which never ships, and the answer "
-             "says so. Give an idempotency_key so a retried call launches once (replayed: true, with the run's "
-             "status now). Check the request with plan_training first."),
+             "Launch a training run; answers its ids, or with wait: true follows it to its end (cancelling stops "
+             "the waiting, not the run). Official: name project, model_version and dataset_version; else it is "
+             "recorded under `unassigned`, which never ships. An idempotency_key makes a retry a replay (replayed: "
+             "true, status now). plan_training first."),
         Tool("plan_training", "training.launch", plan_training,
-             "Validate a training request with its defaults, lane and effective configuration; launches nothing. "
-             "Unknown fields come back with the closest real one.", idempotent=True),
+             "Check a launch (as start_training takes it): ready, reasons, lane; launches nothing.", idempotent=True),
         Tool("validate_training_data", None, validate_training_data,
              "Check a local JSONL file against a method's data contract, naming each bad line; sends nothing.",
              **read),
@@ -592,28 +613,26 @@ def build(daemon: Daemon) -> list[Tool]:
              "continues it from its last checkpoint.", idempotent=True),
         Tool("resume_run", "training.control", resume_run, "Resume a paused run (training.control).",
              idempotent=True),
-        Tool("stop_run", "training.stop", stop_run, "Stop a run (training.stop): it ends cancelled. Destructive: "
-             "asks for confirmation, or needs confirm: true.", destructive=True, idempotent=True),
+        Tool("stop_run", "training.stop", stop_run, "Stop a run: it ends cancelled. Asks to confirm "
+             "(confirm: true).", destructive=True, idempotent=True),
         Tool("get_metric_trend", "ledger.read", get_metric_trend, "A metric's points and summary (count, first, "
              "latest, min, max, delta, slope) for one run, or each run's latest value.", **read),
         Tool("list_events", "ledger.read", list_events, "A page of a project's ledger events after a cursor; "
              "next_cursor continues it.", **read),
         Tool("run_evaluation", "eval.run", run_evaluation, "Evaluate a completed run, a model version or the gold "
-             "solutions on a suite (eval.run), reporting progress per task; answers the recorded result.",
+             "solutions on a suite, with progress; answers the result's metrics.",
              idempotent=False),
         Tool("create_project", "ledger.write", create_project, "Create a project (ledger.write); a token scoped to "
              "projects may create only those.", idempotent=True),
         Tool("create_experiment", "ledger.write", create_experiment, "Create an experiment of a project "
              "(ledger.write); a launch names it with `experiment`.", idempotent=True),
-        Tool("register_dataset_version", "ledger.write", register_dataset_version, "Upload a JSONL file of this "
-             "machine into the project's store and record it as a dataset version (ledger.write): what "
-             "start_training's dataset_version names.", idempotent=True),
-        Tool("register_model_version", "ledger.write", register_model_version, "Record a model version of the "
-             "project from a saved directory of this machine (its files uploaded, each by sha256) or a Hub id at a "
-             "revision (ledger.write): what start_training's model_version names.", idempotent=True),
+        Tool("register_dataset_version", "ledger.write", register_dataset_version, "Upload a local JSONL file and "
+             "record it as a dataset version (start_training's dataset_version).", idempotent=True),
+        Tool("register_model_version", "ledger.write", register_model_version, "Record a model version from a "
+             "local saved directory (uploaded) or a Hub id at a revision (start_training's model_version).",
+             idempotent=True),
         Tool("register_run_model", "ledger.write", register_run_model, "Keep a completed run's model as a model "
-             "version of its project, of the kind its method made (a reward model's version is what GRPO's "
-             "grpo_reward_model names; ledger.write).", idempotent=True),
+             "version of its project (a reward model's is what GRPO's grpo_reward_model names).", idempotent=True),
         Tool("list_evaluations", "ledger.read", list_evaluations, "A project's evaluation suites, results and "
              "comparisons.", **read),
         Tool("compare_results", "eval.run", compare_results, "The paired bootstrap 95% CI of the candidate's "
@@ -624,22 +643,21 @@ def build(daemon: Daemon) -> list[Tool]:
              "since (the last gate verdict, decisions, aliases moved).", **read),
         Tool("promotion_gate", "ledger.read", promotion_gate, "Does the run ship? Blockers with codes and next "
              "actions; the verdict is recorded once per state of the evidence. Never promotes.", idempotent=True),
-        Tool("promote_decide", "promotion.decide", promote_decide, "Move an alias (champion) to the run's model "
-             "when the gate ships (promotion.decide); blockers need promotion.override and a reason. Destructive: "
-             "asks for confirmation, or needs confirm: true.", destructive=True),
+        Tool("promote_decide", "promotion.decide", promote_decide, "Point an alias (champion) at the run's model "
+             "when the gate ships; blockers need promotion.override and a reason. Asks to confirm (confirm: true).",
+             destructive=True),
         Tool("list_campaigns", "ledger.read", list_campaigns, "A project's campaigns and their states.", **read),
         Tool("get_campaign", "ledger.read", get_campaign, "A campaign's state, version, pinned spec and each "
              "iteration's decision.", **read),
-        Tool("create_campaign", "campaign.create", create_campaign, "Create a draft campaign from a spec "
-             "(campaign.create); campaign_action validate then start runs it. `kind: cascade` with `stages` (2 to 8, "
-             "each a method recipe and a dataset version) trains each stage from the previous stage's model and "
-             "stops at the first stage whose promotion gate blocks.", idempotent=True),
+        Tool("create_campaign", "campaign.create", create_campaign, "Create a draft campaign from a spec; "
+             "campaign_action validate, then start. `kind: cascade` with 2-8 `stages` (recipe and dataset version) "
+             "trains each from the previous stage's model, stopping at a blocked gate.", idempotent=True),
         Tool("campaign_action", "campaign.control", campaign_action, "Validate, start, pause or resume a campaign "
              "(campaign.control), guarded by its version."),
-        Tool("cancel_campaign", "campaign.control", cancel_campaign, "Cancel a campaign: terminal. Destructive: "
-             "asks for confirmation, or needs confirm: true.", destructive=True),
-        Tool("conclude_campaign", "campaign.conclude", conclude_campaign, "Conclude a campaign as completed "
-             "(campaign.conclude): terminal. Destructive: asks for confirmation, or needs confirm: true.",
+        Tool("cancel_campaign", "campaign.control", cancel_campaign, "Cancel a campaign: terminal. Asks to confirm "
+             "(confirm: true).", destructive=True),
+        Tool("conclude_campaign", "campaign.conclude", conclude_campaign, "Conclude a campaign as completed: "
+             "terminal. Asks to confirm (confirm: true).",
              destructive=True),
         Tool("propose_candidate", "campaign.control", propose_candidate, "Add one candidate to a search campaign: "
              "exactly one changed variable and its rationale (campaign.control); a cascade's stages are its spec's."),
@@ -654,8 +672,8 @@ def build(daemon: Daemon) -> list[Tool]:
              **read),
         Tool("budget_show", "ledger.read", budget_show, "Limits, amendments, reservations, settled use and what "
              "remains.", **read),
-        Tool("amend_budget", "budget.amend", amend_budget, "Amend a budget up or down (budget.amend), with a "
-             "reason. Destructive: asks for confirmation, or needs confirm: true.", destructive=True),
+        Tool("amend_budget", "budget.amend", amend_budget, "Amend a budget up or down, "
+             "with a reason. Asks to confirm (confirm: true).", destructive=True),
         Tool("list_devices", "ledger.read", list_devices, "Registered SSH devices with their last preflight "
              "verdict.", **read),
         Tool("preflight_device", "device.manage", preflight_device, "Check python, bashgym, torch, GPUs, disk "

@@ -43,15 +43,12 @@ async def test_the_tools_listed_follow_the_tokens_capabilities(
         if "stop_run" in tools:
             assert tools["stop_run"].annotations.destructive_hint is True  # type: ignore[union-attr]
         context = tools["get_experiment_context"]
-        assert context.input_schema["required"] == ["project"] and "no implicit project" in json.dumps(
-            context.input_schema
-        )
+        assert context.input_schema["required"] == ["project"]
         assert all(t.description and len(t.description) > 30 for t in tools.values())
-        # Every tool says what it answers: its output schema names the fields an agent acts on.
-        assert all(t.output_schema and t.output_schema.get("properties") for t in tools.values())
-        run_schema = tools["get_experiment_run"].output_schema or {}
-        assert {"run_id", "status", "context_status", "artifacts"} <= set(run_schema["properties"])
-        assert "projects" in (tools["list_experiment_projects"].output_schema or {})["properties"]
+        # The listing is what an agent reads before its first call, so it stays small (issue 52: 59 KB): input
+        # schemas without titles or lengths, no output schemas (answers are still structured; see below).
+        assert all(t.output_schema is None for t in tools.values())
+        assert "title" not in json.dumps([t.input_schema for t in tools.values()])
 
 
 async def test_reads_answer_structured_and_refusals_are_tool_errors_with_the_daemons_message(
