@@ -16,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.e2e.trust_boundaries.tenants import issue_token
-from tests.support.factories import sft_data
+from tests.support.factories import sft_data, tracking_context
 from tests.support.helpers import BASHGYM, RunningDaemon, daemon_with_project, register_versions, running_daemon
 from tests.support.mcp_client import call, session
 
@@ -122,3 +122,23 @@ async def test_without_a_daemon_the_server_stays_up_and_says_how_to_start_one(tm
         assert [tool.name for tool in listed.tools] == ["daemon_status"]
         failed, said = await call(opened, "daemon_status", {})
     assert failed and f"127.0.0.1:{port}" in said and "bashgym up" in said and "restart" in said, said
+
+
+async def test_a_short_id_resolves_and_an_ambiguous_or_unknown_one_says_what_to_do(daemon: RunningDaemon) -> None:
+    """Issue 52: the CLI takes unique prefixes of ids; MCP tools refused them."""
+    context = tracking_context(project_id=PROJECT, project_display_name="Agents, officially")
+    with daemon.client() as admin:
+        runs = [
+            admin.post("/v1/runs", json={"method": "sft", "tracking_context": context}).json()["record"]["run_id"]
+            for _ in range(2)
+        ]
+    common = next(n for n in range(len(runs[0])) if runs[0][n] != runs[1][n])  # `run-<same ms prefix>`
+    token = issue_token(daemon, "agent-ids", "viewer", project=PROJECT)
+    async with session(daemon, token) as opened:
+        failed, run = await call(opened, "get_experiment_run", {"project": PROJECT, "run_id": runs[1][: common + 1]})
+        assert not failed and run["run_id"] == runs[1], run
+        failed, said = await call(opened, "get_experiment_run", {"project": PROJECT, "run_id": runs[0][:common]})
+        assert failed and f"{runs[0][:common]} is ambiguous" in said and runs[0] in said and runs[1] in said, said
+        failed, said = await call(opened, "promotion_gate", {"project": PROJECT, "run_id": "run-ffffffff"})
+        assert failed and "No run id in project agents-official starts with 'run-ffffffff'" in said, said
+        assert "list_runs" in said, said
