@@ -10,7 +10,8 @@ from typing import Any
 
 # Fields of every record that say how it is stored, not what it is.
 STORAGE = frozenset({"workspace_id", "identity_digest", "source_system", "source_run_id", "correlation_id"})
-NEWEST = 5  # evaluations of a run, events of a project
+NEWEST = 5  # events of a project
+NEWEST_RESULTS = 3  # evaluations of a run (a retriever's result is ~1 KB compact)
 
 
 def run(record: dict[str, Any]) -> dict[str, Any]:
@@ -22,7 +23,8 @@ def run(record: dict[str, Any]) -> dict[str, Any]:
     out["attempt_count"] = len(attempts)
     out["attempts"] = [_scalars(a) for a in attempts[-1:]]
     evaluations = record.get("evaluations") or []
-    out["evaluations"] = [result(r) for r in evaluations[-NEWEST:]]
+    out["evaluation_count"] = len(evaluations)
+    out["evaluations"] = [result(r) for r in evaluations[-NEWEST_RESULTS:]]
     out["artifact_count"] = len(record.get("artifacts") or [])
     out["artifacts"] = None
     out["detail_omitted"] = omitted(record, out)

@@ -119,11 +119,14 @@ async def test_an_agent_ships_a_model_from_an_empty_home_with_tools_alone(empty:
         listed_evaluations = await agent("list_evaluations", {"project": PROJECT})
         assert {r["result_id"] for r in listed_evaluations["results"]} >= {baseline["result_id"],
                                                                              candidate["result_id"]}  # fmt: skip
-        full = await agent("get_experiment_run", {"project": PROJECT, "run_id": run_id, "detail": True})
+        judged = await agent("get_experiment_run", {"project": PROJECT, "run_id": run_id})
+        assert {e["result_id"] for e in judged["evaluations"]} == {candidate["result_id"]}, judged
         await agent("get_experiment_context", {"project": PROJECT})
-    assert len(json.dumps(run)) < RUN_MAX, len(json.dumps(run))
-    assert len(json.dumps(full)) > len(json.dumps(run)) and "config" in full, sorted(full)  # detail on request
-    too_big = [(tool, size) for tool, size in agent.sizes if size > ANSWER_MAX and tool != "get_experiment_run"]
+        full = await agent("get_experiment_run", {"project": PROJECT, "run_id": run_id, "detail": True})
+    for compact in (run, judged):
+        assert len(json.dumps(compact)) < RUN_MAX, len(json.dumps(compact))
+    assert len(json.dumps(full)) > len(json.dumps(judged)) and "config" in full, sorted(full)  # detail on request
+    too_big = [(tool, size) for tool, size in agent.sizes[:-1] if size > ANSWER_MAX]  # all but the detailed run
     assert not too_big, too_big
     with empty.client() as admin:
         aliases = admin.get(f"/v1/projects/{PROJECT}/context").json()["lineage"]["aliases"]
