@@ -218,7 +218,9 @@ def _parse(
         else:
             arguments[name] = spec.prefixes.get(name, "") + str(token) if name in spec.prefixes else _value(name, token)
         flag = None
-    for name in set(spec.options.values()) - set(arguments):
+    for name in dict.fromkeys(spec.options.values()):  # the options' own order: one spelling per hint
+        if name in arguments:
+            continue
         if known.get(name) is not None and name in KNOWN:
             arguments[name] = known[name]
     missing += [name for name in required.get(spec.tool, ()) if name not in arguments]
