@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint typecheck check bench bench-env bench-peers bench-constraints constraints clean
+.PHONY: setup demo test test-slow lint typecheck check cli-index bench bench-env bench-peers bench-constraints constraints clean
 
 # constraints.txt pins every package to the versions the suite last passed on (its header says why).
 $(STAMP): pyproject.toml constraints.txt
@@ -51,6 +51,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy -p bashgym
 
 check: lint typecheck test
+
+# cli/commands.json, the command index that `bashgym --help`, a group's --help and TAB read without importing the
+# command modules: rewrite it after adding or changing a command (tests/unit/cli/test_command_index.py says when).
+cli-index: $(STAMP)
+	$(BIN)/python -c 'from bashgym.cli.command_index import write; from bashgym.cli.main import build_parser; write(build_parser())'
 
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_startup.py

@@ -36,17 +36,21 @@ def main() -> None:
     if script is None:
         sys.exit(f"no bashgym script beside {sys.executable}: pip install -e . into this venv first")
     peer = median_s([sys.executable, "-c", "pass"], repeat)
+    tab = [script, "__complete"]  # what the completion scripts run at each TAB
     cases = {
         "bashgym --version": [script, "--version"],
         "bashgym --help": [script, "--help"],
-        "TAB after `bashgym tr`": [script, "__complete", "bash", "1", "--", "bashgym", "tr"],
+        "bashgym campaign --help": [script, "campaign", "--help"],
+        "TAB after `bashgym tr`": [*tab, "bash", "1", "--", "bashgym", "tr"],
+        "TAB after `eval run --split `": [*tab, "zsh", "4", "--", "bashgym", "eval", "run", "--split", ""],
+        "bashgym run list --help": [script, "run", "list", "--help"],  # a command's own help: the full parser
     }
     print(f"python -c pass: {peer:.3f} s (median of {repeat})")
-    print(f"{'command':<26} {'median':>8} {'x python':>9}  target < {TARGET_S} s")
+    print(f"{'command':<32} {'median':>8} {'x python':>9}  target < {TARGET_S} s")
     for name, command in cases.items():
         took = median_s(command, repeat)
         verdict = "ok" if took < TARGET_S else "over"
-        print(f"{name:<26} {took:>7.3f}s {took / peer:>8.1f}x  {verdict}")
+        print(f"{name:<32} {took:>7.3f}s {took / peer:>8.1f}x  {verdict}")
 
 
 if __name__ == "__main__":

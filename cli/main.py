@@ -7,8 +7,6 @@ import asyncio
 import json
 import os
 import sys
-import tomllib
-from pathlib import Path
 from typing import Any
 
 # Each command module registers its commands when imported.
@@ -31,6 +29,8 @@ from bashgym.cli import (  # noqa: F401
     training,
     ui,
 )
+from bashgym.cli.command_index import apply_default_project, default_project
+from bashgym.cli.completion_walk import complete
 from bashgym.cli.ids import resolve_prefixes
 from bashgym.cli.output import error
 from bashgym.cli.registry import COMMANDS, GROUP_HELP, Ctx, Handler
@@ -93,34 +93,16 @@ def build_parser(default_project: str | None = None) -> argparse.ArgumentParser:
                 description=GROUP_HELP.get(prefix),
             )
             groups[prefix] = group_parser.add_subparsers(dest=f"cmd_{depth}", metavar="COMMAND", required=True)
-        leaf = groups[path[:-1]].add_parser(path[-1], parents=[common], help=help_text, description=help_text)
+        # argparse formats a command's help with %: `95% CI` would crash the group's --help (a description is not).
+        leaf = groups[path[:-1]].add_parser(
+            path[-1], parents=[common], help=help_text.replace("%", "%%"), description=help_text
+        )
         add_args(leaf)
         if default_project:
-            _default_project(leaf, default_project)
+            apply_default_project(leaf, default_project)
         leaf.set_defaults(handler=handler)
         leaves[path] = leaf
     return parser
-
-
-def _default_project(parser: argparse.ArgumentParser, project: str) -> None:
-    """A required --project becomes optional, defaulting to `project` (an optional one keeps its own meaning)."""
-    for action in parser._actions:
-        if "--project" in action.option_strings and action.required:
-            action.required, action.default = False, project
-            action.help = f"{action.help} (default {project}: BASHGYM_PROJECT or bashgym project use)"
-
-
-def default_project(environ: dict[str, str]) -> str | None:
-    """BASHGYM_PROJECT, else `project` in $BASHGYM_HOME/bashgym.toml (`bashgym project use P` writes it). Read
-    before the settings, which a parser does not wait for; a broken file is reported when they load."""
-    if environ.get("BASHGYM_PROJECT"):
-        return environ["BASHGYM_PROJECT"]
-    home = Path(environ.get("BASHGYM_HOME") or Path.home() / ".bashgym")
-    try:
-        value = tomllib.loads((home / "bashgym.toml").read_text()).get("project")
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    return value if isinstance(value, str) and value else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str], environ: dict[str, str]) -> int:
     if argv[:1] == ["__complete"]:  # hidden: what the completion scripts ask (cli/completion.py)
-        return completion.complete(argv[1:], environ, build_parser(default_project(environ)))
+        return complete(argv[1:], environ, build_parser(default_project(environ)))
     parser = build_parser(default_project(environ))
     try:
         check_words(parser, argv)

@@ -149,9 +149,11 @@ def test_no_module_but_an_entry_point_reads_the_environment() -> None:
     # CLI (and so the daemon) through load_settings, a trainer through run_training, the bot through
     # load_bot_settings. A scaled-out run's launcher is a trainer's entry point too: it hands its pid to the
     # ranks accelerate starts, through the environment they inherit. The evaluator's entry point sets its torch
-    # threads there before torch loads. A job on rented compute reads its request and Hub token there too.
+    # threads there before torch loads. A job on rented compute reads its request and Hub token there too. The
+    # console script (cli/entry.py) answers help and TAB from the command index before cli/main.py is imported.
     assert sorted(readers) == [
         "bot/__main__.py",
+        "cli/entry.py",
         "cli/main.py",
         "trainers/__main__.py",
         "trainers/evaluate.py",

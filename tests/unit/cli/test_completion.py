@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from bashgym.cli import completion
-from bashgym.cli.completion import FILES, Candidate, Want, find_want, ids_of, line_flags, render
+from bashgym.cli.completion_walk import FILES, Candidate, Want, fetch_ids, find_want, ids_of, line_flags, render
 from bashgym.cli.main import build_parser, run
 from bashgym.client.errors import EXIT_OK, EXIT_USAGE
 
@@ -126,8 +126,8 @@ def test_the_project_and_daemon_flags_are_read_anywhere_on_the_line() -> None:
 
 def test_runs_and_campaigns_without_a_project_ask_nothing() -> None:
     # No project on the line: nothing to list, and nothing is sent (an unreachable address would raise no error).
-    assert completion.fetch_ids("runs", {"api": "http://192.0.2.1:9"}, {}) == []
-    assert completion.fetch_ids("campaigns", {}, {}) == []
+    assert fetch_ids("runs", {"api": "http://192.0.2.1:9"}, {}) == []
+    assert fetch_ids("campaigns", {}, {}) == []
 
 
 def test_ids_are_read_from_each_list_answer() -> None:

@@ -1,0 +1,239 @@
+"""The command index: every command path, its help and its options, as data (cli/commands.json), so the console
+script answers `bashgym --help`, `bashgym <group> --help` and a TAB of completion without importing the command
+modules (0.5 s of imports). `make cli-index` writes it from the real parser; tests/unit/cli/test_command_index.py
+rebuilds it and compares, and compares the help and completion answers of both parsers, so it cannot drift."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from bashgym.cli.completion_walk import complete, names_a_path
+from bashgym.cli.usage import Parser
+from bashgym.client.errors import EXIT_OK, EXIT_USAGE
+
+INDEX_PATH = Path(__file__).with_name("commands.json")
+HELP_FLAGS = ("--help", "-h")
+# The parser-level settings help formats; the rest of a parser is its actions.
+_FORMATTERS: dict[str, type[argparse.HelpFormatter]] = {
+    "HelpFormatter": argparse.HelpFormatter,
+    "RawDescriptionHelpFormatter": argparse.RawDescriptionHelpFormatter,
+}
+
+
+# -- the index, from a parser ----------------------------------------------------------------------
+
+
+def describe(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """A parser as data: what its help shows and what completion walks, its subcommands nested."""
+    return {
+        "prog": parser.prog,
+        "description": parser.description,
+        "epilog": parser.epilog,
+        "formatter": parser.formatter_class.__name__,  # type: ignore[attr-defined]
+        "is_command": "handler" in parser._defaults,
+        "actions": [_action(action) for action in parser._actions],
+    }
+
+
+def _action(action: argparse.Action) -> dict[str, Any]:
+    described: dict[str, Any] = {
+        "options": list(action.option_strings),
+        "dest": action.dest,
+        "kind": _kind(action),
+        "help": action.help,
+    }
+    if isinstance(action, argparse._SubParsersAction):
+        helps = {choice.dest: choice.help for choice in action._choices_actions}
+        described.update(metavar=action.metavar, required=action.required)
+        described["commands"] = {
+            name: {"help": helps.get(name), **describe(sub)} for name, sub in action.choices.items()
+        }
+        return described
+    described.update(
+        nargs=action.nargs,
+        choices=None if action.choices is None else [str(choice) for choice in action.choices],
+        metavar=list(action.metavar) if isinstance(action.metavar, tuple) else action.metavar,
+        required=action.required,
+        is_path=names_a_path(action.type),
+    )
+    return described
+
+
+def _kind(action: argparse.Action) -> str:
+    """What the skeleton rebuilds: the classes completion tells apart (repeatable flags), the rest by arity."""
+    kinds: list[tuple[type[argparse.Action], str]] = [
+        (argparse._SubParsersAction, "parsers"),
+        (argparse._HelpAction, "help"),
+        (argparse._VersionAction, "version"),
+        (argparse._CountAction, "count"),
+        (argparse._ExtendAction, "extend"),  # before append: an extend action is an append action
+        (argparse._AppendAction, "append"),
+    ]
+    for cls, name in kinds:
+        if isinstance(action, cls):
+            return name
+    return "flag" if action.nargs == 0 else "store"
+
+
+def write(parser: argparse.ArgumentParser, path: Path = INDEX_PATH) -> None:
+    path.write_text(json.dumps(describe(parser), indent=1, ensure_ascii=False) + "\n")
+
+
+def load(path: Path = INDEX_PATH) -> dict[str, Any] | None:
+    """The index, or None where it is missing or unreadable (the console script then builds the real parser)."""
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return index if isinstance(index, dict) else None
+
+
+# -- a parser again, from the index ----------------------------------------------------------------
+
+
+def skeleton(node: dict[str, Any], default_project: str | None = None) -> argparse.ArgumentParser:
+    """A parser with the index's commands and options, enough for help of a group and for completion; its
+    commands have no handlers."""
+    return _sub_parser(node, default_project)
+
+
+def _fill(parser: argparse.ArgumentParser, node: dict[str, Any], default_project: str | None) -> None:
+    for action in node["actions"]:
+        if action["kind"] == "parsers":
+            _add_commands(parser, action, default_project)
+        else:
+            _add_action(parser, action)
+    if node["is_command"]:
+        parser.set_defaults(handler=None)  # a command, not a group: its own help comes from the real parser
+        if default_project:
+            apply_default_project(parser, default_project)
+
+
+def _add_commands(parser: argparse.ArgumentParser, action: dict[str, Any], default_project: str | None) -> None:
+    group = parser.add_subparsers(dest=action["dest"], metavar=action["metavar"], required=action["required"])
+    nodes: dict[str, dict[str, Any]] = action["commands"]
+    # A TAB or a group's help reads one path of the tree: the ~200 other parsers would cost ~40 ms to build.
+    group._name_parser_map = group.choices = _LazyCommands(nodes, lambda node: _sub_parser(node, default_project))
+    for name, node in nodes.items():
+        if node["help"] is not None:
+            group._choices_actions.append(group._ChoicesPseudoAction(name, (), node["help"]))
+
+
+def _sub_parser(node: dict[str, Any], default_project: str | None) -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=node["prog"],
+        description=node["description"],
+        epilog=node["epilog"],
+        formatter_class=_FORMATTERS.get(node["formatter"], argparse.HelpFormatter),
+        add_help=False,
+    )
+    _fill(parser, node, default_project)
+    return parser
+
+
+class _LazyCommands(dict[str, Any]):
+    """A subcommand's name -> its parser, built from its index node when first asked for."""
+
+    def __init__(self, nodes: dict[str, dict[str, Any]], build: Any) -> None:
+        super().__init__(dict.fromkeys(nodes))
+        self._nodes, self._build = nodes, build
+
+    def __getitem__(self, name: str) -> argparse.ArgumentParser:
+        parser = super().__getitem__(name)
+        if parser is None:
+            parser = self._build(self._nodes[name])
+            super().__setitem__(name, parser)
+        return parser  # type: ignore[no-any-return]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default  # noqa: SIM401 (self.get is this method)
+
+    def values(self) -> Any:
+        return [self[name] for name in self]
+
+    def items(self) -> Any:
+        return [(name, self[name]) for name in self]
+
+
+def _add_action(parser: argparse.ArgumentParser, action: dict[str, Any]) -> None:
+    names, kind = action["options"], action["kind"]
+    if kind in ("help", "version", "count", "flag"):
+        simple = {"help": "help", "version": "version", "count": "count", "flag": "store_true"}[kind]
+        extra = {} if kind in ("help", "version") else {"dest": action["dest"], "required": action["required"]}
+        parser.add_argument(*names, action=simple, help=action["help"], **extra)
+        return
+    metavar = action["metavar"]
+    options: dict[str, Any] = {
+        "action": kind,
+        "nargs": action["nargs"],
+        "choices": action["choices"],
+        "help": action["help"],
+        "metavar": tuple(metavar) if isinstance(metavar, list) else metavar,
+        "type": Path if action["is_path"] else None,
+    }
+    if names:
+        parser.add_argument(*names, dest=action["dest"], required=action["required"], **options)
+    else:
+        parser.add_argument(action["dest"], **options)
+
+
+# -- the default project: read before any parser is built --------------------------------------------
+
+
+def default_project(environ: dict[str, str]) -> str | None:
+    """BASHGYM_PROJECT, else `project` in $BASHGYM_HOME/bashgym.toml (`bashgym project use P` writes it). Read
+    before the settings, which a parser does not wait for; a broken file is reported when they load."""
+    if environ.get("BASHGYM_PROJECT"):
+        return environ["BASHGYM_PROJECT"]
+    home = Path(environ.get("BASHGYM_HOME") or Path.home() / ".bashgym")
+    import tomllib  # here: a TAB where BASHGYM_PROJECT is set does not pay for it
+
+    try:
+        value = tomllib.loads((home / "bashgym.toml").read_text()).get("project")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def apply_default_project(parser: argparse.ArgumentParser, project: str) -> None:
+    """A required --project becomes optional, defaulting to `project` (an optional one keeps its own meaning)."""
+    for action in parser._actions:
+        if "--project" in action.option_strings and action.required:
+            action.required, action.default = False, project
+            action.help = f"{action.help} (default {project}: BASHGYM_PROJECT or bashgym project use)"
+
+
+# -- the console script's quick answers ---------------------------------------------------------------
+
+
+def quick_answer(argv: list[str], environ: dict[str, str]) -> int | None:
+    """The exit code of a line answered from the index (a TAB, the help of the program or of a group), or None
+    for a line the real CLI must run."""
+    is_completion = argv[:1] == ["__complete"]
+    is_group_help = argv[-1:] and argv[-1] in HELP_FLAGS
+    if not (argv == [] or is_completion or is_group_help):
+        return None
+    index = load()
+    if index is None:
+        return None
+    parser = skeleton(index, default_project(environ))
+    if is_completion:
+        return complete(argv[1:], environ, parser)
+    group = _group(parser, argv[:-1])
+    if group is None:
+        return None
+    group.print_help()
+    return EXIT_OK if argv else EXIT_USAGE  # bare `bashgym` prints the help as a usage error, as main does
+
+
+def _group(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+    """The group that `words` name from the top (all of them command names), or None for anything else."""
+    for word in words:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            return None
+        parser = sub.choices[word]
+    return None if "handler" in parser._defaults else parser
