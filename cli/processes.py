@@ -150,7 +150,7 @@ async def status(ctx: Ctx) -> int:
     result: dict[str, Any] = {
         "daemon": "reachable",
         "api": ctx.client.api,
-        "default_project": ctx.settings.project or "none (bashgym project use P sets one)",
+        "default_project": ctx.settings.project or "none (bashgym project use PROJECT sets one)",
         **health.model_dump(),
     }
     try:

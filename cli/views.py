@@ -128,7 +128,7 @@ def run(record: dict[str, Any]) -> None:
         # the samples of each are a `bashgym eval show` away: the provenance says whether the result counts
         table([_result_row(r) for r in evaluations], ["result_id", "suite", "status", "key metric", "provenance"])
     else:
-        say("  none yet: bashgym eval run --project P --run RUN --suite SUITE")
+        say(f"  none yet: bashgym eval run --project {record['project_id']} --run {record['run_id']}")
     artifacts = record.get("artifacts") or []
     heading("Artifacts")
     if artifacts:
@@ -334,7 +334,8 @@ def campaign(record: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
     )
     heading("Iterations")
     if not iterations:
-        say("  none yet: bashgym campaign propose or queue adds candidates")
+        which = f"{record['campaign_id']} --project {record.get('project_id')}"
+        say(f"  none yet: bashgym campaign propose {which} --recipe-change RECIPE_CHANGE adds one candidate")
         return
     lines = []
     for it in iterations:

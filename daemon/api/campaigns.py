@@ -254,7 +254,10 @@ async def campaign_doctor(call: ReadCall, project: str, campaign_id: str) -> Res
             "check": "budget_remaining",
             "ok": not spent,
             "detail": f"remaining {budget.get('remaining')}" if budget.get("has_limit") else "opens at start",
-            "next_action": "bashgym budget amend --campaign C --runs N" if spent else "",
+            # How many more runs, and why, are the amender's to say: the rest is filled in.
+            "next_action": f"bashgym budget amend --project {project} --campaign {campaign_id} --runs N --reason REASON"
+            if spent
+            else "",
         }
     )
     waiting = campaign["status"] == "awaiting_authority"
@@ -263,9 +266,10 @@ async def campaign_doctor(call: ReadCall, project: str, campaign_id: str) -> Res
             "check": "state",
             "ok": not waiting and campaign["status"] not in {"failed", "blocked"},
             "detail": f"{campaign['status']}: {campaign['status_reason']}".rstrip(": "),
-            "next_action": "Satisfy the reason, then bashgym campaign resume."
+            "next_action": f"Satisfy the reason, then bashgym campaign resume {campaign_id} --project {project}"
             if waiting
-            else "Address the blocked stage's blockers (bashgym campaign show), then create a new cascade."
+            else f"Address the blocked stage's blockers (bashgym campaign show {campaign_id} --project {project}), "
+            "then create a new cascade."
             if campaign["status"] == "blocked"
             else "",
         }

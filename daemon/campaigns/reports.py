@@ -134,7 +134,7 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
         "anomalies": anomalies,
         "loss_curves": curves,
         "evidence": "model_quality" if quality else "engineering_only",
-        "next_action": next_action(campaign["status"], rows),
+        "next_action": next_action(campaign["status"], rows, project=project, campaign_id=campaign_id),
         "generated_at": datetime.now().astimezone().isoformat(),
     }
     return dict(redact(snapshot))
@@ -172,11 +172,14 @@ def stage_row(
     }
 
 
-def next_action(status: str, rows: list[dict[str, Any]]) -> dict[str, str]:
+def next_action(status: str, rows: list[dict[str, Any]], *, project: str, campaign_id: str) -> dict[str, str]:
+    """What the campaign waits for, with a command that runs when pasted: its project and id filled in, and only
+    what is the user's to choose (the hypothesis a candidate tests) left as a placeholder in capitals."""
+    which = f"{campaign_id} --project {project}"
     if status == "draft":
-        return {"code": "validate", "detail": "Validate the campaign: bashgym campaign validate."}
+        return {"code": "validate", "detail": f"Validate the campaign: bashgym campaign validate {which}"}
     if status == "ready":
-        return {"code": "start", "detail": "Start it: bashgym campaign start."}
+        return {"code": "start", "detail": f"Start it: bashgym campaign start {which}"}
     if status == "blocked":
         return {
             "code": "none",
@@ -194,7 +197,11 @@ def next_action(status: str, rows: list[dict[str, Any]]) -> dict[str, str]:
             "(budget.amend) resumes a campaign that ran out of budget; a missing capability is lent by resuming.",
         }
     if not any(r["stage"] == "queued" for r in rows):
-        return {"code": "propose_candidate", "detail": "Queue a hypothesis: bashgym campaign propose."}
+        return {
+            "code": "propose_candidate",
+            "detail": f"Queue a hypothesis: bashgym campaign propose {which} --recipe-change RECIPE_CHANGE "
+            "(JSON: primary_variable, value, rationale)",
+        }
     return {"code": "run_queued_candidate", "detail": "The next queued candidate runs in order."}
 
 

@@ -35,7 +35,7 @@ async def state(ledger: Ledger, ws: str, project: str, campaign_id: str) -> dict
     latest = decided[-1] if decided else None
     comparison = comparisons.get((latest or {}).get("comparison_id") or "")
     budget = await ledger.budget_summary(ws, project, f"campaign-{campaign_id}"[:128])
-    rows = [{"stage": i["stage"]} for i in iterations]
+    rows = [{"stage": i["stage"], "kind": i["kind"]} for i in iterations]  # what next_action reads
     return {
         "campaign_id": campaign_id,
         "objective": spec["objective"],
@@ -62,7 +62,7 @@ async def state(ledger: Ledger, ws: str, project: str, campaign_id: str) -> dict
         if comparison is None
         else {k: comparison[k] for k in ("comparison_id", "delta", "ci_low", "ci_high")},
         "budget": {k: budget.get(k) for k in ("limit", "settled", "reserved", "remaining")},
-        "next_action": next_action(campaign["status"], rows),
+        "next_action": next_action(campaign["status"], rows, project=project, campaign_id=campaign_id),
         "cursor": ledger.last_cursor,
     }
 

@@ -158,6 +158,8 @@ def test_research_state_and_wait_follow_the_campaign_without_skipping_a_change(
     where = ["--campaign", "bash-q4", "--project", "nightly"]
     state = cli(env, "research", "state", *where, "--json").json()
     assert (state["phase"], state["next_action"]["code"]) == ("draft", "validate")
+    # The next action names the campaign and its project: pasted, it runs (test_next_actions_paste pastes them all).
+    assert state["next_action"]["detail"].endswith("bashgym campaign validate bash-q4 --project nightly")
     assert state["incumbent"] is None and state["budget"]["limit"] is not None
 
     quiet = cli(env, "research", "wait", *where, "--after-cursor", str(state["cursor"]), "--timeout", "0.5", "--json")

@@ -48,3 +48,14 @@ def test_a_campaign_that_met_its_stop_rule_reads_completed_with_the_rule(
     views.campaign({"campaign_id": "c1", "status": "exhausted", "status_reason": reason, "spec": {}}, [])
     shown = capsys.readouterr().out
     assert said in shown and "exhausted" not in shown.replace(reason, ""), shown
+
+
+def test_the_empty_sections_of_a_run_and_a_campaign_name_a_command_with_their_ids(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 52: "none yet: bashgym eval run --project P --run RUN --suite SUITE" could not be pasted."""
+    views.run({"run_id": "run-1", "project_id": "nightly", "status": "completed"})
+    assert "none yet: bashgym eval run --project nightly --run run-1\n" in capsys.readouterr().out
+    views.campaign({"campaign_id": "c1", "project_id": "nightly", "status": "active", "spec": {}}, [])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "bashgym campaign propose c1 --project nightly --recipe-change RECIPE_CHANGE" in shown, shown
