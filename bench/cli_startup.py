@@ -43,7 +43,7 @@ def main() -> None:
         "bashgym campaign --help": [script, "campaign", "--help"],
         "TAB after `bashgym tr`": [*tab, "bash", "1", "--", "bashgym", "tr"],
         "TAB after `eval run --split `": [*tab, "zsh", "4", "--", "bashgym", "eval", "run", "--split", ""],
-        "bashgym run list --help": [script, "run", "list", "--help"],  # a command's own help: the full parser
+        "bashgym eval run --help": [script, "eval", "run", "--help"],
     }
     print(f"python -c pass: {peer:.3f} s (median of {repeat})")
     print(f"{'command':<32} {'median':>8} {'x python':>9}  target < {TARGET_S} s")

@@ -1,5 +1,5 @@
 """The command index: every command path, its help and its options, as data (cli/commands.json), so the console
-script answers `bashgym --help`, `bashgym <group> --help` and a TAB of completion without importing the command
+script answers `bashgym --help`, `bashgym <command...> --help` and a TAB of completion without importing the command
 modules (0.5 s of imports). `make cli-index` writes it from the real parser; tests/unit/cli/test_command_index.py
 rebuilds it and compares, and compares the help and completion answers of both parsers, so it cannot drift."""
 
@@ -35,6 +35,11 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, Any]:
         "formatter": parser.formatter_class.__name__,  # type: ignore[attr-defined]
         "is_command": "handler" in parser._defaults,
         "actions": [_action(action) for action in parser._actions],
+        # Each group of options of which one may (or must) be named: the usage line shows `(--a A | --b B)`.
+        "exclusive": [
+            {"required": group.required, "actions": [parser._actions.index(a) for a in group._group_actions]}
+            for group in parser._mutually_exclusive_groups
+        ],
     }
 
 
@@ -71,6 +76,7 @@ def _kind(action: argparse.Action) -> str:
         (argparse._CountAction, "count"),
         (argparse._ExtendAction, "extend"),  # before append: an extend action is an append action
         (argparse._AppendAction, "append"),
+        (argparse.BooleanOptionalAction, "boolean"),  # `--x | --no-x` in the usage line
     ]
     for cls, name in kinds:
         if isinstance(action, cls):
@@ -95,19 +101,21 @@ def load(path: Path = INDEX_PATH) -> dict[str, Any] | None:
 
 
 def skeleton(node: dict[str, Any], default_project: str | None = None) -> argparse.ArgumentParser:
-    """A parser with the index's commands and options, enough for help of a group and for completion; its
-    commands have no handlers."""
+    """A parser with the index's commands and options, enough for their help and for completion; its commands have
+    no handlers."""
     return _sub_parser(node, default_project)
 
 
 def _fill(parser: argparse.ArgumentParser, node: dict[str, Any], default_project: str | None) -> None:
-    for action in node["actions"]:
+    exclusive = [parser.add_mutually_exclusive_group(required=group["required"]) for group in node["exclusive"]]
+    group_of = {index: exclusive[g] for g, group in enumerate(node["exclusive"]) for index in group["actions"]}
+    for index, action in enumerate(node["actions"]):
         if action["kind"] == "parsers":
             _add_commands(parser, action, default_project)
         else:
-            _add_action(parser, action)
+            _add_action(group_of.get(index, parser), action)
     if node["is_command"]:
-        parser.set_defaults(handler=None)  # a command, not a group: its own help comes from the real parser
+        parser.set_defaults(handler=None)  # a command, not a group: the console script hands it to the real CLI
         if default_project:
             apply_default_project(parser, default_project)
 
@@ -158,12 +166,18 @@ class _LazyCommands(dict[str, Any]):
         return [(name, self[name]) for name in self]
 
 
-def _add_action(parser: argparse.ArgumentParser, action: dict[str, Any]) -> None:
+def _add_action(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, action: dict[str, Any]) -> None:
     names, kind = action["options"], action["kind"]
-    if kind in ("help", "version", "count", "flag"):
-        simple = {"help": "help", "version": "version", "count": "count", "flag": "store_true"}[kind]
-        extra = {} if kind in ("help", "version") else {"dest": action["dest"], "required": action["required"]}
-        parser.add_argument(*names, action=simple, help=action["help"], **extra)
+    if kind in ("help", "version"):
+        parser.add_argument(*names, action=kind, help=action["help"])
+        return
+    settings: dict[str, Any] = {"dest": action["dest"], "required": action["required"], "help": action["help"]}
+    if kind in ("count", "flag"):
+        parser.add_argument(*names, action={"count": "count", "flag": "store_true"}[kind], **settings)
+        return
+    if kind == "boolean":  # it makes each --no- spelling itself
+        given = [name for name in names if not name.startswith("--no-")]
+        parser.add_argument(*given, action=argparse.BooleanOptionalAction, **settings)
         return
     metavar = action["metavar"]
     options: dict[str, Any] = {
@@ -210,11 +224,11 @@ def apply_default_project(parser: argparse.ArgumentParser, project: str) -> None
 
 
 def quick_answer(argv: list[str], environ: dict[str, str]) -> int | None:
-    """The exit code of a line answered from the index (a TAB, the help of the program or of a group), or None
-    for a line the real CLI must run."""
+    """The exit code of a line answered from the index (a TAB, the help of the program, a group or a command), or
+    None for a line the real CLI must run."""
     is_completion = argv[:1] == ["__complete"]
-    is_group_help = argv[-1:] and argv[-1] in HELP_FLAGS
-    if not (argv == [] or is_completion or is_group_help):
+    is_help = argv[-1:] and argv[-1] in HELP_FLAGS
+    if not (argv == [] or is_completion or is_help):
         return None
     index = load()
     if index is None:
@@ -222,18 +236,19 @@ def quick_answer(argv: list[str], environ: dict[str, str]) -> int | None:
     parser = skeleton(index, default_project(environ))
     if is_completion:
         return complete(argv[1:], environ, parser)
-    group = _group(parser, argv[:-1])
-    if group is None:
+    named = _named(parser, argv[:-1])
+    if named is None:
         return None
-    group.print_help()
+    named.print_help()
     return EXIT_OK if argv else EXIT_USAGE  # bare `bashgym` prints the help as a usage error, as main does
 
 
-def _group(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
-    """The group that `words` name from the top (all of them command names), or None for anything else."""
+def _named(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser | None:
+    """The group or command that `words` name from the top (all of them command names), or None for anything
+    else (a value, an option): the real CLI answers those."""
     for word in words:
         sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
         if sub is None or word not in sub.choices:
             return None
         parser = sub.choices[word]
-    return None if "handler" in parser._defaults else parser
+    return parser

@@ -1,10 +1,13 @@
 """The command index (cli/commands.json) is the real parser's, and the parser rebuilt from it gives the same help
-for the program and every group, and the same completion for every command, option and option value."""
+for the program, every group and every command, and the same completion for every command, option and option
+value."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from bashgym.cli import command_index
@@ -20,6 +23,13 @@ def parsers(request: pytest.FixtureRequest) -> tuple[argparse.ArgumentParser, ar
     index = command_index.load()
     assert index is not None
     return build_parser(request.param), command_index.skeleton(index, request.param)
+
+
+@pytest.fixture
+def environ(parsers: Any, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The environment of the parsers' default project (a home without bashgym.toml where there is none)."""
+    project = request.node.callspec.params["parsers"]
+    return {"BASHGYM_PROJECT": project} if project else {"BASHGYM_HOME": str(tmp_path)}
 
 
 Node = tuple[tuple[str, ...], argparse.ArgumentParser]
@@ -40,25 +50,26 @@ def test_the_index_on_disk_is_the_real_parsers() -> None:
 
 
 @pytest.mark.parametrize("columns", ["80", "200"])
-def test_the_program_and_every_group_print_the_same_help_from_the_index(
+def test_the_program_and_every_group_and_command_print_the_same_help_from_the_index(
     parsers: tuple[argparse.ArgumentParser, argparse.ArgumentParser],
+    environ: dict[str, str],
     columns: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("COLUMNS", columns)
     real, _ = parsers
-    groups = [(path, node) for path, node in nodes(real) if "handler" not in node._defaults]
-    assert len(groups) > 10
-    for path, node in groups:
-        assert command_index.quick_answer([*path, "--help"], {"BASHGYM_PROJECT": PROJECT}) == EXIT_OK
+    every = list(nodes(real))
+    assert len(every) > 100
+    for path, node in every:
+        assert command_index.quick_answer([*path, "--help"], environ) == EXIT_OK
         assert capsys.readouterr().out == node.format_help(), path
-    assert command_index.quick_answer([], {}) == EXIT_USAGE  # bare `bashgym`: the help, as a usage error
+    assert command_index.quick_answer([], environ) == EXIT_USAGE  # bare `bashgym`: the help, as a usage error
     assert capsys.readouterr().out == real.format_help()
 
 
-def test_a_commands_own_help_and_other_lines_are_left_to_the_full_cli() -> None:
-    for argv in (["run", "list", "--help"], ["nope", "--help"], ["run", "list"], ["--json", "run", "--help"]):
+def test_a_line_with_values_or_unknown_words_is_left_to_the_full_cli() -> None:
+    for argv in (["run", "show", "r1", "--help"], ["nope", "--help"], ["run", "list"], ["--json", "run", "--help"]):
         assert command_index.quick_answer(argv, {}) is None, argv
 
 

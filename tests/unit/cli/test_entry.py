@@ -1,6 +1,5 @@
-"""The console script answers --version, the help of the program and of a group, and a TAB of completion without
-importing the command registry (bench/cli_startup.py times them); a command's own help and anything else go to the
-full CLI."""
+"""The console script answers --version, the help of the program, a group or a command, and a TAB of completion
+without importing the command registry (bench/cli_startup.py times them); anything else goes to the full CLI."""
 
 from __future__ import annotations
 
@@ -36,17 +35,18 @@ def test_version_is_answered_before_the_commands_are_imported() -> None:
         (["-h"], 0, "first steps:"),
         (["run", "--help"], 0, "usage: bashgym run [-h] COMMAND"),
         (["campaign", "schedule", "-h"], 0, "usage: bashgym campaign schedule"),
+        (["eval", "run", "--help"], 0, "(--run RUN | --model-version MODEL_VERSION | --gold)"),
         ([], 2, "usage: bashgym"),
         (["__complete", "bash", "2", "--", "bashgym", "campaign", "l"], 0, "list\n"),
     ],
 )
-def test_the_help_of_a_group_and_a_tab_are_answered_from_the_index(argv: list[str], code: int, shows: str) -> None:
+def test_the_help_of_a_command_and_a_tab_are_answered_from_the_index(argv: list[str], code: int, shows: str) -> None:
     done = probe(*argv)
     assert done.returncode == code and shows in done.stdout, done
     assert done.stderr.strip() == "lean", done.stderr
 
 
-@pytest.mark.parametrize("argv", [["run", "list", "--help"], ["nope", "--help"], ["run", "--json", "--help"]])
-def test_a_commands_own_help_and_anything_unknown_go_to_the_full_cli(argv: list[str]) -> None:
+@pytest.mark.parametrize("argv", [["run", "show", "r1", "--help"], ["nope", "--help"], ["run", "--json", "--help"]])
+def test_a_line_with_values_or_unknown_words_goes_to_the_full_cli(argv: list[str]) -> None:
     done = probe(*argv)
     assert done.stderr.strip().splitlines()[-1] == "registry imported", done.stderr
