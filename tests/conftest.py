@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # worker: test-slow took 18 min of wall time for 13 min of work per worker (CI, 2026-12-05).
 SLOW_ORDER = (
     "tests/e2e/cli/test_demo.py",  # 569 s: the full demo, twice; 49 s: the demo posting to Discord
-    "tests/e2e/cli/test_next_actions_paste.py",  # 290 s at load 8 on 2 cores: the short demo, 46 reads, the pastes
+    "tests/e2e/cli/test_next_actions_paste.py",  # 190 s at load 6 (290 s at 8): the short demo, 46 reads, pastes
     "tests/e2e/trainers/test_methods_through_the_daemon.py",  # 46 s over 6 tests
     "tests/e2e/workflows/test_retrieval_demo.py",  # 37 s
     "tests/e2e/campaigns/test_cascades.py",  # 323 s
