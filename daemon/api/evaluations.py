@@ -152,7 +152,8 @@ async def promotion_decide(call: DecideCall, project: str, run_id: str, body: De
     if not verdict["ship"] and body.override_reason is None:
         raise RuleRejected(
             f"The promotion gate blocks run {run_id}: {', '.join(b['code'] for b in verdict['blockers'])}.",
-            hint="bashgym promote gate --run RUN lists each blocker with its next action; an override needs "
+            hint=f"bashgym promote gate --project {project} --run {run_id} lists each blocker with its next action; "
+            "an override needs "
             "promotion.override and --override-reason.",
             details=verdict,
         )

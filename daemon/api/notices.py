@@ -93,6 +93,6 @@ async def channel_show(call: ReadCall, project: str) -> Response:
         raise NotFound(
             f"Project {project!r} has no notification channel.",
             hint="Run /project channel-set in the Discord channel that should receive its notices, or "
-            "bashgym project channel P --channel ID.",
+            f"bashgym project channel {project} --channel CHANNEL_ID",
         )
     return json_response(channel)

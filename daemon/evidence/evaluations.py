@@ -279,7 +279,7 @@ class EvaluationService:
         if job is None or (job["workspace_id"], job["project_id"]) != (ws, project):
             raise NotFound(
                 f"No evaluation {eval_id!r} in project {project!r} since the daemon started.",
-                hint="Finished evaluations are results: bashgym ledger evaluations --project P.",
+                hint=f"Finished evaluations are results: bashgym ledger evaluations --project {project}",
             )
         return dict(job)
 

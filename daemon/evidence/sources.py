@@ -40,7 +40,7 @@ def run_model_spec(run: dict[str, Any], *, version_id: str, model_id: str) -> Mo
     if run["status"] != "completed":
         raise RuleRejected(
             f"Run {run['run_id']} is {run['status']}; only a completed run's model can be registered.",
-            hint="Wait for it to complete (bashgym training status RUN).",
+            hint=f"Wait for it to complete (bashgym run show {run['run_id']} --project {run['project_id']}).",
         )
     if not run.get("artifacts"):
         raise RuleRejected(f"Run {run['run_id']} registered no artifacts; there is no model to register.")

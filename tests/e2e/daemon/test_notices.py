@@ -26,7 +26,10 @@ def test_the_console_channel_prints_notices_once_and_the_bot_reads_them_by_curso
         assert cli(env, "project", "create", "--id", "nightly", "--name", "Nightly").code == 0
         with daemon.client() as client:
             head = client.get("/v1/consumers/probe/cursor").json()
-        assert cli(env, "project", "channel", "nightly").code == 5, "no channel routed yet"
+        unrouted = cli(env, "project", "channel", "nightly")
+        assert unrouted.code == 5, "no channel routed yet"
+        # The hint names the project; only the channel is the user's to choose (issue 52: pasteable next actions).
+        assert "bashgym project channel nightly --channel CHANNEL_ID" in unrouted.stderr, unrouted.stderr
         routed = cli(env, "project", "channel", "nightly", "--channel", "4242")
         assert routed.code == 0, routed.stderr
         assert cli(env, "project", "channel", "nightly", "--json").json()["channel_id"] == "4242"
