@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     cores.add_arguments(parser)
     args = parser.parse_args(argv)
-    cores.limit_threads(args.threads, args.share_of, os.environ, os.cpu_count())  # before torch is imported
+    cores.limit_threads(args.threads, args.share_of, os.environ, cores.available_cores())  # before torch is imported
     run_dir: Path = args.run_dir.resolve()
     if not (run_dir / "request.json").is_file():
         print(f"error: {run_dir}/request.json does not exist.", file=sys.stderr)

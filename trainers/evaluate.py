@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, help="end with this process (the local daemon that started it)")
     cores.add_arguments(parser)
     args = parser.parse_args(argv)
-    cores.limit_threads(args.threads, args.share_of, os.environ, os.cpu_count())  # before torch is imported
+    cores.limit_threads(args.threads, args.share_of, os.environ, cores.available_cores())  # before torch is imported
     if args.parent_pid is not None:
         end_with_parent(args.parent_pid)
     eval_dir: Path = args.eval_dir.resolve()

@@ -215,12 +215,13 @@ def resolve_pin_memory(requested: object, machine: Machine) -> Choice:
 
 def resolve_threads(machine: Machine) -> Choice:
     """torch's CPU threads: not a request field. The daemon limits them when several local runs share the host's
-    cores (settings.local_thread_limit, the trainer's --threads), and so does an OMP_NUM_THREADS it was given."""
+    cores (settings.local_thread_limit, the trainer's --threads), and so does an OMP_NUM_THREADS it was given;
+    otherwise the trainer takes the cores the load at its start left free (cores.limit_threads)."""
     if machine.threads < machine.cpu_count:
         return Choice(
             "auto",
             machine.threads,
-            f"{machine.threads} of {machine.cpu_count} CPUs: OMP_NUM_THREADS, or the daemon's share",
+            f"{machine.threads} of {machine.cpu_count} CPUs: OMP_NUM_THREADS, the daemon's share, or the load at start",
         )
     return Choice("auto", machine.threads, f"torch's default on {machine.cpu_count} CPUs")
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from bashgym.daemon.settings import load_settings, local_thread_limit
-from bashgym.trainers.cores import limit_threads
+from bashgym.trainers import cores
+from bashgym.trainers.cores import busy_cores, limit_threads
 from bashgym.trainers.speed import Machine, resolve_threads
 
 
@@ -44,7 +46,8 @@ def torch_threads_after(code: str) -> str:
 def test_the_trainer_takes_its_share_on_the_command_line_before_torch_loads() -> None:
     started = "from bashgym.trainers.__main__ import main; main(['/nonexistent'{}])"
     assert torch_threads_after(started.format(", '--threads', '1'")) == "1"
-    assert torch_threads_after(started.format("")) == torch_threads_after("pass"), "no --threads: torch's default"
+    # Without --threads, the cores the load leaves free: whatever the load of the moment, 1 to all of them.
+    assert 1 <= int(torch_threads_after(started.format(""))) <= len(os.sched_getaffinity(0))
 
 
 def test_the_evaluator_takes_the_same_flags_before_torch_loads() -> None:
@@ -56,11 +59,13 @@ def test_the_evaluator_takes_the_same_flags_before_torch_loads() -> None:
     )
     cpus = os.cpu_count() or 1
     assert torch_threads_after(started.format(cpus)) == "1"
-    assert torch_threads_after(started.format(1)) == torch_threads_after("pass"), "one slot: torch's default"
+    assert 1 <= int(torch_threads_after(started.format(1))) <= cpus, "one slot: the cores the load leaves free"
 
 
-def threads_set(threads: int | None, share_of: int | None, environ: dict[str, str], cpus: int) -> str | None:
-    limit_threads(threads, share_of, environ, cpus)
+def threads_set(
+    threads: int | None, share_of: int | None, environ: dict[str, str], cpus: int, *, busy: float = 0.0
+) -> str | None:
+    limit_threads(threads, share_of, environ, cpus, busy=lambda: busy)
     return environ.get("OMP_NUM_THREADS")
 
 
@@ -70,15 +75,49 @@ def test_a_device_with_several_slots_splits_its_own_cores(share_of: int, cpus: i
     assert threads_set(None, share_of, {}, cpus) == expected
 
 
-def test_a_device_s_own_limit_one_slot_and_an_explicit_number_win() -> None:
-    assert threads_set(None, 2, {"OMP_NUM_THREADS": "6"}, 16) == "6", "the operator's limit on the host"
+def test_a_device_s_own_limit_and_an_explicit_number_win_over_the_load() -> None:
+    assert threads_set(None, 2, {"OMP_NUM_THREADS": "6"}, 16, busy=15) == "6", "the operator's limit on the host"
     assert threads_set(None, 2, {"OMP_NUM_THREADS": ""}, 16) == "8", "an empty value sets nothing"
-    assert threads_set(None, 1, {}, 16) is None and threads_set(None, None, {}, 16) is None, "torch's default"
-    assert threads_set(3, 2, {"OMP_NUM_THREADS": "6"}, 16) == "3"
+    assert threads_set(3, 2, {"OMP_NUM_THREADS": "6"}, 16, busy=15) == "3"
+    assert threads_set(2, None, {}, 2, busy=6.0) == "2", "BASHGYM_TRAINER_THREADS (--threads) beside a busy host"
+
+
+@pytest.mark.parametrize(
+    ("cpus", "busy", "share_of", "expected"),
+    [
+        (2, 0.0, None, "2"),  # an idle host: every core
+        (2, 0.4, None, "2"),
+        (2, 0.6, None, "1"),  # most of a core taken: the rest is not worth a second thread
+        (2, 6.0, None, "1"),  # issue 52's load of 4-8 on 2 cores: one thread, never none
+        (16, 5.2, None, "11"),
+        (16, 5.2, 2, "8"),  # a device's share caps what the load leaves
+        (16, 12.0, 2, "4"),
+    ],
+)
+def test_a_run_takes_the_cores_the_load_leaves_free(
+    cpus: int, busy: float, share_of: int | None, expected: str
+) -> None:
+    assert threads_set(None, share_of, {}, cpus, busy=busy) == expected
+
+
+def test_the_cores_the_load_keeps_busy_are_the_smaller_of_the_minute_and_the_moment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(cores, "LOADAVG", str(loadavg))
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.8, 1.0, 0.5))
+    loadavg.write_text("1.80 1.00 0.50 1/300 4242\n")  # only this process runs: the demo's evaluation just ended
+    assert busy_cores(sleep=lambda s: None) == 0.0
+    loadavg.write_text("1.80 1.00 0.50 6/300 4242\n")  # five others runnable now, 1.8 over the minute
+    assert busy_cores(sleep=lambda s: None) == 1.8
+    loadavg.write_text("no runnable count here\n")  # not Linux's format: the minute's load alone
+    assert busy_cores(sleep=lambda s: None) == 1.8
 
 
 def test_the_run_records_its_threads_and_whether_they_were_limited() -> None:
     shared = Machine(cuda=False, bf16_supported=False, memory_bytes=1, cpu_count=16, has_liger=False, threads=8)
-    assert resolve_threads(shared).describe() == "auto -> 8 (8 of 16 CPUs: OMP_NUM_THREADS, or the daemon's share)"
+    assert resolve_threads(shared).describe() == (
+        "auto -> 8 (8 of 16 CPUs: OMP_NUM_THREADS, the daemon's share, or the load at start)"
+    )
     default = Machine(cuda=False, bf16_supported=False, memory_bytes=1, cpu_count=16, has_liger=False, threads=16)
     assert resolve_threads(default).describe() == "auto -> 16 (torch's default on 16 CPUs)"
