@@ -484,6 +484,11 @@ class TrainingService:
             return True
         return await asyncio.to_thread((self.settings.runs_dir / run_id / "request.json").exists)
 
+    def live_step(self, workspace: str, project: str, run_id: str) -> dict[str, int | float | None] | None:
+        """The step a running run's trainer last announced (every step, unlike its logged metrics), or None."""
+        supervisor = self._active_of(workspace, project, run_id)
+        return None if supervisor is None or supervisor.live is None else supervisor.live.as_dict()
+
     def _active_of(self, workspace: str, project: str, run_id: str) -> Supervisor | None:
         """The live supervisor of exactly this run: run ids are unique across the ledger, and this checks it."""
         supervisor = self._active.get(run_id)

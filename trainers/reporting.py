@@ -12,7 +12,8 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 
 class ReportingCallback(TrainerCallback):
-    """metrics.jsonl per log call; `progress` after every logged step; `checkpoint` after every save.
+    """metrics.jsonl per log call; `step` after every step; `progress` after every logged step; `checkpoint` after
+    every save. The first logged step also records the torch CPU threads the run trains on (system.cpu_threads).
 
     A metric is reported once per step: transformers logs its end-of-training summary at the last step again,
     and the ledger refuses a second, different value for a recorded point (a GRPO run ended `failed` on it).
@@ -29,6 +30,9 @@ class ReportingCallback(TrainerCallback):
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self._step_ends[state.global_step] = self.clock()
+        # A protocol line per step (about 80 bytes, no fsync) moves the progress bar and its ETA at every step; the
+        # metrics of logged steps alone came every `logging_steps`, 25 in the demo.
+        self.run.emit("step", step=state.global_step, max_steps=state.max_steps)
         for old in [step for step in self._step_ends if step < state.global_step - 64]:
             del self._step_ends[old]  # a late log is one step behind; keep a margin, not the whole run
 
@@ -50,6 +54,8 @@ class ReportingCallback(TrainerCallback):
         memory = _gpu_memory_gb()
         if memory is not None:
             metrics["system.gpu_memory_gb"] = memory
+        if not self._reported:
+            metrics["system.cpu_threads"] = float(_cpu_threads())
         metrics = self._first_at_step(step, metrics)
         self.run.append_metrics(step, metrics, state.epoch)
         if "train.loss" in metrics or "train.reward_mean" in metrics:
@@ -87,6 +93,12 @@ def _wait_for_every_rank() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def _cpu_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def _gpu_memory_gb() -> float | None:

@@ -66,6 +66,9 @@ async def list_runs(
 async def show_run(call: ReadCall, project: str, run_id: str) -> Response:
     run = await call.services.ledger.get_run(call.workspace, project, run_id)
     run["evaluations"] = await withhold_protected(call, project, run["evaluations"])
+    live = call.services.training.live_step(call.workspace, project, run_id) if call.services.training else None
+    if live is not None:
+        run["live"] = live  # a running trainer's last step: the ledger holds only its logged steps
     return json_response(run)
 
 

@@ -54,12 +54,27 @@ class TrainerEvent(BaseModel):
     """One protocol line of a trainer's stdout, validated before it reaches the ledger."""
 
     model_config = ConfigDict(extra="allow")
-    event: Literal["started", "progress", "checkpoint", "uploaded", "paused", "cancelled", "completed", "failed"]
+    event: Literal[
+        "started", "step", "progress", "checkpoint", "uploaded", "paused", "cancelled", "completed", "failed"
+    ]
     time: float
     step: int | None = None
+    max_steps: int | None = None
     metrics: dict[str, float] | None = None
     error: str | None = None
     path: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveStep:
+    """The step a running trainer last finished, as its `step` line said (trainer's clock, UTC epoch seconds)."""
+
+    step: int
+    max_steps: int | None
+    at: float
+
+    def as_dict(self) -> dict[str, int | float | None]:
+        return {"step": self.step, "max_steps": self.max_steps, "at": self.at}
 
 
 class TrainerEnvironment(Protocol):
@@ -162,6 +177,7 @@ class Supervisor:
         self._metrics_seen = False
         self._last_progress = time.monotonic()
         self._last_step: int | None = None
+        self.live: LiveStep | None = None  # the last step the trainer announced: in memory, never in the ledger
         self._ingesting = asyncio.Lock()  # one reader of metrics.jsonl at a time, so no point is read twice
         self._metrics_due = asyncio.Event()
 
@@ -258,6 +274,11 @@ class Supervisor:
 
     async def _on_event(self, event: TrainerEvent) -> None:
         match event.event:
+            case "step" if event.step is not None:
+                # Every step, so it only moves the bar: the ledger gets the logged steps' metrics at `progress`.
+                self.live = LiveStep(step=event.step, max_steps=event.max_steps, at=event.time)
+                self._last_progress = time.monotonic()
+                await self._mark_running("first progress reported")
             case "progress":
                 await self._mark_running("first progress reported")
                 self._metrics_due.set()  # a local run's flusher ingests it; a remote lane ingests at every poll

@@ -77,6 +77,31 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     assert cli(trainer_daemon.env(), "ledger", "verify").code == 0
 
 
+def test_a_running_run_shows_every_step_between_its_logged_ones_and_records_its_threads(
+    trainer_daemon: RunningDaemon, tiny: Path, tmp_path: Path
+) -> None:
+    # Logged once, at the end: the ledger's metrics alone would hold the bar at 0 until the last step.
+    request = training_request(tiny, sft_data(tmp_path), max_steps=30, logging_steps=30, save_steps=31)
+    with trainer_daemon.client() as client:
+        started = client.post("/v1/training/start", json=request)
+        assert started.status_code == 201, started.text
+        where = f"/v1/projects/nightly/runs/{started.json()['run_id']}"
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 120
+        while (run := client.get(where).json())["status"] not in TERMINAL and time.monotonic() < deadline:
+            if "live" in run:
+                seen.append(run["live"] | {"logged": (run["metric_summary"].get("train.loss") or {}).get("last_step")})
+            time.sleep(0.05)  # a poll spinning faster takes the cores the trainer needs
+    assert run["status"] == "completed", run["attempts"][-1]["error_summary"]
+    steps = [s["step"] for s in seen]
+    assert steps == sorted(steps) and {s["max_steps"] for s in seen} == {30}, seen
+    assert len({s for s in steps if 0 < s < 30}) >= 3, f"the bar moved between logged steps: {steps}"
+    assert all(s["logged"] is None for s in seen if s["step"] < 30), "no metric before the 30th step"
+    assert "live" not in run, "an ended run has no live step"
+    threads = run["metric_summary"]["system.cpu_threads"]
+    assert threads["count"] == 1 and 1 <= threads["latest"] <= (os.cpu_count() or 1)
+
+
 @pytest.mark.slow  # make test-slow: the default suite keeps to its 10 minutes
 def test_with_two_local_slots_a_trainer_and_an_evaluator_get_half_the_cores_and_record_it(
     tiny: Path, tmp_path: Path
@@ -93,7 +118,7 @@ def test_with_two_local_slots_a_trainer_and_an_evaluator_get_half_the_cores_and_
     cpus = os.cpu_count() or 1
     threads = max(1, cpus // 2)
     assert cpus == 1 or profile["speed"]["cpu_threads"] == (
-        f"auto -> {threads} ({threads} of {cpus} CPUs: OMP_NUM_THREADS, or the daemon's share)"
+        f"auto -> {threads} ({threads} of {cpus} CPUs: OMP_NUM_THREADS, the daemon's share, or the load at start)"
     )
     assert evaluation["status"] == "completed", evaluation.get("error")
     (result,) = [r for r in results if r["result_id"] == evaluation["result_id"]]
