@@ -9,9 +9,11 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from bashgym.cli.demo_figures import render_against_seen
 from bashgym.cli.demo_loop import (
     DEFAULT_STEPS,
     PROJECT,
@@ -23,6 +25,7 @@ from bashgym.cli.demo_loop import (
     check_options,
     demo_services,
 )
+from bashgym.cli.eta import StepRate
 from bashgym.cli.registry import Ctx, command
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, BashGymError
 from bashgym.daemon.settings import DAEMON_LOG
@@ -34,15 +37,15 @@ PLAIN_EVERY_S = 20.0  # without a terminal, a progress line at most this often (
 class Display:
     """Milestones and summary on `out`; progress bars with ETA on stderr (redrawn in place on a terminal)."""
 
-    def __init__(self, out: TextIO, err: TextIO) -> None:
+    def __init__(self, out: TextIO, err: TextIO, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.out = out
+        self.clock = clock
         self.err = err
         self.tty = err.isatty()
         self.steps = 0
         self._bar = ""
         self._label = ""
-        self._started = 0.0
-        self._first_done = 0
+        self._rate = StepRate()
         self._plain_at = 0.0
         self._plain_quarter = -1
 
@@ -57,13 +60,14 @@ class Display:
         self.say(f"\n[{self.steps}] {title}")
 
     def progress(self, label: str, done: int, total: int, unit: str) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if label != self._label:
             self.progress_done()
-            self._label, self._started, self._first_done = label, now, done
+            self._label, self._rate = label, StepRate()
+        self._rate.observe(now, done)
         fraction = min(max(done / total, 0.0), 1.0) if total else 0.0
-        rate = (done - self._first_done) / (now - self._started) if now > self._started else 0.0
-        eta = f"ETA {_clock((total - done) / rate)}" if rate > 0 and done < total else "ETA --:--"
+        left = self._rate.seconds_left(now, done, total)
+        eta = "ETA --:--" if left is None else f"ETA {_clock(left)}"
         filled = int(fraction * BAR_WIDTH)
         text = f"  {label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total} {unit}  {eta}"
         if self.tty:
@@ -249,6 +253,17 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _threads(s: dict[str, Any]) -> str:
+    def count(n: int | None) -> str:
+        return "?" if n is None else str(n)
+
+    evaluations = s.get("evaluation_threads") or {}
+    return (
+        f"training {count(s['training'].get('cpu_threads'))}, evaluations {count(evaluations.get('baseline'))} "
+        f"and {count(evaluations.get('candidate'))} (from the load at each start; BASHGYM_TRAINER_THREADS sets them)"
+    )
+
+
 def render_summary(s: dict[str, Any]) -> str:
     suite, base, cand = s["suite"], s["baseline"] or {}, s["candidate"] or {}
     k = f"pass@{SAMPLES}"
@@ -277,6 +292,9 @@ def render_summary(s: dict[str, Any]) -> str:
             f"Δ {c['metric']} {c['delta']:+.3f}, 95% CI [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}] "
             f"(paired bootstrap over {c['paired_tasks']} tasks)"
         )
+    if s.get("against_other_machines"):
+        lines.append("beside the figures other machines gave (README, 'The demo'):")
+        lines += render_against_seen(s["against_other_machines"])
     decision = s["campaign_decision"]
     gate = s["gate"]
     verdict = "ship" if gate["ship"] else f"blocked ({', '.join(gate['blockers'])})"
@@ -291,5 +309,6 @@ def render_summary(s: dict[str, Any]) -> str:
         f"ledger              {'hash chain verified' if s['ledger_verified'] else 'hash chain BROKEN'}",
         f"trained             {s['training']['steps']} steps on {s['training']['trace_rows']} gold traces "
         f"(run {s['training']['run_id']}); whole demo {s['seconds']:.0f} s",
+        f"torch threads       {_threads(s)}",
     ]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from bashgym.cli.demo_figures import against_seen
 from bashgym.cli.lineage import model_spec_from_dir
 from bashgym.client.errors import ApiError, BashGymError, Conflict, InvalidInput
 from bashgym.client.http import DaemonClient, announced_by
@@ -241,7 +243,7 @@ class Demo:
         listing = await self.client.request("GET", f"{self.base}/evaluations")
         results = {r["result_id"]: r for r in listing["results"]}
         comparisons = {c["comparison_id"]: c for c in listing["comparisons"]}
-        return {
+        summary = {
             "home": str(self.options.home),
             "project": PROJECT,
             "campaign_id": campaign_id,
@@ -252,6 +254,12 @@ class Demo:
                 "steps": self.options.steps,
                 "trace_rows": rows,
                 "trained_families": self.split.train_families,
+                "cpu_threads": await self._training_threads(candidate.get("run_id")),
+            },
+            # The torch threads each evaluation's model ran on (chosen from the load at its start, or set).
+            "evaluation_threads": {
+                side: ((results.get(it.get("result_id") or "") or {}).get("details") or {}).get("cpu_threads")
+                for side, it in (("baseline", baseline), ("candidate", candidate))
             },
             "suite": self._suite_facts(results.get(baseline["result_id"] or "")),
             "baseline": self._figures(results.get(baseline["result_id"] or "")),
@@ -266,6 +274,10 @@ class Demo:
             "ledger_verified": bool(verified["ok"]),
             "seconds": round(time.monotonic() - began, 1),
         }
+        # Only the default demo's figures have a range from other machines; a smaller run is one of its own.
+        is_default = self.options.steps == DEFAULT_STEPS and not self.options.limit_tasks
+        summary["against_other_machines"] = against_seen(summary) if is_default else None
+        return summary
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -362,7 +374,7 @@ class Demo:
     async def _follow(self, campaign_id: str) -> dict[str, Any]:
         where = f"{self.base}/campaigns/{campaign_id}"
         shown: tuple[str, str] | None = None
-        clock: dict[str, float] = {}
+        seen: dict[str, float] = {}  # what was said once: the threads the run trains on
         while True:
             campaign = dict(await self.client.request("GET", where))
             campaign["iterations"] = (await self.client.request("GET", f"{where}/iterations"))["iterations"]
@@ -375,14 +387,21 @@ class Demo:
                 if key != shown:
                     self.reporter.progress_done()
                     shown = key
-                await self._show_progress(current, clock)
+                await self._show_progress(current, seen)
             await asyncio.sleep(0.5)
 
-    async def _show_progress(self, iteration: dict[str, Any], clock: dict[str, float]) -> None:
+    async def _show_progress(self, iteration: dict[str, Any], seen: dict[str, float]) -> None:
         who = "baseline" if iteration["kind"] == "baseline" else "candidate"
         if iteration["stage"] == "training" and iteration.get("run_id"):
             run = await self.client.request("GET", f"{self.base}/runs/{iteration['run_id']}")
-            step = ((run.get("metric_summary") or {}).get("train.loss") or {}).get("last_step") or 0
+            summary = run.get("metric_summary") or {}
+            threads = (summary.get("system.cpu_threads") or {}).get("latest")
+            if threads and "threads" not in seen:
+                seen["threads"] = threads
+                cores = os.cpu_count() or 1
+                self.reporter.say(f"  the {who} trains on {int(threads)} torch thread(s) of {cores} cores")
+            # The trainer announces every step (`live`); the ledger's metrics come every logging_steps.
+            step = (run.get("live") or {}).get("step") or (summary.get("train.loss") or {}).get("last_step") or 0
             total = int((run.get("config") or {}).get("max_steps") or self.options.steps)
             self.reporter.progress(f"training the {who} ({run['status']})", int(step), total, "steps")
         elif iteration["stage"] == "evaluating":
@@ -439,6 +458,14 @@ class Demo:
             # what kept the alias where it was, when the gate shipped the run (its current holder), or the gate's
             "promotion_blockers": [] if promoted else blockers,
         }
+
+    async def _training_threads(self, run_id: str | None) -> int | None:
+        """The torch CPU threads the candidate trained on, as its trainer recorded them (system.cpu_threads)."""
+        if not run_id:
+            return None
+        run = await self.client.request("GET", f"{self.base}/runs/{run_id}")
+        threads = ((run.get("metric_summary") or {}).get("system.cpu_threads") or {}).get("latest")
+        return None if threads is None else int(threads)
 
     def _suite_facts(self, result: dict[str, Any] | None) -> dict[str, Any]:
         """What was evaluated, from the baseline's recorded per-task scores (a --limit-tasks run takes a few
