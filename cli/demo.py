@@ -171,6 +171,7 @@ async def demo(ctx: Ctx) -> int:
         following = asyncio.create_task(follower.follow())
         try:
             summary = await Demo(options, client, display, channel=channel_of(options, ctx.environ)).run()
+            summary["threads_chosen_by"] = threads_chosen_by(ctx.environ)
         finally:
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)
@@ -253,6 +254,14 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def threads_chosen_by(environ: dict[str, str]) -> str:
+    """What decided the torch threads of the demo's runs: a setting the demo's daemon inherits, or the load."""
+    for name in ("BASHGYM_TRAINER_THREADS", "OMP_NUM_THREADS"):
+        if environ.get(name, "0") not in {"", "0"}:
+            return f"{name}={environ[name]}"
+    return "the load at each start; BASHGYM_TRAINER_THREADS sets them"
+
+
 def _threads(s: dict[str, Any]) -> str:
     def count(n: int | None) -> str:
         return "?" if n is None else str(n)
@@ -260,7 +269,7 @@ def _threads(s: dict[str, Any]) -> str:
     evaluations = s.get("evaluation_threads") or {}
     return (
         f"training {count(s['training'].get('cpu_threads'))}, evaluations {count(evaluations.get('baseline'))} "
-        f"and {count(evaluations.get('candidate'))} (from the load at each start; BASHGYM_TRAINER_THREADS sets them)"
+        f"and {count(evaluations.get('candidate'))} ({s.get('threads_chosen_by') or threads_chosen_by({})})"
     )
 
 

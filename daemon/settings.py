@@ -99,7 +99,8 @@ class Settings(BaseSettings):
         ge=0,
         le=1024,
         description="torch CPU threads of each local trainer and evaluator; 0: the host's cores split over "
-        "local_slots when several runs can share them, else torch's default (OMP_NUM_THREADS, if set, wins).",
+        "local_slots when several runs can share them, else the cores the load leaves free when the run starts "
+        "(OMP_NUM_THREADS, if set, wins).",
     )
     trainer_python: str = Field("", description="Python that runs trainers (default: the daemon's own).")
     local_gpus: int = Field(0, ge=0, le=64, description="GPUs a local run occupies, for GPU-hour accounting.")
@@ -429,7 +430,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def local_thread_limit(settings: Settings, environ: dict[str, str], cpu_count: int) -> int | None:
-    """The torch threads a local trainer or evaluator gets (its `--threads`), or None to leave torch's default.
+    """The torch threads a local trainer or evaluator gets (its `--threads`), or None to let it take the cores the
+    load leaves free when it starts (trainers/cores.py).
 
     torch starts a thread per core in every process: two runs side by side on 2 cores took 82 ms a step
     each instead of 17 with one thread apiece, as each waited on the other's threads. An explicit setting wins,

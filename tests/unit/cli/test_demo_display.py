@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
-from bashgym.cli.demo import Display, render_summary
+from bashgym.cli.demo import Display, render_summary, threads_chosen_by
 from bashgym.cli.demo_figures import SEEN, against_seen, render_against_seen
 from bashgym.cli.demo_loop import DemoOptions, _rest, check_options, suite_split
 from bashgym.cli.eta import StepRate
@@ -162,7 +162,9 @@ def test_the_summary_table_shows_each_split_the_ci_and_the_verdicts() -> None:
     assert "0.800" in text and "0.050" in text
     assert "Δ pass@1 +0.600, 95% CI [+0.500, +0.700]" in text
     assert "promotion gate      ship" in text and "champion -> v2" in text
-    assert "torch threads       training 1, evaluations 2 and 1 (from the load at each start" in text
+    assert "torch threads       training 1, evaluations 2 and 1 (the load at each start;" in text
+    summary["threads_chosen_by"] = threads_chosen_by({"BASHGYM_TRAINER_THREADS": "1"})
+    assert "evaluations 2 and 1 (BASHGYM_TRAINER_THREADS=1)" in render_summary(summary)
     assert "  held-out pass@1 0.800: OUTSIDE the range machines gave (0.742 to 0.770)" in text
     assert "  Δ pass@1: not measured (machines gave +0.540 to +0.560)" in text
     summary["gate"] = {"ship": False, "blockers": ["no_improvement"]}
