@@ -109,7 +109,9 @@ def expected_time(steps: int) -> str:
     line = f"Expected: about {max(1, round(minutes))} min on 2 idle cores ({steps} training steps"
     line += "; --steps 200 is a quicker look)." if steps > 200 else ")."
     if busy >= cores:  # every core already has a runnable process
-        line += f" This machine is busy (load {busy:.1f} on {cores} cores): expect longer, up to 25 min was seen."
+        # 2026-12-07, 2 cores at a load of 4 to 8: 6:34 and 12:59 with torch threads chosen by the load (1), 37:54
+        # with 2 forced; what makes the figure is the other work, so only a range can be said.
+        line += f" This machine is busy (load {busy:.1f} on {cores} cores): expect longer, 7 to 13 min was seen."
     return line
 
 

@@ -27,9 +27,11 @@ class SeenRange:
         return f"{self.show(self.low)} to {self.show(self.high)}"
 
 
-# The default demo (1,000 steps, all 88 tasks): 0.742 and +0.540 [+0.307, +0.778] on the 2-core machine of
-# 2026-12-05 (four runs, and 1 and 2 torch threads, gave the same); 0.770 and +0.560 [+0.329, +0.798] on the
-# fresh clone of issue 52.
+# The default demo (1,000 steps, all 88 tasks): 0.742 and +0.540 [+0.307, +0.778] on the 2-core AMD EPYC (AVX-512) of
+# 2026-12-05 and 2026-12-07 (seven runs at loads from 0 to 8, on 1 and on 2 torch threads, the same to the last
+# digit); 0.770 and +0.560 [+0.329, +0.798] on the fresh clone of issue 52. Thread counts leave a step's gradients
+# bit-identical on one machine; the kernels a CPU offers do not (torch's AVX-512, AVX2 and default kernels give three
+# different gradients of the same batch), so a machine of another CPU trains another model.
 SEEN = (
     SeenRange("held-out pass@1", 0.742, 0.770),
     SeenRange("Δ pass@1", 0.540, 0.560, signed=True),
