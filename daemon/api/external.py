@@ -30,7 +30,8 @@ from bashgym.daemon.api.routing import (
 from bashgym.daemon.external.hub_access import check_no_command_checks
 from bashgym.daemon.external.planning import submit_plan
 from bashgym.daemon.external.service import JOB_DATA_PATH, ExternalJobs
-from bashgym.daemon.launch.pipeline import prepare_job
+from bashgym.daemon.launch.pipeline import Prepared, prepare_job
+from bashgym.daemon.launch.resolve import Upstream
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
@@ -72,7 +73,9 @@ def _service(call: Call) -> ExternalJobs:
 
 
 @router.post("/jobs/hf", status_code=201)
-async def submit_hf_job(call: LaunchCall, body: HfJobSubmission) -> Response:
+async def submit_hf_job(call: LaunchCall, body: HfJobSubmission, http: Request) -> Response:
+    """`?project=P&model_version=MV&dataset_version=DV[&experiment=E]` makes the job an official run in P, as for
+    /v1/training/start: MV must be a Hub repo, and `dataset` must hold DV's data (its digest is checked)."""
     named = [name for name in _SET_BY_DAEMON if name in body.request]
     if named:
         raise InvalidInput(
@@ -80,7 +83,10 @@ async def submit_hf_job(call: LaunchCall, body: HfJobSubmission) -> Response:
             "drop it. The job downloads `dataset` from the Hub and pushes to `output_repo`.",
         )
     payload = {**body.request, "dataset_path": JOB_DATA_PATH}
-    prepared = await prepare_job(call.principal, call.reach, payload, confined=(), publishes=True)
+    upstream = Upstream("hf-jobs", "a Hugging Face Job")
+    prepared = await prepare_job(
+        call.principal, call.reach, payload, http.query_params, upstream=upstream, confined=(), publishes=True
+    )
     may_exceed = prepared.may_exceed_budget
     job = await _service(call).submit_hf(
         call.actor, call.workspace, prepared.request, body, may_exceed_budget=may_exceed
@@ -89,12 +95,14 @@ async def submit_hf_job(call: LaunchCall, body: HfJobSubmission) -> Response:
 
 
 @router.post("/jobs/providers/{provider}", status_code=201)
-async def submit_provider_job(call: LaunchCall, provider: str, body: ProviderJobSubmission) -> Response:
+async def submit_provider_job(call: LaunchCall, provider: str, body: ProviderJobSubmission, http: Request) -> Response:
+    """`?project=&model_version=&dataset_version=` as for /v1/training/start: the provider fine-tunes MV's Hub id on
+    DV's stored content."""
     check_identifier(provider, field="provider")
     if "compute_target" in body.request:
         raise InvalidInput("compute_target is set by the daemon for a provider job; drop it.")
     # The data is read here and uploaded to the provider: confined like any launch's (a blob or a root's file).
-    prepared = await prepare_job(call.principal, call.reach, body.request, confined=JOB_DATA, publishes=False)
+    prepared = await _uploaded_job(call, http, body.request, Upstream(f"managed:{provider}", f"provider {provider}"))
     job = await _service(call).submit_provider(
         call.actor, call.workspace, provider, prepared.request, body, may_exceed_budget=prepared.may_exceed_budget
     )
@@ -102,11 +110,12 @@ async def submit_provider_job(call: LaunchCall, provider: str, body: ProviderJob
 
 
 @router.post("/compute/plans", status_code=201)
-async def plan_compute(call: LaunchCall, body: PlanSubmission) -> Response:
-    """Render a SkyPilot or dstack plan (and with `launch`, submit it where the engine is configured)."""
+async def plan_compute(call: LaunchCall, body: PlanSubmission, http: Request) -> Response:
+    """Render a SkyPilot or dstack plan (and with `launch`, submit it where the engine is configured); project and
+    versions in the query as for /v1/training/start."""
     if "compute_target" in body.request:
         raise InvalidInput("compute_target is set by the plan (the job trains `local` where the engine runs it).")
-    prepared = await prepare_job(call.principal, call.reach, body.request, confined=JOB_DATA, publishes=False)
+    prepared = await _uploaded_job(call, http, body.request, Upstream(body.engine, f"a {body.engine} task"))
     request = prepared.request
     if body.launch:  # the task runs with the job token: no author's shell code runs beside it
         files = {name: Path(path) for name in JOB_DATA if (path := getattr(request, name))}
@@ -125,6 +134,13 @@ async def plan_compute(call: LaunchCall, body: PlanSubmission) -> Response:
         may_exceed_budget=prepared.may_exceed_budget,
     )
     return json_response(answer, 201)
+
+
+async def _uploaded_job(call: Call, http: Request, request: dict[str, Any], upstream: Upstream) -> Prepared:
+    """A job whose data the daemon reads and uploads (a provider's, a plan's), through the launch pipeline."""
+    return await prepare_job(
+        call.principal, call.reach, request, http.query_params, upstream=upstream, confined=JOB_DATA, publishes=False
+    )
 
 
 @router.get("/projects/{project}/compute-plans/{plan_id}")

@@ -176,9 +176,10 @@ class HubJobs:
                 )
         return found
 
-    def model_commit(self, repo: str) -> str:
-        with _asking(f"about base model {repo}"):
-            return str(self._api.model_info(repo).sha)
+    def model_commit(self, repo: str, revision: str | None = None) -> str:
+        """The commit `revision` of a model repo points at (its head when None)."""
+        with _asking(f"about base model {repo}{f'@{revision}' if revision else ''}"):
+            return str(self._api.model_info(repo, revision=revision).sha)
 
     def repo_files(self, repo: str) -> tuple[bool, set[str]] | None:
         """(private, files) of a model repo, or None where it does not exist (or this token cannot see it)."""

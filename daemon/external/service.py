@@ -271,6 +271,7 @@ class ExternalJobs:
             )
         # Every repo is found readable before anything is downloaded: the models first, then the dataset.
         model_commit = await self._model_commit(hub, ws, project, "Base model", request.base_model)
+        await self._check_pinned(hub, ws, project, request, model_commit)
         if request.teacher_model:
             await self._model_commit(hub, ws, project, "Teacher model", request.teacher_model)
         dataset = body.dataset
@@ -317,12 +318,33 @@ class ExternalJobs:
             "model_commit": model_commit,
         }
 
-    async def _model_commit(self, hub: HubJobs, ws: str, project: str, what: str, repo: str) -> str:
-        """The commit a model repo the job downloads points at, read as the project's read namespaces allow."""
+    async def _model_commit(
+        self, hub: HubJobs, ws: str, project: str, what: str, repo: str, revision: str | None = None
+    ) -> str:
+        """The commit a model repo the job downloads points at (or its `revision`), read as the project's read
+        namespaces allow."""
         reader = reader_for(self.settings, hub, ws, project, repo)
         refusal = unreadable(self.settings, what, repo, ws, project)
         asked = f"The job could not read {what.lower()} {repo}"
-        return str(await _read(reader, lambda: reader.model_commit(repo), asked, refusal))
+        return str(await _read(reader, lambda: reader.model_commit(repo, revision), asked, refusal))
+
+    async def _check_pinned(self, hub: HubJobs, ws: str, project: str, request: TrainingRequest, head: str) -> None:
+        """An official run trains the revision its model version pins; the job downloads the repo's head, so the two
+        must be the same commit."""
+        context, _ = context_in_workspace(request.tracking_context, ws)
+        if context is None or context.model_source_revision in {"", head}:
+            return
+        revision = context.model_source_revision
+        pinned = await self._model_commit(hub, ws, project, "Base model", request.base_model, revision)
+        if pinned != head:
+            raise RuleRejected(
+                f"Model version {context.model_version_id} pins {request.base_model}@{revision} "
+                f"(commit {pinned}), but the repo's head is {head}, which the job would download. An official run "
+                "trains the exact model it names. Nothing was submitted.",
+                hint=f"Register the head as a new model version (bashgym model register --project {project} --model "
+                f"ID --version V --hub-id {request.base_model} --revision {head}) and name it, or train the pinned "
+                "version here (bashgym training start).",
+            )
 
     # -- managed providers -----------------------------------------------------------------------------------------
 

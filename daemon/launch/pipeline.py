@@ -18,7 +18,13 @@ from bashgym.daemon.authority import Principal
 from bashgym.daemon.lanes.admission import shaped_for_lane
 from bashgym.daemon.launch.authorise import authorise_launch, check_request, owner_may_launch, recorded_project
 from bashgym.daemon.launch.confine import DATA_FIELDS, MODEL_FIELDS, Reach, confine_request
-from bashgym.daemon.launch.resolve import context_of, dataset_version_path, in_named_project, parse_training_request
+from bashgym.daemon.launch.resolve import (
+    Upstream,
+    context_of,
+    dataset_version_path,
+    in_named_project,
+    parse_training_request,
+)
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
 from bashgym.trainers.contracts.fields import effective_config
@@ -46,34 +52,36 @@ async def prepare(principal: Principal, reach: Reach, payload: dict[str, Any], q
     tracking context composed from the project's records."""
     if "hf_repo_owner" in payload:
         raise InvalidInput("`hf_repo_owner` is set by the daemon: the workspace and project the run is recorded under.")
-    named = "project" in query
-    if named:
-        payload = await in_named_project(principal, reach, payload, query)
-    project = run_project(context_of(payload), reach.workspace)
-    version = query.get("dataset_version")
-    if version:
-        if payload.get("dataset_path"):
-            raise InvalidInput("Give dataset_path or dataset_version, not both.")
-        payload["dataset_path"] = await dataset_version_path(principal, reach, payload, query, version)
+    payload, stored = await _resolved(principal, reach, payload, query)
     request = parse_training_request(payload)  # a malformed request is said first, then what it may not reach
+    project = run_project(context_of(payload), reach.workspace)
     fields = {field: getattr(request, field) for field in (*DATA_FIELDS, *MODEL_FIELDS)}
-    # A registered version's content is the daemon's own: its stored path is not the caller's to confine.
-    skip = (*(("dataset_path",) if version else ()), *(("base_model",) if named else ()))
-    confined = await confine_request(reach, fields, project, skip=skip)
+    confined = await confine_request(reach, fields, project, skip=stored)
     return _authorised(principal, reach, request.model_copy(update=confined))
 
 
 async def prepare_job(
-    principal: Principal, reach: Reach, payload: dict[str, Any], *, confined: tuple[str, ...], publishes: bool
+    principal: Principal,
+    reach: Reach,
+    payload: dict[str, Any],
+    query: Mapping[str, str],
+    *,
+    upstream: Upstream,
+    confined: tuple[str, ...],
+    publishes: bool,
 ) -> Prepared:
-    """An external job's launch: authorised like any launch (and `artifact.publish_private` when the job pushes),
-    then the `confined` data fields, which the daemon reads and uploads, confined like a launch's."""
+    """An external job's launch: resolved as a training route's (`?project=` with its versions makes it official in
+    that project, its model version a Hub repo the upstream downloads), authorised like any launch (and
+    `artifact.publish_private` when the job pushes), then the `confined` data fields, which the daemon reads and
+    uploads, confined like a launch's. A job whose upstream downloads its own data (`confined` empty) names a dataset
+    version only for its context: the submission checks the data it downloads is that version's."""
+    payload, stored = await _resolved(principal, reach, payload, query, upstream=upstream, reads=confined)
     prepared = _authorised(principal, reach, parse_training_request(payload))
     if publishes:
         principal.require("artifact.publish_private", workspace_id=reach.workspace, project_id=prepared.project)
-    if not confined:
+    paths = {name: getattr(prepared.request, name) for name in confined if name not in stored}
+    if not paths:
         return prepared
-    paths = {name: getattr(prepared.request, name) for name in confined}
     request = prepared.request.model_copy(update=await confine_request(reach, paths, prepared.project))
     return replace(prepared, request=request)
 
@@ -112,6 +120,41 @@ async def launch(service: TrainingService, actor: Actor, prepared: Prepared) -> 
     """Check, register and queue the prepared run (the first refusal raised); answer at once."""
     may_exceed = prepared.may_exceed_budget
     return await service.start(actor, prepared.workspace, prepared.request, may_exceed_budget=may_exceed)
+
+
+async def _resolved(
+    principal: Principal,
+    reach: Reach,
+    payload: dict[str, Any],
+    query: Mapping[str, str],
+    *,
+    upstream: Upstream | None = None,
+    reads: tuple[str, ...] = DATA_FIELDS,
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The resolve stage every launch shares: the payload with the context of the project it names and the stored
+    content of the dataset version it names (when the daemon reads the data: `reads`), and the fields that now hold
+    the daemon's own records, whose paths are not the caller's to confine."""
+    named = "project" in query
+    if named:
+        payload = await in_named_project(principal, reach, payload, query, upstream=upstream)
+    version = query.get("dataset_version")
+    if not version:
+        return payload, ("base_model",) if named else ()
+    if "dataset_path" not in reads:
+        if not named:
+            what = upstream.name if upstream else "the job"
+            raise InvalidInput(
+                f"dataset_version {version!r} names the data of an official run here: {what} downloads its own "
+                "data, so name the project and model_version too, and the submission checks that data is that "
+                "version's.",
+                hint="Add ?project=P&model_version=MV (bashgym jobs hf submit --project P --model-version MV ...).",
+            )
+        return payload, ("base_model",)
+    if payload.get("dataset_path"):
+        raise InvalidInput("Give dataset_path or dataset_version, not both.")
+    stored = await dataset_version_path(principal, reach, payload, query, version)
+    # A registered version's content is the daemon's own: its stored path is not the caller's to confine.
+    return {**payload, "dataset_path": stored}, ("dataset_path", *(("base_model",) if named else ()))
 
 
 def _authorised(principal: Principal, reach: Reach, request: TrainingRequest) -> Prepared:

@@ -13,13 +13,14 @@ import hashlib
 import json
 import platform
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.specs import context_in_workspace
-from bashgym.client.validation import check_identifier
+from bashgym.client.validation import HUB, check_identifier
 from bashgym.daemon.authority import Principal
-from bashgym.daemon.launch.confine import Reach, base_model_of, held_blob
+from bashgym.daemon.launch.confine import Reach, base_model_of, held_blob, hub_repo
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger.store import Ledger
 from bashgym.trainers.contracts.fields import request_from_recipe
@@ -33,6 +34,15 @@ ADHOC = {
     "objective": "Runs launched one at a time, outside a campaign.",
     "task_type": "adhoc",
 }
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Compute that is not this daemon's (an external job): it downloads its base model from the Hub and never reads
+    this host's files."""
+
+    target: str  # the run's compute target, which names its environment: hf-jobs, managed:NAME, skypilot
+    name: str  # how a refusal names it: "a Hugging Face Job"
 
 
 def runtime_digest() -> str:
@@ -69,6 +79,7 @@ async def registered_context(
         "model_id": model["model_id"],
         "model_version_id": model["model_version_id"],
         "model_source_uri": model["source_uri"],
+        "model_source_revision": model.get("source_revision") or "",
         "model_config_digest": model["config_digest"] or hashlib.sha256(model["source_uri"].encode()).hexdigest(),
         "dataset_id": dataset["dataset_id"],
         "dataset_version_id": dataset["dataset_version_id"],
@@ -130,11 +141,16 @@ def context_of(payload: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def in_named_project(
-    principal: Principal, reach: Reach, payload: dict[str, Any], query: Mapping[str, str]
+    principal: Principal,
+    reach: Reach,
+    payload: dict[str, Any],
+    query: Mapping[str, str],
+    *,
+    upstream: Upstream | None = None,
 ) -> dict[str, Any]:
     """The payload with the complete tracking context of the project the launch names (`?project=`), and the base
     model of the registered model version it names: an explicit project is where the run is recorded, never
-    `unassigned`."""
+    `unassigned`. An `upstream` job's model version must be a Hub repo: the upstream cannot read this host."""
     project = check_identifier(query["project"], field="project")
     if context_of(payload) is not None:
         raise InvalidInput("Name the run's project with ?project= or in tracking_context, not both.")
@@ -159,9 +175,9 @@ async def in_named_project(
         f"bashgym dataset register --project {project} --dataset ID --version {query['dataset_version']} --file FILE",
     )
     check_kind(model, str(payload.get("method") or payload.get("strategy") or ""))
-    base_model = await base_model_of(reach, project, model)
+    base_model = await base_model_of(reach, project, model) if upstream is None else hub_model_for(model, upstream)
     experiment = await named_experiment(ledger, ws, project, query.get("experiment"))
-    target = str(payload.get("compute_target") or "local")
+    target = upstream.target if upstream else str(payload.get("compute_target") or "local")
     context = await registered_context(
         ledger, ws, project, model=model, dataset=dataset, experiment=experiment, environment=environment_id(target)
     )
@@ -176,6 +192,23 @@ async def in_named_project(
             details={"missing_context_fields": missing},
         )
     return {**payload, "base_model": base_model, "tracking_context": context}
+
+
+def hub_model_for(model: dict[str, Any], upstream: Upstream) -> str:
+    """The Hub repo an upstream job trains from for a model version; a version whose files are on this host (uploaded,
+    a data root's directory, a run's model) is refused: nothing sends them upstream."""
+    source = str(model["source_uri"])
+    if not source.startswith(HUB):
+        version, project = model["model_version_id"], model["project_id"]
+        raise InvalidInput(
+            f"Model version {version} is {source!r}, files on this daemon's host; {upstream.name} downloads its base "
+            "model from the Hugging Face Hub and cannot read them.",
+            hint=f"Push the model to a private Hub repo and register that (bashgym model register --project {project} "
+            f"--model {model['model_id']} --version V --hub-id ORG/NAME --revision SHA), then name that version; or "
+            f"train {version} here (bashgym training start --project {project} --model-version {version} ...).",
+            details={"field": "model_version", "source_uri": source},
+        )
+    return hub_repo(model)
 
 
 # What each method trains from: a retriever from a retriever, a reward model from a causal LM (its head is new) or
