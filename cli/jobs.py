@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bashgym.cli.official import check_official, official_params, official_run_args
 from bashgym.cli.output import console
 from bashgym.cli.registry import Ctx, command, command_group, done, no_args, read_json_file, upload_for
 from bashgym.cli.usage import UsageError, input_file
@@ -39,21 +40,44 @@ def duration_s(text: str) -> int:
 
 def _request_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True, choices=METHODS, help="the training method")
-    parser.add_argument("--model", required=True, dest="base_model", help="base model: a Hub id or provider model")
+    official_run_args(
+        parser,
+        model_help="base model: a Hub id or provider model",
+        model_version_help="a registered model version of --project, a Hub repo (hf://): the job downloads it",
+    )
     parser.add_argument("--config", type=input_file, help="JSON file of method fields")
     parser.add_argument("--tracking-context", type=input_file, help="JSON file with the run's tracking context")
 
 
-def _request(a: argparse.Namespace) -> dict[str, Any]:
+def _data_args(parser: argparse.ArgumentParser) -> None:
+    """The data the daemon reads and uploads: a file here, or a registered dataset version's stored content."""
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--dataset-path", type=input_file, help="training data (JSONL); uploaded")
+    data.add_argument("--dataset-version", help="a registered dataset version of --project: its stored content")
+
+
+def _request(ctx: Ctx, command: str) -> dict[str, Any]:
+    a = ctx.args
+    check_official(a, ctx.settings.project, command=command)
     body: dict[str, Any] = merge_config_file(read_json_file(a.config, what="config")) if a.config else {}
-    body.update(method=a.method, base_model=a.base_model)
+    body["method"] = a.method
+    if a.base_model is not None:  # else the daemon names --model-version's Hub repo
+        body["base_model"] = a.base_model
     if a.tracking_context:
         body["tracking_context"] = read_json_file(a.tracking_context, what="tracking context")
     return body
 
 
+def _params(ctx: Ctx) -> dict[str, Any]:
+    return {"workspace": ctx.workspace, **official_params(ctx.args)}
+
+
 def _hf_args(parser: argparse.ArgumentParser) -> None:
     _request_args(parser)
+    parser.add_argument(
+        "--dataset-version",
+        help="the registered dataset version of --project that --dataset-repo's file is (its digest is checked)",
+    )
     parser.add_argument("--dataset-repo", required=True, help="Hub dataset repo the job downloads (owner/name)")
     parser.add_argument("--dataset-file", default="train.jsonl", help="file in it (default train.jsonl)")
     parser.add_argument("--dataset-revision", default="main", help="branch or commit (default main)")
@@ -77,7 +101,7 @@ async def jobs_hf_submit(ctx: Ctx) -> int:
     if a.eval_file:
         dataset["eval_file"] = a.eval_file
     body: dict[str, Any] = {
-        "request": _request(a),
+        "request": _request(ctx, "bashgym jobs hf submit"),
         "dataset": dataset,
         "output_repo": a.output_repo,
         "flavor": a.flavor,
@@ -87,7 +111,7 @@ async def jobs_hf_submit(ctx: Ctx) -> int:
         body["cost_ceiling_usd"] = a.cost_ceiling
     if a.image:
         body["image"] = a.image
-    job = await ctx.client.request("POST", "/v1/jobs/hf", body=body, params={"workspace": ctx.workspace})
+    job = await ctx.client.request("POST", "/v1/jobs/hf", body=body, params=_params(ctx))
     return await _submitted(ctx, job)
 
 
@@ -100,7 +124,7 @@ async def jobs_hf_flavors(ctx: Ctx) -> int:
 def _provider_args(parser: argparse.ArgumentParser) -> None:
     _request_args(parser)
     parser.add_argument("--provider", required=True, help="a provider the operator configured (bashgym jobs surfaces)")
-    parser.add_argument("--dataset-path", required=True, type=input_file, help="training data (JSONL); uploaded")
+    _data_args(parser)
     parser.add_argument("--epochs", type=int, help="the provider's n_epochs")
     parser.add_argument("--batch-size", type=int, help="the provider's batch_size")
     parser.add_argument("--lr-multiplier", type=float, help="the provider's learning_rate_multiplier")
@@ -112,7 +136,7 @@ def _provider_args(parser: argparse.ArgumentParser) -> None:
 @command("jobs", "provider", "submit", help="fine-tune on a managed provider (training.launch)")(_provider_args)
 async def jobs_provider_submit(ctx: Ctx) -> int:
     a = ctx.args
-    request = await _with_upload(ctx, _request(a), Path(a.dataset_path))
+    request = await _with_upload(ctx, _request(ctx, "bashgym jobs provider submit"))
     hyper = {"n_epochs": a.epochs, "batch_size": a.batch_size, "learning_rate_multiplier": a.lr_multiplier}
     body: dict[str, Any] = {
         "request": request,
@@ -122,17 +146,20 @@ async def jobs_provider_submit(ctx: Ctx) -> int:
     if a.suffix:
         body["suffix"] = a.suffix
     path = f"/v1/jobs/providers/{a.provider}"
-    job = await ctx.client.request("POST", path, body=body, params={"workspace": ctx.workspace})
+    job = await ctx.client.request("POST", path, body=body, params=_params(ctx))
     return await _submitted(ctx, job)
 
 
-async def _with_upload(ctx: Ctx, request: dict[str, Any], dataset: Path) -> dict[str, Any]:
-    """The request with the dataset uploaded for the project it will be recorded under (no host path is sent)."""
+async def _with_upload(ctx: Ctx, request: dict[str, Any]) -> dict[str, Any]:
+    """The request with --dataset-path uploaded for the project it will be recorded under (no host path is sent);
+    a --dataset-version's content the daemon holds already."""
+    if not ctx.args.dataset_path:
+        return request
     context = request.get("tracking_context")
     project = run_project(
         context if isinstance(context, dict) else None, ctx.workspace or ctx.settings.default_workspace
     )
-    return {**request, "dataset_path": await upload_for(ctx, dataset.expanduser(), project)}
+    return {**request, "dataset_path": await upload_for(ctx, Path(ctx.args.dataset_path).expanduser(), project)}
 
 
 async def _submitted(ctx: Ctx, job: dict[str, Any]) -> int:
@@ -250,7 +277,7 @@ async def jobs_surfaces(ctx: Ctx) -> int:
 def _plan_args(parser: argparse.ArgumentParser) -> None:
     _request_args(parser)
     parser.add_argument("--engine", required=True, choices=["skypilot", "dstack"], help="the engine to plan for")
-    parser.add_argument("--dataset-path", required=True, type=input_file, help="training data (JSONL); uploaded")
+    _data_args(parser)
     parser.add_argument("--accelerators", default="H100:1", help="NAME[:COUNT] (default H100:1)")
     parser.add_argument("--cpus", help="vCPUs: 8 (exactly) or 8+ (at least)")
     parser.add_argument("--memory", help="memory in GB: 32 or 32+")
@@ -270,7 +297,7 @@ def _plan_args(parser: argparse.ArgumentParser) -> None:
 )
 async def compute_plan(ctx: Ctx) -> int:
     a = ctx.args
-    request = await _with_upload(ctx, _request(a), Path(a.dataset_path))
+    request = await _with_upload(ctx, _request(ctx, "bashgym compute plan"))
     fields = ("accelerators", "cpus", "memory", "disk_size_gb", "cloud", "region", "checkpoint_store")
     options: dict[str, Any] = {name: getattr(a, name) for name in fields if getattr(a, name) is not None}
     options.update(use_spot=a.use_spot)
@@ -279,7 +306,7 @@ async def compute_plan(ctx: Ctx) -> int:
     if a.timeout_minutes is not None:
         options["timeout_minutes"] = a.timeout_minutes
     body = {"engine": a.engine, "request": request, "options": options, "launch": a.launch}
-    plan = await ctx.client.request("POST", "/v1/compute/plans", body=body, params={"workspace": ctx.workspace})
+    plan = await ctx.client.request("POST", "/v1/compute/plans", body=body, params=_params(ctx))
     if a.out:
         a.out.write_text(plan["text"])
     if ctx.as_json:

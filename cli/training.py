@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli import views
+from bashgym.cli.official import check_official, official_params, official_run_args
 from bashgym.cli.registry import Ctx, command, command_group, done, read_json_file, upload_for
 from bashgym.cli.usage import UsageError, input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE, InvalidInput, RuleRejected
@@ -86,15 +87,11 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
         "--method", "--strategy", dest="method", required=True, choices=METHODS,
         help="the training method (--strategy, its former name, is accepted too)",
     )  # fmt: skip
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--model", dest="base_model", help="base model: hub id or local path")
-    model.add_argument("--model-version", help="a registered model version of --project: the run trains from its files")
-    parser.add_argument(
-        "--project",
-        help="the project the run is recorded under, as an official run: the daemon composes its tracking context "
-        "from --model-version, --dataset-version and --experiment (its records)",
+    official_run_args(
+        parser,
+        model_help="base model: hub id or local path",
+        model_version_help="a registered model version of --project: the run trains from its files",
     )
-    parser.add_argument("--experiment", help="experiment of --project (default: the project's default experiment)")
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument(
         "--dataset-path", type=input_file, help="training data (JSONL) on this machine; uploaded for the run's project"
@@ -180,7 +177,7 @@ async def training_plan(ctx: Ctx) -> int:
 async def _request_body(ctx: Ctx) -> dict[str, object]:
     """The request, with --dataset-path uploaded for the project the run will be recorded under (the daemon reads
     no path of this machine's; an upload the daemon already holds is stored once)."""
-    _check_official(ctx.args, ctx.settings.project)
+    check_official(ctx.args, ctx.settings.project, command="bashgym training start")
     try:
         body = build_request(ctx.args)
     except ValueError as exc:
@@ -244,43 +241,7 @@ def _check_locally(request: TrainingRequest, dataset: Path) -> None:
 
 def _params(ctx: Ctx) -> dict[str, Any]:
     a = ctx.args
-    return {
-        "workspace": ctx.workspace,
-        "dataset_version": a.dataset_version,
-        "dataset_project": a.dataset_project,
-        "project": a.project,
-        "model_version": a.model_version,
-        "experiment": a.experiment,
-    }
-
-
-def _check_official(a: argparse.Namespace, default: str | None) -> None:
-    """--project names an official run by its registered versions; the flags that compose it come together. A
-    launch naming a model version is in the default project (`bashgym project use`) when it names none."""
-    if a.project is None and a.model_version and default:
-        a.project = default
-    if a.project is None:
-        lonely = [
-            flag for flag, value in (("--model-version", a.model_version), ("--experiment", a.experiment)) if value
-        ]
-        if lonely:
-            raise UsageError(
-                f"{' and '.join(lonely)} name records of a project: give --project too.",
-                hint="bashgym training start --project P --model-version MV --dataset-version DV --method ...",
-            )
-        return
-    if a.tracking_context:
-        raise UsageError(
-            "Give --project or --tracking-context, not both: with --project the daemon composes the context.",
-            hint="Drop --tracking-context to launch by the project's registered versions.",
-        )
-    if a.model_version is None or a.dataset_version is None:
-        raise UsageError(
-            "An official run in --project names its registered versions: --model-version and --dataset-version.",
-            hint=f"Register them first (bashgym model register --project {a.project} --model ID --version MV --dir "
-            f"DIR; bashgym dataset register --project {a.project} --dataset ID --version DV --file FILE), then name "
-            "them; bashgym ledger context --project P lists what is registered.",
-        )
+    return {"workspace": ctx.workspace, "dataset_project": a.dataset_project, **official_params(a)}
 
 
 def _start_args(parser: argparse.ArgumentParser) -> None:
