@@ -17,7 +17,14 @@ from mcp.client.stdio import stdio_client
 
 from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.factories import sft_data, tracking_context
-from tests.support.helpers import BASHGYM, RunningDaemon, daemon_with_project, register_versions, running_daemon
+from tests.support.helpers import (
+    BASHGYM,
+    RunningDaemon,
+    daemon_with_project,
+    register_versions,
+    running_daemon,
+    wait_for_run,
+)
 from tests.support.mcp_client import call, session
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +54,9 @@ async def test_an_agent_plans_and_starts_an_official_run_by_project_and_versions
         assert started["replayed"] is False and not started.get("note"), started
         with daemon.client() as admin:  # stopping takes training.stop, which a researcher does not hold
             stopped = admin.post(f"/v1/projects/{PROJECT}/runs/{started['run_id']}/stop")
-        assert stopped.status_code == 200, stopped.text
+            assert stopped.status_code == 200, stopped.text
+            # A stop answers at once; the run is cancelled when its supervisor has ended the trainer.
+            wait_for_run(admin, PROJECT, started["run_id"], {"cancelled"}, timeout_s=60)
         # Retried with its key: the same run, said to be a replay, with the state it is in now.
         failed, again = await call(opened, "start_training", arguments)
         assert not failed and again["run_id"] == started["run_id"], again
