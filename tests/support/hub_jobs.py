@@ -489,3 +489,17 @@ def _signal_group(process: subprocess.Popen[str], sig: int) -> None:
     # The group start_new_session made: its id is the leader's pid.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
+
+
+def daemon_env(hub_url: str, *, write: str, job: str, image: str, poll_s: float) -> dict[str, str]:
+    """A daemon's settings for Hugging Face Jobs against the stand-in at `hub_url`: the operator's write and job
+    tokens, namespace `acme` for writing and reading, one allowed image, and the poll interval."""
+    return {
+        "HF_TOKEN": write,
+        "HF_JOB_TOKEN": job,
+        "BASHGYM_HF_ENDPOINT": hub_url,
+        "BASHGYM_HF_NAMESPACES": "acme",
+        "BASHGYM_HF_READ_NAMESPACES": "acme",
+        "BASHGYM_HF_JOB_IMAGES": image,
+        "BASHGYM_EXTERNAL_POLL_S": str(poll_s),
+    }

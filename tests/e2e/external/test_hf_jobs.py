@@ -22,6 +22,7 @@ from bashgym.trainers.external_job import push_run
 
 from tests.support.factories import sft_data, tracking_context
 from tests.support.helpers import inprocess_daemon, running_daemon, wait_for_status
+from tests.support.hub_jobs import daemon_env
 from tests.support.hub_standin import HubStandIn, TokenInfo
 
 pytestmark = pytest.mark.anyio
@@ -250,15 +251,7 @@ async def test_what_cannot_run_is_refused_before_anything_is_submitted_or_record
 def test_a_daemon_killed_after_the_hub_took_the_job_finds_it_by_label_and_never_submits_again(
     tmp_path: Path, hub: HubStandIn
 ) -> None:
-    env = {
-        "HF_TOKEN": WRITE,
-        "HF_JOB_TOKEN": JOB,
-        "BASHGYM_HF_ENDPOINT": hub.url,
-        "BASHGYM_HF_NAMESPACES": "acme",
-        "BASHGYM_HF_READ_NAMESPACES": "acme",
-        "BASHGYM_HF_JOB_IMAGES": IMAGE,
-        "BASHGYM_EXTERNAL_POLL_S": "0.1",
-    }
+    env = daemon_env(hub.url, write=WRITE, job=JOB, image=IMAGE, poll_s=0.1)
     home = tmp_path / "home"
     with running_daemon(home, env={**env, "BASHGYM_FAILPOINT": "external.submitted"}) as first:
         with first.client() as client, pytest.raises(httpx.TransportError):

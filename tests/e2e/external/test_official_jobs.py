@@ -18,6 +18,7 @@ import pytest
 from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.factories import sft_data
 from tests.support.helpers import RunningDaemon, cli, running_daemon
+from tests.support.hub_jobs import daemon_env
 from tests.support.hub_standin import HubStandIn, TokenInfo
 
 PROJECT, OTHER = "nightly", "elsewhere"
@@ -44,15 +45,7 @@ def daemon(hub: HubStandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """Project nightly holding Hub model versions (tiny-hub at acme/tiny's head, moving-v1 at acme/moving's first
     commit, since moved on), a local one (tiny-files) and the Hub dataset's rows as rows-v1."""
     root = tmp_path_factory.mktemp("official-jobs")
-    env = {
-        "HF_TOKEN": WRITE,
-        "HF_JOB_TOKEN": JOB,
-        "BASHGYM_HF_ENDPOINT": hub.url,
-        "BASHGYM_HF_NAMESPACES": "acme",
-        "BASHGYM_HF_READ_NAMESPACES": "acme",
-        "BASHGYM_HF_JOB_IMAGES": IMAGE,
-        "BASHGYM_EXTERNAL_POLL_S": "30",  # the job's state is not what these tests read
-    }
+    env = daemon_env(hub.url, write=WRITE, job=JOB, image=IMAGE, poll_s=30)  # job states are not read here
     (root / "files").mkdir()
     (root / "files" / "config.json").write_text("{}")
     (root / "rows.jsonl").write_bytes(hub.state.repos["acme/data"].files["train.jsonl"])
