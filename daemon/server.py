@@ -29,6 +29,7 @@ from bashgym.daemon.campaigns.runner import CampaignRunner
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.daemon.evidence.evaluations import EvaluationService
 from bashgym.daemon.external.service import ExternalJobs
+from bashgym.daemon.external.tracked import TrackedRuns
 from bashgym.daemon.host_paths import keep_environment_private, secure_home
 from bashgym.daemon.lockfile import HomeLock
 from bashgym.daemon.notices.render import ConsoleNotifier, NoticeRenderer
@@ -177,6 +178,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
             _console_channel(settings, ledger, environ),
             SinkForwarder(ledger, environ, default_workspace=settings.default_workspace) as sinks,
             ExternalJobs(settings, ledger, environ) as external,
+            TrackedRuns(settings, ledger) as tracked,
         ):
             await ensure_admin_token(ledger, settings.admin_token_path)
             # A project's token names a project of one workspace: older ones, issued without it, meant the default.
@@ -205,6 +207,7 @@ async def main(settings: Settings, environ: dict[str, str]) -> int:
                 scheduler=scheduler,
                 sinks=sinks,
                 external=external,
+                tracked=tracked,
                 discord_configured=bool(environ.get(settings.discord_token_env)),
                 nemo_key_set=bool(environ.get(settings.nemo_api_key_env)),
                 environ=environ,

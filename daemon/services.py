@@ -11,6 +11,7 @@ from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.campaigns.scheduler import ReportScheduler
 from bashgym.daemon.evidence.evaluations import EvaluationService
 from bashgym.daemon.external.service import ExternalJobs
+from bashgym.daemon.external.tracked import TrackedRuns
 from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.training import TrainingService
@@ -33,6 +34,7 @@ class Services:
     scheduler: ReportScheduler | None = None
     sinks: SinkForwarder | None = None
     external: ExternalJobs | None = None  # Hugging Face Jobs and managed providers (daemon/external/)
+    tracked: TrackedRuns | None = None  # runs BashGym did not launch, reporting through bashgym.track
     # When a principal holding delegate.discord (the bot) last asked for notices: the bot is connected
     # while it keeps long-polling them.
     bot_polled_at: float | None = None

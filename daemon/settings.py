@@ -152,6 +152,9 @@ class Settings(BaseSettings):
         description="Base URL people's browsers reach the daemon at, for web view links (default: the URL the "
         "request for the link came to).",
     )
+    tracked_heartbeat_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds a tracked run (bashgym.track) may go unheard before it is marked `unknown`."
+    )
     external_poll_s: float = Field(5.0, gt=0, description="Seconds between polls of an external job's upstream.")
     providers: dict[str, ProviderSettings] = Field(
         default_factory=dict,

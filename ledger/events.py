@@ -158,6 +158,13 @@ class NoticeFailed(_Payload):
     message: str = ""
 
 
+class RunTracked(_Payload):
+    """Params and tags a tracked run (bashgym.track) logged after it opened; later values of a name replace earlier."""
+
+    params: dict[str, Any] = {}
+    tags: dict[str, str] = {}
+
+
 class ExternalJobChanged(_Payload):
     """An external job was accepted, submitted, or moved to a state its upstream reported."""
 
@@ -224,6 +231,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "promotion.gated": EntityRegistered,
     "gate.evaluated": GateEvaluated,
     "run.remote_log": RemoteLog,
+    "run.tracked": RunTracked,
     "blob.held": EntityRegistered,
     "consumer.cursor_moved": ConsumerCursorMoved,
     "notice.failed": NoticeFailed,

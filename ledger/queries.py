@@ -712,7 +712,7 @@ def active_runs(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     oldest first: a restart must also start the runs that were still waiting for a slot, in their order."""
     owned = ("queued", *ACTIVE_STATUSES)
     rows = conn.execute(
-        "SELECT r.workspace_id, r.project_id, r.run_id, r.status, r.method, r.recipe_digest, "
+        "SELECT r.workspace_id, r.project_id, r.run_id, r.status, r.method, r.recipe_digest, r.source_system, "
         "json_extract(r.config_json, '$.dataset_sha256') AS dataset_sha256, "
         "json_extract(r.config_json, '$.external_job_id') AS external_job_id, "
         "(SELECT a.attempt_id FROM attempts a WHERE a.workspace_id = r.workspace_id AND a.project_id = r.project_id "

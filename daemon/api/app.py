@@ -25,6 +25,7 @@ from bashgym.daemon.api import (
     replays,
     runs,
     system,
+    tracking,
     training,
     ui,
 )
@@ -56,6 +57,7 @@ ROUTERS = (
     exchange,
     campaigns,
     external,
+    tracking,
     notices,
     consumers,
     operator,

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.import_map import ROOT, Arrow, ImportMap, build
 
-FOLDERS = ("ledger", "daemon", "bot", "trainers", "client", "cli", "agents")
+FOLDERS = ("ledger", "daemon", "bot", "trainers", "client", "cli", "agents", "track")
 PACKAGED = (*FOLDERS, "skills")  # skills/ is a data package: the bundle ships inside the wheel
 TORCH_FREE = ("bashgym.trainers.contracts", "bashgym.trainers.environments")  # the daemon's window on trainers
 # The bottom floor: the product's errors and the vocabulary of the wire and the ledger (pydantic specs, pure checks,
@@ -33,7 +33,7 @@ VOCABULARY = (
     "bashgym.client.likeness",  # what makes two evaluation results comparable
 )
 # The API's request and response models, and notices as text: what the daemon serves and adapters read.
-CONTRACT = (*VOCABULARY, "bashgym.client.models", "bashgym.client.render")
+CONTRACT = (*VOCABULARY, "bashgym.client.models", "bashgym.client.render", "bashgym.client.tracking")
 # What the CLI needs of the daemon besides its API: to start one in this process (`bashgym daemon|up`), its
 # settings (where the home is) and version, and its test-only crash points; and the ledger's offline restore.
 CLI_PROCESS = (
@@ -53,6 +53,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The MCP server is an adapter like the bot: the daemon's client, and the torch-free data contracts for
     # checking a local file before anything is sent.
     "bashgym.agents": ("bashgym.agents", "bashgym.client", *TORCH_FREE),
+    # The tracking client is an adapter like the CLI: the daemon's client, and where the CLI finds the daemon.
+    "bashgym.track": ("bashgym.track", "bashgym.client", "bashgym.daemon.settings"),
     "bashgym.daemon": ("bashgym.daemon", "bashgym.ledger", *CONTRACT, *TORCH_FREE),
     "bashgym.trainers.contracts": TORCH_FREE,
     "bashgym.trainers.environments": TORCH_FREE,
@@ -155,6 +157,7 @@ def test_no_module_but_an_entry_point_reads_the_environment() -> None:
         "bot/__main__.py",
         "cli/entry.py",
         "cli/main.py",
+        "track/run.py",  # bashgym.track enters BashGym from a user's own training script
         "trainers/__main__.py",
         "trainers/evaluate.py",
         "trainers/external_job.py",

@@ -1,0 +1,101 @@
+"""Tracked-run routes (bashgym.track): open a run by project and versions, log metric points, params and tags,
+heartbeat, end it.
+
+Opening is a launch: `training.launch` in the project, its context composed by the launch pipeline's resolve stage.
+Logging and ending are for the token that opened the run (while it may still launch there) or a `training.stop`
+holder (daemon/external/tracked.py). A batch of points sent with an Idempotency-Key is answered once; a point
+already recorded is never recorded twice.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from bashgym.client.errors import InvalidInput
+from bashgym.client.specs import MetricBatch
+from bashgym.client.tracking import TRACKED_TARGET, TrackedEnd, TrackedPoints, TrackedRunOpen, TrackedValues
+from bashgym.client.validation import check_identifier
+from bashgym.daemon.api.responses import json_response
+from bashgym.daemon.api.routing import Call, ReadCall, Rule, authenticate, call_of, declare, requires_somewhere, written
+from bashgym.daemon.external.tracked import TrackedRuns
+from bashgym.daemon.launch.resolve import in_named_project
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+OpenCall = Annotated[Call, requires_somewhere("training.launch")]
+
+
+def _requires_run_writer() -> Any:
+    """Logging to a tracked run: the token that opened it, or training.stop in its project."""
+
+    async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
+        services, ws, principal = await authenticate(request, workspace)
+        project = check_identifier(request.path_params["project"], field="project")
+        run_id = check_identifier(request.path_params["run_id"], field="run_id")
+        await _service_of(services.tracked).check_writer(principal, ws, project, run_id)
+        return call_of(request, services, ws, principal, "training.launch")
+
+    statement = "the token that opened the tracked run (with `training.launch`), or `training.stop` in the project"
+    return declare(authorise, Rule("training.launch", statement=statement))
+
+
+WriterCall = Annotated[Call, _requires_run_writer()]
+router = APIRouter(prefix="/v1", tags=["tracked runs"])
+RUN = "/projects/{project}/tracked-runs/{run_id}"
+
+
+def _service_of(tracked: TrackedRuns | None) -> TrackedRuns:
+    assert tracked is not None, "the daemon always runs a tracked-run service"
+    return tracked
+
+
+@router.post("/tracked-runs", status_code=201)
+async def open_tracked_run(call: OpenCall, body: TrackedRunOpen, http: Request) -> Response:
+    """`?project=P&model_version=MV&dataset_version=DV[&experiment=E]`: a verified run in P, running."""
+    if "project" not in http.query_params:
+        raise InvalidInput(
+            "A tracked run names its project and registered versions: ?project=P&model_version=MV&dataset_version=DV.",
+            hint="bashgym.track.start_run(project=..., model_version=..., dataset_version=...).",
+        )
+    payload = {"method": body.method, "compute_target": TRACKED_TARGET}
+    resolved = await in_named_project(call.principal, call.reach, payload, http.query_params)
+    context = resolved["tracking_context"]
+    call.principal.require("training.launch", workspace_id=call.workspace, project_id=context["project_id"])
+    run = await _service_of(call.services.tracked).open(call.actor, call.principal, call.workspace, context, body)
+    return json_response(run, 201)
+
+
+@router.get(RUN)
+async def show_tracked_run(call: ReadCall, project: str, run_id: str) -> Response:
+    return json_response(await _service_of(call.services.tracked).show(call.workspace, project, run_id))
+
+
+@router.post(f"{RUN}/metrics", status_code=201)
+async def log_tracked_metrics(call: WriterCall, project: str, run_id: str, body: TrackedPoints) -> Response:
+    service = _service_of(call.services.tracked)
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    batch = MetricBatch(run_id=run_id, attempt_id=service.attempt_of(run), points=body.points)
+    return written(await service.log_points(call.actor, call.workspace, run, batch))
+
+
+@router.post(f"{RUN}/values", status_code=201)
+async def log_tracked_values(call: WriterCall, project: str, run_id: str, body: TrackedValues) -> Response:
+    service = _service_of(call.services.tracked)
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    await service.log_values(call.actor, call.workspace, run, body.model_dump(mode="json"))
+    return json_response(await service.show(call.workspace, project, run_id), 201)
+
+
+@router.post(f"{RUN}/heartbeat")
+async def tracked_heartbeat(call: WriterCall, project: str, run_id: str) -> Response:
+    service = _service_of(call.services.tracked)
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    await service.heard(call.actor, call.workspace, run)
+    return json_response({"run_id": run_id, "status": "running"})
+
+
+@router.post(f"{RUN}/end")
+async def end_tracked_run(call: WriterCall, project: str, run_id: str, body: TrackedEnd) -> Response:
+    service = _service_of(call.services.tracked)
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    return written(await service.end(call.actor, call.workspace, run, body))
