@@ -120,19 +120,21 @@ def decided_in_handler(capability: str, statement: str) -> Any:
     return declare(authenticated, Rule(capability, statement=statement))
 
 
-def requires_somewhere(capability: str, *, statement: str = "") -> Any:
+def requires_somewhere(capability: str, *, also: tuple[str, ...] = (), statement: str = "") -> Any:
     """For routes whose project is named in the body (a run's tracking context, an upload's `?project=`): the
-    caller must hold `capability` in some project here; the handler then judges it against the project the
-    request names, with `authorise(call, project)`."""
+    caller must hold `capability` (and each of `also`) in some project here; the handler then judges them against
+    the project the request names, with `authorise(call, project)` or `principal.require`."""
 
     async def authorise_later(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
         services, ws, principal = await authenticate(request, workspace)
-        if not principal.holds_anywhere(capability):
-            principal.require(capability, workspace_id=ws)  # raises, naming the capability and the scope
+        for needed in (capability, *also):
+            if not principal.holds_anywhere(needed):
+                principal.require(needed, workspace_id=ws)  # raises, naming the capability and the scope
         return call_of(request, services, ws, principal, capability)
 
     named = f"`{capability}` in the project the request names"
-    return declare(authorise_later, Rule(capability, statement=f"{named}; {statement}" if statement else named))
+    rule = Rule(capability, also=also, statement=f"{named}; {statement}" if statement else named)
+    return declare(authorise_later, rule)
 
 
 def authorise(call: Call, project: str) -> None:

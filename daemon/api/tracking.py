@@ -2,9 +2,9 @@
 heartbeat, end it.
 
 Opening is a launch: `training.launch` in the project, its context composed by the launch pipeline's resolve stage.
-Logging and ending are for the token that opened the run (while it may still launch there) or a `training.stop`
-holder (daemon/external/tracked.py). A batch of points sent with an Idempotency-Key is answered once; a point
-already recorded is never recorded twice.
+Logging and ending need `training.launch` in the project, on a run the caller's actor opened, or on any tracked
+run there with `training.stop` too (daemon/external/tracked.py). A batch of points sent with an Idempotency-Key is
+answered once; a point already recorded is never recorded twice.
 """
 
 from __future__ import annotations
@@ -22,11 +22,18 @@ from bashgym.daemon.launch.resolve import in_named_project
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-OpenCall = Annotated[Call, requires_somewhere("training.launch")]
+OpenCall = Annotated[
+    Call,
+    requires_somewhere(
+        "training.launch",
+        also=("ledger.read",),
+        statement="`ledger.read` there too: the run is composed from the project's registered versions",
+    ),
+]
 
 
 def _requires_run_writer() -> Any:
-    """Logging to a tracked run: the token that opened it, or training.stop in its project."""
+    """Logging to a tracked run: training.launch, on a run the caller opened or, with training.stop too, any."""
 
     async def authorise(request: Request, workspace: Annotated[str | None, Query()] = None) -> Call:
         services, ws, principal = await authenticate(request, workspace)
@@ -35,7 +42,9 @@ def _requires_run_writer() -> Any:
         await _service_of(services.tracked).check_writer(principal, ws, project, run_id)
         return call_of(request, services, ws, principal, "training.launch")
 
-    statement = "the token that opened the tracked run (with `training.launch`), or `training.stop` in the project"
+    statement = (
+        "`training.launch` in the project on a tracked run the caller opened, or on any with `training.stop` too"
+    )
     return declare(authorise, Rule("training.launch", statement=statement))
 
 

@@ -53,7 +53,6 @@ class TrackedRuns(BackgroundLoop):
             "surface": TRACKED_SURFACE,
             "params": body.params,
             "tags": body.tags,
-            "opened_with": principal.token_id,  # only this token logs to it (or a training.stop holder)
         }
         registration = RunRegistration(
             source_system=TRACKED_SURFACE,
@@ -81,23 +80,21 @@ class TrackedRuns(BackgroundLoop):
         return {**run, "lane": TRACKED_LANE, "surface": TRACKED_SURFACE, "params": params, "tags": tags}
 
     async def check_writer(self, principal: Principal, ws: str, project: str, run_id: str) -> dict[str, Any]:
-        """The run, if `principal` may log to it: the token that opened it while it may still launch there, or a
-        holder of training.stop in the project."""
+        """The run, if `principal` may log to it: `training.launch` in the project, on a run its actor opened, or
+        on any tracked run there with `training.stop` too (as pausing a run is the caller's own, or any with stop)."""
+        principal.require("training.launch", workspace_id=ws, project_id=project)
         run = await self.ledger.get_run(ws, project, run_id)
         if run["source_system"] != TRACKED_SURFACE:
             raise InvalidInput(
                 f"Run {run_id} is not a tracked run (it came from {run['source_system']}); nothing was changed.",
                 hint="Log to a run opened with bashgym.track.start_run.",
             )
-        if principal.holds("training.stop", project):
-            return run
-        if run["config"].get("opened_with") != principal.token_id:
+        if run["launched_by"] != principal.actor_id and not principal.holds("training.stop", project):
             raise Forbidden(
-                f"Run {run_id} was opened by another token; only that token (or a holder of training.stop in "
+                f"Run {run_id} was opened by {run['launched_by']}; only they (or a holder of training.stop in "
                 f"project {project}) may log to it or end it.",
-                hint="Log from the process that opened the run, with its token.",
+                hint="Log from the process that opened the run, with a token of its actor.",
             )
-        principal.require("training.launch", workspace_id=ws, project_id=project)
         return run
 
     async def log_points(self, actor: Actor, ws: str, run: dict[str, Any], batch: MetricBatch) -> WriteResult:

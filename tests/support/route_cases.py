@@ -19,6 +19,7 @@ from bashgym.daemon.api.route_table import declared_rule
 from bashgym.daemon.authority import hash_token, new_token
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.external.service import ExternalJobs
+from bashgym.daemon.external.tracked import TrackedRuns
 from bashgym.daemon.services import Services
 from bashgym.daemon.settings import load_settings
 from bashgym.daemon.training import TrainingService
@@ -98,7 +99,9 @@ async def open_harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]
     training = TrainingService(settings, ledger)
     external = ExternalJobs(settings, ledger, {})
     blobs = BlobStore(settings.artifacts_dir)
-    app = create_app(Services(settings, ledger, blobs, "test", 0.0, training=training, external=external))
+    tracked = TrackedRuns(settings, ledger)
+    services = Services(settings, ledger, blobs, "test", 0.0, training=training, external=external, tracked=tracked)
+    app = create_app(services)
     admin = new_token()
     await ledger.insert_token(
         Actor(actor_id="system"),
@@ -112,7 +115,7 @@ async def open_harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]
         expires_at=None,
     )
     transport = httpx.ASGITransport(app=app)
-    async with training, external, httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
+    async with training, external, tracked, httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
         yield Harness(client, ledger, admin, tmp_path, app)
 
 
@@ -357,6 +360,39 @@ async def case_job_cancel(h: Harness) -> tuple[str, dict[str, Any]]:
 
 
 OWNER = "run-owner"  # the actor of the capability-holding token in the table test
+
+
+async def _versioned_project(h: Harness) -> str:
+    """A project holding model version mv (a Hub repo) and dataset version dv: what a tracked run names."""
+    project = await _project(h)
+    model = {"model_version_id": "mv", "model_id": "m", "source_uri": "hf://org/m", "source_revision": "x"}
+    await h.admin_call("POST", f"/v1/projects/{project}/model-versions", json=model)
+    data = {"dataset_version_id": "dv", "dataset_id": "d", "source_uri": "file:///d", "content_digest": digest("d")}
+    await h.admin_call("POST", f"/v1/projects/{project}/dataset-versions", json=data)
+    return project
+
+
+def _names(project: str) -> dict[str, Any]:
+    return {"params": {"project": project, "model_version": "mv", "dataset_version": "dv"}, "json": {"method": "sft"}}
+
+
+async def case_tracked_open(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/tracked-runs", _names(await _versioned_project(h))
+
+
+def _tracked(tail: str, body: dict[str, Any]) -> Case:
+    """A route of a tracked run that OWNER opened (with a token of its own, as bashgym.track does)."""
+
+    async def case(h: Harness) -> tuple[str, dict[str, Any]]:
+        project = await _versioned_project(h)
+        token = await h.token(["training.launch", "ledger.read"], actor_id=OWNER)
+        opened = await h.client.post(
+            "/v1/tracked-runs", headers={"Authorization": f"Bearer {token}"}, **_names(project)
+        )
+        assert opened.status_code == 201, opened.text
+        return f"/v1/projects/{project}/tracked-runs/{opened.json()['run_id']}/{tail}", {"json": body}
+
+    return case
 
 
 async def _run_in(h: Harness, *statuses: str, owner: bool = False) -> tuple[str, str]:
@@ -604,6 +640,13 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): case_pause,
     ("POST", "/v1/projects/{project}/runs/{run_id}/resume"): case_resume,
     ("POST", "/v1/projects/{project}/runs/{run_id}/stop"): case_stop,
+    ("POST", "/v1/tracked-runs"): case_tracked_open,
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/metrics"): _tracked(
+        "metrics", {"points": [{"metric": "train.loss", "step": 1, "value": 0.5}]}
+    ),
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/values"): _tracked("values", {"params": {"lr": 0.1}}),
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/heartbeat"): _tracked("heartbeat", {}),
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/end"): _tracked("end", {"status": "completed"}),
     ("POST", "/v1/training/plan"): case_training_plan,
     ("POST", "/v1/projects"): case_projects,
     ("POST", "/v1/projects/{project}/experiments"): case_experiments,

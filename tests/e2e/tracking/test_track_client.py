@@ -6,6 +6,7 @@ mid-run and restarted on the same port loses and doubles nothing (spool + idempo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,16 +22,22 @@ PROJECT, OTHER = "nightly", "elsewhere"
 VERSIONS = {"project": PROJECT, "model_version": "tiny-v1", "dataset_version": "rows-v1"}
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    root = tmp_path_factory.mktemp("track")
-    (root / "model").mkdir()
+@contextlib.contextmanager
+def workspace(root: Path) -> Iterator[RunningDaemon]:
+    """A daemon with projects nightly (model version tiny-v1, dataset version rows-v1) and elsewhere."""
+    (root / "model").mkdir(parents=True)
     (root / "model" / "config.json").write_text("{}")
     with running_daemon(root / "home") as running:
         with running.client() as admin:
             for project in (PROJECT, OTHER):
                 assert admin.post("/v1/projects", json={"project_id": project, "name": project}).status_code == 201
         register_versions(running, PROJECT, root / "model", sft_data(root, rows=4))
+        yield running
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with workspace(tmp_path_factory.mktemp("track")) as running:
         yield running
 
 
@@ -117,7 +124,12 @@ def test_tokens_that_may_not_launch_in_the_project_are_refused(daemon: RunningDa
     assert points(daemon, run.run_id) == [] and shown(daemon, run.run_id)["status"] == "completed"
 
 
-def test_points_logged_while_the_daemon_is_down_arrive_exactly_once(daemon: RunningDaemon, spool: Path) -> None:
+def test_points_logged_while_the_daemon_is_down_arrive_exactly_once(tmp_path: Path, spool: Path) -> None:
+    with workspace(tmp_path / "own") as daemon:  # its own: the module's daemon stays up for the other tests
+        stopped_and_restarted(daemon, spool)
+
+
+def stopped_and_restarted(daemon: RunningDaemon, spool: Path) -> None:
     token = researcher(daemon, "dana")
     port = daemon.url.rsplit(":", 1)[1]
     run = track.start_run(**VERSIONS, api=daemon.url, token=token, interval_s=0.05, flush_timeout_s=30)
@@ -127,7 +139,7 @@ def test_points_logged_while_the_daemon_is_down_arrive_exactly_once(daemon: Runn
     for step in range(10, 30):
         run.log_metrics({"loss": float(step)}, step=step)
     eventually("the batches sent to a stopped daemon are spooled", lambda: any(spool.glob("*.jsonl")))
-    restarted = start_daemon(daemon.home, "--port", port)  # last test: the module's daemon stays stopped
+    restarted = start_daemon(daemon.home, "--port", port)
     try:
         run.end()
         assert points(restarted, run.run_id) == [(step, float(step)) for step in range(30)]
