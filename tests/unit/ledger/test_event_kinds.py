@@ -28,6 +28,9 @@ def minimal_payload(event_type: str) -> dict[str, Any]:
     payload = {}
     for name, info in model.model_fields.items():
         annotation = info.annotation
+        if getattr(annotation, "__origin__", None) is dict:  # a mapping of names to values: params, tags
+            payload[name] = {"name": "value"}
+            continue
         if annotation not in SAMPLES:  # optional fields such as `str | None`
             annotation = next((a for a in getattr(annotation, "__args__", ()) if a in SAMPLES), str)
         payload[name] = SAMPLES[annotation]
