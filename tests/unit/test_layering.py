@@ -31,6 +31,7 @@ VOCABULARY = (
     "bashgym.client.redaction",
     "bashgym.client.external",  # the specs of external jobs and plans
     "bashgym.client.likeness",  # what makes two evaluation results comparable
+    "bashgym.client.environment",  # a run's measured environment: its shape, its digest, how two differ
 )
 # The API's request and response models, and notices as text: what the daemon serves and adapters read.
 CONTRACT = (*VOCABULARY, "bashgym.client.models", "bashgym.client.render", "bashgym.client.tracking")
@@ -54,7 +55,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # checking a local file before anything is sent.
     "bashgym.agents": ("bashgym.agents", "bashgym.client", *TORCH_FREE),
     # The tracking client is an adapter like the CLI: the daemon's client, and where the CLI finds the daemon.
-    "bashgym.track": ("bashgym.track", "bashgym.client", "bashgym.daemon.settings"),
+    # And the trainers' torch-free capture of a run's environment: a launched trainer and a user's script measure
+    # theirs with the same code, and a trainer may import nothing outside trainers/.
+    "bashgym.track": (
+        "bashgym.track",
+        "bashgym.client",
+        "bashgym.daemon.settings",
+        "bashgym.trainers.contracts.runtime",
+    ),
     "bashgym.daemon": ("bashgym.daemon", "bashgym.ledger", *CONTRACT, *TORCH_FREE),
     "bashgym.trainers.contracts": TORCH_FREE,
     "bashgym.trainers.environments": TORCH_FREE,
