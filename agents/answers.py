@@ -45,6 +45,9 @@ class Run(Answer):
     evaluations: list[dict[str, Any]] = Field(default_factory=list, description="results with their metrics")
     artifacts: list[dict[str, Any]] | None = Field(None, description="each with its sha256 (with detail: true)")
     metric_summary: dict[str, Any] = Field(default_factory=dict)
+    environment: dict[str, Any] | None = Field(
+        None, description="what the run's own process measured: summary, the daemon's digest, measured_by"
+    )
 
 
 class Started(Answer):

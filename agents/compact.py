@@ -25,6 +25,8 @@ def run(record: dict[str, Any]) -> dict[str, Any]:
     evaluations = record.get("evaluations") or []
     out["evaluation_count"] = len(evaluations)
     out["evaluations"] = [result(r) for r in evaluations[-NEWEST_RESULTS:]]
+    environment = record.get("environment")
+    out["environment"] = environment and {k: environment.get(k) for k in ("digest", "measured_by", "summary")}
     out["artifact_count"] = len(record.get("artifacts") or [])
     out["artifacts"] = None
     out["detail_omitted"] = omitted(record, out)

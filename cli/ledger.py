@@ -119,15 +119,11 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
 @command("ledger", "compare", help="compare 2..20 runs on the exact same evaluation suite")(_compare_args)
 async def ledger_compare(ctx: Ctx) -> int:
     a = ctx.args
-    return done(
-        ctx,
-        await _get(
-            ctx,
-            f"/v1/projects/{a.project}/compare",
-            run=a.runs,
-            suite=a.suite,
-        ),
-    )
+    result = await _get(ctx, f"/v1/projects/{a.project}/compare", run=a.runs, suite=a.suite)
+    done(ctx, result)
+    if not ctx.as_json:
+        print(result["environments"]["note"])
+    return EXIT_OK
 
 
 def _events_args(parser: argparse.ArgumentParser) -> None:

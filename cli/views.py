@@ -98,6 +98,7 @@ def run(record: dict[str, Any]) -> None:
             ("dataset", str(record.get("dataset_version_id") or "-")),
             ("lane", f"{lane or '-'} (environment {record.get('environment_id') or '-'})"),
             ("context", _context(record)),
+            ("environment", _environment(record.get("environment"))),
             ("launched by", str(record.get("launched_by") or "-")),
             ("created", cell(record.get("created_at"))),
             ("ran", _span(record)),
@@ -435,6 +436,14 @@ def _status(status: str) -> str:
         status.partition(":")[0], "yellow"
     )
     return f"[{colour}]{escape(status)}[/{colour}]"
+
+
+def _environment(recorded: dict[str, Any] | None) -> str:
+    """What the run's own process measured, the daemon's digest of it, and who measured it."""
+    if not recorded:
+        return "not reported (a run from before environments were measured, or its trainer has not started)"
+    by = f"measured by the {recorded.get('measured_by')} ({recorded.get('recorded_by')})"
+    return f"{recorded.get('summary')}; digest {str(recorded['digest'])[:12]}, {by}"
 
 
 def _context(record: dict[str, Any]) -> str:

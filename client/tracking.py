@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from bashgym.client.environment import RunEnvironment
 from bashgym.client.specs import MAX_METRIC_BATCH, MetricPoint, Spec
 from bashgym.client.validation import Identifier
 from pydantic import Field
@@ -25,6 +26,8 @@ class TrackedRunOpen(Spec):
     method: Identifier = "custom"  # what the user's script trains, in their words (sft, dpo, ...)
     params: Params = Field(default_factory=dict)
     tags: Tags = Field(default_factory=dict)
+    # What the script's process measured (bashgym.trainers.contracts.runtime); the daemon computes the digest.
+    environment: RunEnvironment | None = None
 
 
 class TrackedValues(Spec):

@@ -165,6 +165,16 @@ class RunTracked(_Payload):
     tags: dict[str, str] = {}
 
 
+class RunEnvironmentMeasured(_Payload):
+    """The environment a run's own process measured (its trainer, or the tracking client in the user's script), and
+    the digest the daemon computed from it; `planned_digest` is the tracking context's, set before the run ran."""
+
+    environment: dict[str, Any]
+    digest: str
+    measured_by: str
+    planned_digest: str = ""
+
+
 class ExternalJobChanged(_Payload):
     """An external job was accepted, submitted, or moved to a state its upstream reported."""
 
@@ -232,6 +242,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "gate.evaluated": GateEvaluated,
     "run.remote_log": RemoteLog,
     "run.tracked": RunTracked,
+    "run.environment": RunEnvironmentMeasured,
     "blob.held": EntityRegistered,
     "consumer.cursor_moved": ConsumerCursorMoved,
     "notice.failed": NoticeFailed,

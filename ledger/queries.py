@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bashgym.client.environment import environment_differences, environment_line
 from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.client.specs import Event
 from bashgym.ledger.rows import not_found, require_project, to_record
@@ -334,6 +335,7 @@ def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dic
         key,
     ).fetchone()
     run["topology"] = json.loads(topology[0]) if topology else None
+    run["environment"] = run_environment(conn, ws, project, run_id)
     # What its supervisor flagged as it trained (a non-finite loss, a step that trained nothing), oldest first.
     run["anomalies"] = [
         json.loads(row[0])
@@ -569,6 +571,7 @@ def compare_runs(
     return {
         "suite_id": suite_id,
         "primary_metric": contract["primary_metric"],
+        "environments": compare_environments(conn, ws, project, comparable),
         "rows": _compare_rows(latest, comparable, suite_id, contract),
         "not_comparable": [
             {"run_id": rid, "reason": f"no completed result on suite {suite_id}; has {sorted(latest[rid]) or 'none'}"}
@@ -576,6 +579,44 @@ def compare_runs(
             if rid not in comparable
         ],
     }
+
+
+def run_environment(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any] | None:
+    """The environment the run's own process last measured (a resumed run measures again), with the daemon's digest
+    and who measured it; None when nothing reported one."""
+    row = conn.execute(
+        "SELECT payload_json, actor FROM events WHERE workspace_id = ? AND project_id = ? AND run_id = ? "
+        "AND event_type = 'run.environment' ORDER BY cursor DESC LIMIT 1",
+        (ws, project, run_id),
+    ).fetchone()
+    if row is None:
+        return None
+    recorded = json.loads(row[0])
+    return {**recorded, "recorded_by": row[1], "summary": environment_line(recorded["environment"])}
+
+
+def compare_environments(conn: sqlite3.Connection, ws: str, project: str, run_ids: list[str]) -> dict[str, Any]:
+    """Whether the runs trained in the same environment, by their measured digests; each run's differing facts
+    against the first run's, and one line saying so."""
+    recorded = {rid: run_environment(conn, ws, project, rid) for rid in run_ids}
+    first = recorded[run_ids[0]]
+    differences = {
+        rid: found for rid in run_ids[1:] if (found := environment_differences(_facts(recorded[rid]), _facts(first)))
+    }
+    listed = "; ".join(f"{rid} vs {run_ids[0]}: {', '.join(found)}" for rid, found in differences.items())
+    note = f"environments differ: {listed}" if differences else "environments alike: the same measured digest"
+    if not differences and first is None:
+        note = "environments not recorded: none of these runs reported one"
+    return {
+        "same": not differences and first is not None,
+        "digests": {rid: (env or {}).get("digest") for rid, env in recorded.items()},
+        "differences": differences,
+        "note": note,
+    }
+
+
+def _facts(recorded: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if recorded is None else dict(recorded["environment"])
 
 
 def _common_suite(latest: dict[str, dict[str, dict[str, Any]]], run_ids: list[str]) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bashgym.track.run import Run, connect, spool_dir
 from bashgym.track.sender import Sender
+from bashgym.trainers.contracts.runtime import capture_environment, script_dir
 
 __all__ = ["Run", "astart_run", "start_run"]
 
@@ -41,7 +42,7 @@ def start_run(
     query = {"project": project, "model_version": model_version, "dataset_version": dataset_version}
     if experiment:
         query["experiment"] = experiment
-    body = {"method": method, "params": dict(params or {}), "tags": dict(tags or {})}
+    body = {"method": method, "params": dict(params or {}), "tags": dict(tags or {}), "environment": environment()}
     try:
         record = sender.call(sender.retried("POST", "/v1/tracked-runs", params=query, body=body))
     except BaseException:
@@ -49,6 +50,11 @@ def start_run(
         raise
     sender.spool = (spool or spool_dir()) / f"{record['run_id']}.jsonl"
     return Run(sender, record, flush_timeout_s=flush_timeout_s)
+
+
+def environment() -> dict[str, Any]:
+    """What this process runs on, for the daemon to digest: the git state is that of the script's repository."""
+    return capture_environment(code_dir=script_dir())
 
 
 async def astart_run(**kwargs: Any) -> Run:

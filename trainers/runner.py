@@ -17,6 +17,7 @@ from bashgym.trainers.contracts.rundir import (
     RunDirectory,
     canonical_metrics,
 )
+from bashgym.trainers.contracts.runtime import capture_environment
 from bashgym.trainers.control import ControlCallback
 from bashgym.trainers.signals import ControlFlags
 
@@ -104,6 +105,7 @@ def _train(
     _quiet_stdout_printer(trainer)
     if run.rank.is_main:
         facts["effective_config_sha256"] = write_effective_config(run, request, trainer, facts["speed"])
+        facts["environment"] = capture_environment()  # torch is loaded by now: its CUDA is read, not guessed
     run.emit("started", method=request.method, resumed_from=checkpoint.name if checkpoint else None, **facts)
     run.write_state("running", step=0, last_checkpoint=checkpoint.name if checkpoint else None)
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -13,18 +13,30 @@ import logging
 import time
 from typing import Any
 
+from bashgym.client.environment import RunEnvironment, environment_digest
 from bashgym.client.errors import Forbidden, InvalidInput
 from bashgym.client.specs import Actor, MetricBatch, RunRegistration, RunTransition, WriteResult
 from bashgym.client.tracking import TRACKED_LANE, TRACKED_SURFACE, TRACKED_TARGET, TrackedEnd, TrackedRunOpen
 from bashgym.client.validation import canonical_json, sha256_text
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.background import BackgroundLoop
+from bashgym.daemon.evidence.environments import record_environment
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.daemon")
 SYSTEM = Actor(actor_id="system:tracked", correlation_id="")
 RunKey = tuple[str, str, str]  # workspace, project, run
+
+
+def measured_context(context: dict[str, Any], environment: RunEnvironment | None) -> dict[str, Any]:
+    """The context with the digest of the environment the run's process measured, where it reported one. An
+    environment is registered once per id with its digest, so each measured one is named by its digest too."""
+    if environment is None:
+        return context
+    digest = environment_digest(environment)
+    named = f"{context['environment_id']}-{digest[:12]}"
+    return {**context, "environment_id": named, "environment_runtime_digest": digest}
 
 
 class TrackedRuns(BackgroundLoop):
@@ -46,7 +58,9 @@ class TrackedRuns(BackgroundLoop):
     async def open(
         self, actor: Actor, principal: Principal, ws: str, context: dict[str, Any], body: TrackedRunOpen
     ) -> dict[str, Any]:
-        """Record the run (verified in its project, its params in its config) and start it."""
+        """Record the run (verified in its project, its params in its config) and start it; the environment its
+        process measured gives the context its digest, computed here."""
+        planned = str(context.get("environment_runtime_digest") or "")
         config = {
             "compute_target": TRACKED_TARGET,
             "lane": TRACKED_LANE,
@@ -57,15 +71,19 @@ class TrackedRuns(BackgroundLoop):
         registration = RunRegistration(
             source_system=TRACKED_SURFACE,
             method=body.method,
-            tracking_context=context,
+            tracking_context=measured_context(context, body.environment),
             compute_target=TRACKED_TARGET,
             config=config,
             recipe_digest=sha256_text(canonical_json({"method": body.method, "params": body.params})),
             correlation_id=actor.correlation_id,
         )
         written = await self.ledger.register_run(actor, ws, registration)
-        run = written.record
-        project, run_id = run["project_id"], run["run_id"]
+        project, run_id = written.record["project_id"], written.record["run_id"]
+        if body.environment is not None:
+            where = (ws, project, run_id, self.attempt_of(await self.ledger.get_run(ws, project, run_id)))
+            await record_environment(
+                self.ledger, actor, where, body.environment, measured_by="tracking client", planned_digest=planned
+            )
         await self.ledger.transition_run(actor, ws, project, run_id, RunTransition(status="running"))
         self._heard[(ws, project, run_id)] = time.monotonic()
         return await self.show(ws, project, run_id)

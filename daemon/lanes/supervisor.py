@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from bashgym.client.environment import RunEnvironment
 from bashgym.client.errors import BashGymError, InvalidTransition
 from bashgym.client.specs import (
     MAX_METRIC_BATCH,
@@ -25,6 +26,7 @@ from bashgym.client.specs import (
 )
 from bashgym.client.states import TERMINAL
 from bashgym.daemon.background import until_stored
+from bashgym.daemon.evidence.environments import record_environment
 from bashgym.daemon.evidence.promotion import learned_nothing
 from bashgym.daemon.lanes.anomalies import AnomalyWatch
 from bashgym.ledger.store import Ledger
@@ -289,8 +291,31 @@ class Supervisor:
                 if event.event == "completed":
                     return
                 await self._append("run.checkpoint", {"step": event.step or 0, "path": event.path or ""})
+            case "started":
+                await self._record_environment((event.model_extra or {}).get("environment"))
             case "failed":
                 self._last_error = event.error or ""
+
+    async def _record_environment(self, reported: object) -> None:
+        """The environment the trainer measured at its start, with the digest computed here; a malformed report is
+        logged and left out (the trainer is BashGym's own, but its line crossed a process boundary)."""
+        if reported is None:
+            return
+        try:
+            environment = RunEnvironment.model_validate(reported)
+        except ValidationError as exc:
+            log.warning("Run %s reported a malformed environment: %s", self.handle.run_id, exc.errors()[:3])
+            return
+        h = self.handle
+        try:
+            request = await asyncio.to_thread(read_request, h.run_dir)
+        except (FileNotFoundError, ValidationError):  # a run this daemon did not write: nothing was planned
+            request = None
+        planned = str(((request.tracking_context if request else None) or {}).get("environment_runtime_digest", ""))
+        where = (h.workspace, h.project, h.run_id, h.attempt_id)
+        await record_environment(
+            self.ledger, self.actor, where, environment, measured_by="trainer", planned_digest=planned
+        )
 
     async def _mark_running(self, reason: str) -> None:
         if not self._is_running:

@@ -72,6 +72,12 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     assert run["metric_summary"]["train.loss"]["count"] == 4
     assert {a["kind"] for a in run["artifacts"]} == {"adapter", "config"}  # config: effective_config.json
     assert all(len(a["sha256"]) == 64 and a["size_bytes"] > 0 for a in run["artifacts"])
+    # The environment the trainer measured at its start, digested by the daemon beside the launch's planned one.
+    measured = run["environment"]
+    assert (measured["measured_by"], measured["environment"]["packages"]["torch"]) == ("trainer", torch.__version__)
+    assert measured["environment"]["git"] is None  # the trainer is BashGym's own code, not a user's repository
+    assert len(measured["digest"]) == 64 and measured["planned_digest"] not in {"", measured["digest"]}
+    assert "run.environment" in kinds
     run_dir = trainer_daemon.home / "runs" / info["run_id"]
     assert not list(run_dir.glob("checkpoint-*")), "adapter_only retention"
     assert cli(trainer_daemon.env(), "ledger", "verify").code == 0
