@@ -19,6 +19,7 @@ from bashgym.cli import (  # noqa: F401
     demo,
     devices,
     evidence,
+    imports,
     jobs,
     ledger,
     lineage,

@@ -175,6 +175,27 @@ class RunEnvironmentMeasured(_Payload):
     planned_digest: str = ""
 
 
+class RunImported(_Payload):
+    """What another tracker (MLflow) holds of an imported run, recorded when the import first sees it and again
+    whenever it changed there (docs/tracking.md, "Importing from MLflow"); its metric points are metric rows like
+    any run's."""
+
+    system: str
+    source_run_id: str
+    experiment_name: str = ""
+    name: str = ""
+    status: str
+    start_time_ms: int | None = None
+    end_time_ms: int | None = None
+    params: dict[str, str] = {}
+    tags: dict[str, str] = {}
+    truncated: list[str] = []
+    withheld: list[str] = []
+    metric_names: dict[str, str] = {}
+    artifacts: list[dict[str, Any]] = []
+    artifacts_complete: bool = True
+
+
 class ExternalJobChanged(_Payload):
     """An external job was accepted, submitted, or moved to a state its upstream reported."""
 
@@ -243,6 +264,7 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "run.remote_log": RemoteLog,
     "run.tracked": RunTracked,
     "run.environment": RunEnvironmentMeasured,
+    "run.imported": RunImported,
     "blob.held": EntityRegistered,
     "consumer.cursor_moved": ConsumerCursorMoved,
     "notice.failed": NoticeFailed,

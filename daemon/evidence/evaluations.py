@@ -20,6 +20,7 @@ from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.evidence.promotion import PARTIAL_SUITE_KIND
 from bashgym.daemon.evidence.sources import (
     COMPLETE,
+    check_not_imported,
     differing_files,
     hub_models_loaded,
     kept_files,
@@ -344,6 +345,7 @@ class EvaluationService:
             return GOLD, None
         if body.run_id is not None:
             run = await self.ledger.get_run(ws, project, body.run_id)
+            check_not_imported(run)
             if run["status"] != "completed":
                 raise Conflict(f"Run {body.run_id} is {run['status']}; only a completed run's model can be evaluated.")
             kept = run_model_dir(self.settings, body.run_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 from bashgym.client.likeness import described, evaluate_alike, settings_of
 from bashgym.daemon.evidence.retrieval_scope import retrieval_scope
-from bashgym.daemon.evidence.sources import RUNS
+from bashgym.daemon.evidence.sources import RUNS, is_imported
 
 TERMINAL_SUITE_KIND = "terminal_tasks"
 # A `--limit-tasks` subset of a suite: recorded under its own id, never taken as the suite's evidence.
@@ -328,6 +328,14 @@ def _checks(evidence: Evidence) -> list[Finding]:
             "metrics_missing",
             "The run has no training metrics in the ledger.",
             "Check metrics.jsonl ingestion; retrain if it is missing.",
+        )
+    if is_imported(run):
+        fail(
+            "imported_run",
+            f"The run was imported from {run.get('source_system')}: its history is a record of what another tracker "
+            "holds, never evidence BashGym measured, and nothing it made can be promoted.",
+            "Register the model it made (bashgym model register --project P --model ID --version V --hub-id HUB_ID), "
+            "then evaluate, compare and gate that version's run; or train it again here.",
         )
     if run.get("project_id") == UNASSIGNED or run.get("context_status") == UNASSIGNED:
         fail(

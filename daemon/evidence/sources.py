@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bashgym.client.errors import RuleRejected
+from bashgym.client.imports import IMPORTED_LANE, MLFLOW
 from bashgym.client.specs import ModelVersionSpec
 from bashgym.client.validation import HUB, hub_repo_of
 from bashgym.daemon.blobs import file_digest
@@ -30,6 +31,23 @@ FILE = "file://"
 COMPLETE = ".bashgym-complete"  # written last: a directory without it is rebuilt
 
 
+def is_imported(run: dict[str, Any]) -> bool:
+    """Whether the run was imported from another tracker (bashgym import mlflow): a record, never evidence."""
+    return str((run.get("config") or {}).get("lane")) == IMPORTED_LANE or run.get("source_system") == MLFLOW
+
+
+def check_not_imported(run: dict[str, Any]) -> None:
+    """Refuse to take an imported run's model as evidence: BashGym holds its history, not its files."""
+    if is_imported(run):
+        raise RuleRejected(
+            f"Run {run['run_id']} was imported from {run.get('source_system')}; BashGym holds its history, not a "
+            "model it trained or measured, so it is never evidence on its own.",
+            hint="Register the model it made (bashgym model register --hub-id or --dir), then evaluate that version; "
+            "or train it again here, or track it with bashgym.track.",
+            details={"run_id": run["run_id"], "source_system": run.get("source_system")},
+        )
+
+
 def kind_of_method(method: str) -> str:
     """The kind of model a run of `method` keeps: the workflows keep their own, every direct method a causal LM."""
     return method if method in {"reward_model", "embedding_retriever"} else "causal_lm"
@@ -37,6 +55,7 @@ def kind_of_method(method: str) -> str:
 
 def run_model_spec(run: dict[str, Any], *, version_id: str, model_id: str) -> ModelVersionSpec:
     """A completed run's kept model as a model version: its files by digest, its lineage, its kind."""
+    check_not_imported(run)
     if run["status"] != "completed":
         raise RuleRejected(
             f"Run {run['run_id']} is {run['status']}; only a completed run's model can be registered.",

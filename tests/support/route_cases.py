@@ -380,6 +380,12 @@ async def case_tracked_open(h: Harness) -> tuple[str, dict[str, Any]]:
     return "/v1/tracked-runs", _names(await _versioned_project(h))
 
 
+async def case_mlflow_import(h: Harness) -> tuple[str, dict[str, Any]]:
+    body = {"tracking_uri": "http://mlflow", "experiment_id": "1", "experiment_name": "e", "runs": [
+        {"source_run_id": f"r{next(_counter)}", "status": "FINISHED"}]}  # fmt: skip
+    return f"/v1/projects/{await _project(h)}/imports/mlflow", {"json": body}
+
+
 def _tracked(tail: str, body: dict[str, Any]) -> Case:
     """A route of a tracked run that OWNER opened (with a token of its own, as bashgym.track does)."""
 
@@ -641,6 +647,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/projects/{project}/runs/{run_id}/resume"): case_resume,
     ("POST", "/v1/projects/{project}/runs/{run_id}/stop"): case_stop,
     ("POST", "/v1/tracked-runs"): case_tracked_open,
+    ("POST", "/v1/projects/{project}/imports/mlflow"): case_mlflow_import,
     ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/metrics"): _tracked(
         "metrics", {"points": [{"metric": "train.loss", "step": 1, "value": 0.5}]}
     ),

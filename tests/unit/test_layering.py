@@ -34,7 +34,13 @@ VOCABULARY = (
     "bashgym.client.environment",  # a run's measured environment: its shape, its digest, how two differ
 )
 # The API's request and response models, and notices as text: what the daemon serves and adapters read.
-CONTRACT = (*VOCABULARY, "bashgym.client.models", "bashgym.client.render", "bashgym.client.tracking")
+CONTRACT = (
+    *VOCABULARY,
+    "bashgym.client.models",
+    "bashgym.client.render",
+    "bashgym.client.tracking",
+    "bashgym.client.imports",
+)
 # What the CLI needs of the daemon besides its API: to start one in this process (`bashgym daemon|up`), its
 # settings (where the home is) and version, and its test-only crash points; and the ledger's offline restore.
 CLI_PROCESS = (
