@@ -34,10 +34,12 @@ def start_run(
     token: str | None = None,
     interval_s: float = 1.0,
     heartbeat_s: float = 30.0,
+    system_metrics_s: float = 10.0,
     flush_timeout_s: float = 60.0,
     spool: Path | None = None,
 ) -> Run:
-    """Open a run in `project` trained from `model_version` on `dataset_version`; use it as a context manager."""
+    """Open a run in `project` trained from `model_version` on `dataset_version`; use it as a context manager.
+    Every `system_metrics_s` the run records this process's CPU and memory and the GPUs' use (0: none)."""
     sender = Sender(connect(api=api, token=token), spool=Path(), interval_s=interval_s, heartbeat_s=heartbeat_s)
     query = {"project": project, "model_version": model_version, "dataset_version": dataset_version}
     if experiment:
@@ -49,7 +51,9 @@ def start_run(
         sender.shutdown()
         raise
     sender.spool = (spool or spool_dir()) / f"{record['run_id']}.jsonl"
-    return Run(sender, record, flush_timeout_s=flush_timeout_s)
+    run = Run(sender, record, flush_timeout_s=flush_timeout_s)
+    run.watch_system(system_metrics_s)
+    return run
 
 
 def environment() -> dict[str, Any]:

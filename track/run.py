@@ -16,6 +16,7 @@ from urllib.parse import quote
 from bashgym.client.http import DaemonClient, resolve_api
 from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings
 from bashgym.track.sender import Sender
+from bashgym.trainers.system import SystemSampler
 
 log = logging.getLogger("bashgym.track")
 
@@ -52,12 +53,15 @@ class Run:
         self.flush_timeout_s = flush_timeout_s
         self.path = f"/v1/projects/{quote(self.project)}/tracked-runs/{quote(self.run_id)}"
         self.is_ended = False
+        self.step = 0  # the latest step logged: system metrics are recorded at it
+        self.system: SystemSampler | None = None
         sender.start(self.path)
         atexit.register(self._at_exit)
 
     def log_metrics(self, values: Mapping[str, float], *, step: int) -> None:
         """Queue one point per metric at `step`; sent in the background, never waiting on the network."""
         now = time.time()
+        self.step = max(self.step, step)
         self._sender.add(
             [
                 {"metric": name, "step": step, "value": float(v), "time": now}
@@ -65,6 +69,16 @@ class Run:
                 if math.isfinite(v)
             ]
         )
+
+    def watch_system(self, interval_s: float) -> None:
+        """Record system.* series (trainers/system.py) every `interval_s` at the latest step logged; 0: none."""
+        self.system = SystemSampler(
+            lambda step, values: self.log_metrics(values, step=step),
+            lambda: self.step,
+            interval_s=interval_s,
+            visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
+        self.system.start()
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._values({"params": dict(params)})
@@ -81,6 +95,8 @@ class Run:
             return
         self.is_ended = True
         atexit.unregister(self._at_exit)
+        if self.system is not None:
+            self.system.stop()  # its last sample goes with the rest
         arrived = self._sender.close(timeout_s=self.flush_timeout_s)
         try:
             if not arrived:

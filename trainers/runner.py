@@ -20,6 +20,7 @@ from bashgym.trainers.contracts.rundir import (
 from bashgym.trainers.contracts.runtime import capture_environment
 from bashgym.trainers.control import ControlCallback
 from bashgym.trainers.signals import ControlFlags
+from bashgym.trainers.system import SystemSampler, interval_from
 
 
 class RefusedRequest(RuntimeError):
@@ -108,7 +109,12 @@ def _train(
         facts["environment"] = capture_environment()  # torch is loaded by now: its CUDA is read, not guessed
     run.emit("started", method=request.method, resumed_from=checkpoint.name if checkpoint else None, **facts)
     run.write_state("running", step=0, last_checkpoint=checkpoint.name if checkpoint else None)
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    system = _system_sampler(run, trainer, environ)
+    system.start()
+    try:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        system.stop()
     step = trainer.state.global_step
     # What training acted on, at a step boundary every rank agreed on; a request that came after the last step
     # finds the run complete.
@@ -156,6 +162,18 @@ def _finish(
     run.write_state("completed", step=step, removed=removed, hub=hub)
     run.emit("completed", step=step, metrics=summary, files=len(profile["files"]))
     return EXIT_COMPLETED
+
+
+def _system_sampler(run: RunDirectory, trainer: Any, environ: dict[str, str]) -> SystemSampler:
+    """system.* series into metrics.jsonl at the trainer's global step, every settings.system_metrics_s (the
+    daemon passes it in the environment); the main process alone samples, and for the whole machine."""
+    interval_s = interval_from(environ) if run.rank.is_main else 0.0
+    return SystemSampler(
+        lambda step, values: run.append_metrics(step, values),
+        lambda: int(trainer.state.global_step),
+        interval_s=interval_s,
+        visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+    )
 
 
 def _topology(request: TrainingRequest) -> dict[str, Any]:

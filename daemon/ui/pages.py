@@ -125,7 +125,11 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
     record = await ledger.get_run(ws, name, run_id)
     metrics = await ledger.run_metrics(ws, name, run_id)
     live = record["status"] not in TERMINAL
-    charts = "".join(chart(name, [run_id], m["metric"], live=live) for m in metrics)
+    # Training's series first; the machine's (system.*: CPU, memory, GPUs, throughput) in a section of their own.
+    system = [m for m in metrics if m["metric"].startswith("system.")]
+    training = [m for m in metrics if not m["metric"].startswith("system.")]
+    charts = "".join(chart(name, [run_id], m["metric"], live=live) for m in training)
+    system_charts = "".join(chart(name, [run_id], m["metric"], live=live) for m in system)
     lifecycle = [
         {"cursor": ev["cursor"], "event": ev["event_type"], "at": ev["created_at"], "actor": ev["actor"],
          "detail": _payload(ev["payload"])}
@@ -160,7 +164,8 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
             ],
             caption="Run",
         )
-        + ("<h2>Metrics</h2>" + charts if metrics else "<p>No metrics yet.</p>")
+        + ("<h2>Metrics</h2>" + charts if training else "<p>No metrics yet.</p>")
+        + ("<h2>System</h2>" + system_charts if system else "")
         + table(metrics, ["metric", "points", "first_step", "last_step"], caption="Series")
         + table(
             record.get("attempts") or [],

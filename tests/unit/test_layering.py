@@ -61,14 +61,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # checking a local file before anything is sent.
     "bashgym.agents": ("bashgym.agents", "bashgym.client", *TORCH_FREE),
     # The tracking client is an adapter like the CLI: the daemon's client, and where the CLI finds the daemon.
-    # And the trainers' torch-free capture of a run's environment: a launched trainer and a user's script measure
-    # theirs with the same code, and a trainer may import nothing outside trainers/.
+    # And two torch-free modules of the trainers, so a launched trainer and a user's script measure alike with the
+    # same code (a trainer may import nothing outside trainers/, and track/ reaches the client and the daemon's
+    # settings): the capture of a run's environment and the system sampler (psutil, NVML).
     "bashgym.track": (
         "bashgym.track",
         "bashgym.client",
         "bashgym.daemon.settings",
         "bashgym.trainers.contracts.runtime",
+        "bashgym.trainers.system",
     ),
+    "bashgym.trainers.system": ("bashgym.trainers.system",),
     "bashgym.daemon": ("bashgym.daemon", "bashgym.ledger", *CONTRACT, *TORCH_FREE),
     "bashgym.trainers.contracts": TORCH_FREE,
     "bashgym.trainers.environments": TORCH_FREE,

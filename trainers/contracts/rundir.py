@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -87,6 +88,7 @@ class RunDirectory:
         self.root = root
         self.rank = rank
         self._protocol: IO[str] | None = (protocol or sys.stdout) if rank.is_main else None
+        self._metrics_lock = threading.Lock()
 
     @property
     def request_path(self) -> Path:
@@ -175,7 +177,7 @@ class RunDirectory:
         if not metrics or not self.rank.is_main:
             return
         record = {"step": step, "epoch": epoch, "time": round(time.time(), 3), "metrics": metrics}
-        with self.metrics_path.open("a") as handle:
+        with self._metrics_lock, self.metrics_path.open("a") as handle:  # the system sampler's thread appends too
             handle.write(json.dumps(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

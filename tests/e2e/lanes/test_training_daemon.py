@@ -70,6 +70,11 @@ def test_a_tiny_sft_run_goes_queued_running_completed_with_metrics_and_artifacts
     )
     assert "run.checkpoint" in kinds
     assert run["metric_summary"]["train.loss"]["count"] == 4
+    # The trainer's system sampler (settings.system_metrics_s): at least its last sample, at a trained step.
+    for metric in ("system.cpu_percent", "system.memory_rss_mb", "system.host_cpu_percent"):
+        assert 1 <= run["metric_summary"][metric]["count"] <= 4, metric
+        assert 0 < run["metric_summary"][metric]["last_step"] <= 4, metric
+    assert run["metric_summary"]["system.memory_rss_mb"]["latest"] > 50  # a Python that imported torch
     assert {a["kind"] for a in run["artifacts"]} == {"adapter", "config"}  # config: effective_config.json
     assert all(len(a["sha256"]) == 64 and a["size_bytes"] > 0 for a in run["artifacts"])
     # The environment the trainer measured at its start, digested by the daemon beside the launch's planned one.

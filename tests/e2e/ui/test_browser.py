@@ -149,3 +149,23 @@ def test_a_live_runs_chart_grows_as_points_arrive(browser: Any, tmp_path: Path) 
         # The page hears of the points on its event stream and redraws; no reload, no series polling.
         until(lambda: note_points(browser) == 20, "the new points drawn on the live chart", timeout_s=10)
         shot(browser, tmp_path, "ui-live")
+
+
+def test_a_runs_system_series_are_drawn_in_a_section_of_their_own(browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    with running_daemon(tmp_path / "home") as daemon, daemon.client() as admin:
+        run_id = run_with_points(admin, "nightly", 20)
+        system = [{"metric": "system.cpu_percent", "step": s, "value": 50.0 + s} for s in range(0, 20, 5)]
+        body = {"run_id": run_id, "attempt_id": f"{run_id}.a1", "points": system}
+        admin.post("/v1/projects/nightly/metrics", json=body).raise_for_status()
+        sign_in(browser, daemon)
+        browser.get(f"{daemon.url}/ui/p/nightly/runs/{run_id}")
+        until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "figure.chart canvas")) >= 2, "both charts drawn")
+        headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+        assert headings.index("Metrics") < headings.index("System"), headings
+        # The System heading's next figure is the system series', drawn from its 4 points.
+        figure = browser.find_element(By.XPATH, "//h2[text()='System']/following-sibling::figure[1]")
+        assert figure.find_element(By.TAG_NAME, "figcaption").text == "system.cpu_percent"
+        assert until(lambda: figure.find_element(By.CSS_SELECTOR, ".note").text.startswith("4 "), "its 4 points")
+        shot(browser, tmp_path, "ui-run-system")
