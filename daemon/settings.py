@@ -52,6 +52,11 @@ CHILD_ENV_PREFIXES = (
 )
 # The variable the trainer reads the Hub token from (trainers/hub.py TOKEN_ENV), in the daemon's environment too.
 HUB_TOKEN_ENV = "HF_TOKEN"
+# The variable a trainer reads its system metrics' interval from (trainers/system.py INTERVAL_ENV).
+SYSTEM_METRICS_ENV = "BASHGYM_SYSTEM_METRICS_S"
+# MLflow's credentials, where the operator's tracking server needs them: secrets, handed only to a run that
+# reports to MLflow (daemon/launch/trackers.py).
+MLFLOW_SECRET_ENV = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 
 class ProviderSettings(BaseModel):
@@ -89,6 +94,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Largest JSON request body accepted.")
     max_upload_bytes: int = Field(4 * 1024**3, ge=1024, description="Largest dataset or model file upload.")
     grace_s: float = Field(10.0, gt=0, description="Seconds a child gets between SIGTERM and SIGKILL.")
+    system_metrics_s: float = Field(
+        10.0,
+        ge=0,
+        description="Seconds between the system.* samples (CPU, memory, GPU) of a launched run's trainer; 0: none.",
+    )
     stale_after_s: float = Field(3600.0, gt=0, description="An active run silent this long is reported stale.")
     no_progress_s: float = Field(
         1800.0, gt=0, description="A running trainer silent this long gets a no_progress anomaly event."
@@ -193,6 +203,18 @@ class Settings(BaseSettings):
         ],
         description="Environment variables whose values are secrets, redacted wherever they would appear.",
     )
+    # The team's own trackers a launched run may report to as well (request `report_to`, daemon/launch/trackers.py).
+    mlflow_tracking_uri: str = Field(
+        "", description="MLflow tracking URI runs with report_to mlflow log to (MLFLOW_TRACKING_URI); none: refused."
+    )
+    wandb_project: str = Field("", description="W&B project runs with report_to wandb log to; none: refused.")
+    wandb_entity: str = Field("", description="W&B entity (user or team) of wandb_project; none: the key's default.")
+    wandb_api_key_env: str = Field(
+        "WANDB_API_KEY", description="Environment variable holding the operator's W&B API key (a secret)."
+    )
+    trackio_dir: Path | None = Field(
+        None, description="Directory Trackio keeps the runs with report_to trackio in (TRACKIO_DIR); none: refused."
+    )
     trainer_env_vars: list[str] = Field(
         default_factory=list,
         description="Further variables of the daemon's environment (names, comma-separated) its local trainers, "
@@ -254,7 +276,7 @@ class Settings(BaseSettings):
         # would parse `BASHGYM_DATA_ROOTS=` (empty) as JSON and refuse the start.
         return (init_settings,)
 
-    @field_validator("backup_dir", "ssh_keys_dir", "uds", mode="before")
+    @field_validator("backup_dir", "ssh_keys_dir", "uds", "trackio_dir", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -370,7 +392,7 @@ def read_grant(entry: str) -> tuple[str, str, str]:
 def secret_env_names(settings: Settings) -> list[str]:
     """The environment variables that hold secrets: those named as such, and the keys each integration reads."""
     names = [*settings.secret_env_vars, settings.discord_token_env, settings.nemo_api_key_env]
-    names += [settings.hf_jobs_token_env, settings.hf_job_token_env]
+    names += [settings.hf_jobs_token_env, settings.hf_job_token_env, settings.wandb_api_key_env, *MLFLOW_SECRET_ENV]
     names += [provider.api_key_env for provider in settings.providers.values()]
     return list(dict.fromkeys(names))
 

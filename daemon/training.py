@@ -34,7 +34,8 @@ from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_al
 from bashgym.daemon.launch.authorise import check_no_credentials
 from bashgym.daemon.launch.check import LaunchChecks
 from bashgym.daemon.launch.register import register_run, reserve_launch, started
-from bashgym.daemon.settings import Settings, child_environment
+from bashgym.daemon.launch.trackers import trainer_environment
+from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.request import TrainingRequest
@@ -355,7 +356,7 @@ class TrainingService:
             self.settings.grace_s,
             self.settings.local_gpus,
             threads=self._threads,
-            environment=functools.partial(child_environment, self.settings, self._environ),
+            environment=functools.partial(trainer_environment, self.settings, self._environ),
         )
 
     async def _remote_supervisor(self, handle: RunHandle, actor: Actor, lane: LaneState) -> Supervisor:

@@ -53,6 +53,7 @@ from bashgym.daemon.external.hub_access import (
 )
 from bashgym.daemon.external.providers import METADATA_KEY, METHOD_TYPES, Provider, provider_rows
 from bashgym.daemon.failpoints import reach
+from bashgym.daemon.launch.trackers import refuse_report_to
 from bashgym.daemon.settings import Settings
 from bashgym.daemon.version import bashgym_version
 from bashgym.ledger.store import Ledger
@@ -182,6 +183,7 @@ class ExternalJobs:
                 hint="Name a repo under an allowed namespace, or ask the operator to add it (BASHGYM_HF_NAMESPACES).",
             )
         _check_hub_model(request)
+        refuse_report_to(request, "a Hugging Face Job")
         context, _ = context_in_workspace(request.tracking_context, ws)
         project = context.project_id if context else UNASSIGNED
         hub = self.followers.hub()
@@ -378,6 +380,7 @@ class ExternalJobs:
                 f"Managed providers fine-tune with sft or dpo; {request.method} is not offered there.",
                 hint="Train it on local, ssh: or as a Hugging Face Job (bashgym jobs hf submit).",
             )
+        refuse_report_to(request, f"provider {name}'s fine-tune")
         context, _ = context_in_workspace(request.tracking_context, ws)
         project = context.project_id if context else UNASSIGNED
         report = await asyncio.to_thread(validate_request_data, request, Path(request.dataset_path))

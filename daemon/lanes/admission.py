@@ -30,7 +30,8 @@ _PROBE = (
     "print(json.dumps({'cuda': torch.cuda.is_available(), "
     "'deepspeed': importlib.util.find_spec('deepspeed') is not None, "
     "'bitsandbytes': importlib.util.find_spec('bitsandbytes') is not None, "
-    "'peft': importlib.metadata.version('peft') if importlib.util.find_spec('peft') else ''}))"
+    "'peft': importlib.metadata.version('peft') if importlib.util.find_spec('peft') else '', "
+    "'trackers': [t for t in ('mlflow', 'wandb', 'trackio') if importlib.util.find_spec(t)]}))"
 )
 
 
@@ -179,7 +180,8 @@ def trainer_python(settings: Settings) -> str:
 
 
 async def trainer_python_facts(settings: Settings, environ: Mapping[str, str]) -> dict[str, Any]:
-    """What the local lane's trainer Python has: CUDA, DeepSpeed, bitsandbytes (it imports torch: seconds). It
+    """What the local lane's trainer Python has: CUDA, DeepSpeed, bitsandbytes, peft, the trackers a run may report
+    to (it imports torch: seconds). It
     runs as a trainer would, with child_environment's share of the daemon's `environ`."""
     python = trainer_python(settings)
     proc = await asyncio.create_subprocess_exec(

@@ -80,13 +80,13 @@ class LiveStep:
 
 
 class TrainerEnvironment(Protocol):
-    """The environment a local trainer starts with, given whether its run uploads to the Hub: settings'
-    child_environment, bound to the daemon's settings and environment."""
+    """The environment a local trainer of `request` starts with: launch/trackers.py's trainer_environment, bound to
+    the daemon's settings and environment."""
 
-    def __call__(self, *, hub_upload: bool) -> dict[str, str]: ...
+    def __call__(self, request: TrainingRequest) -> dict[str, str]: ...
 
 
-def no_environment(*, hub_upload: bool) -> dict[str, str]:
+def no_environment(request: TrainingRequest) -> dict[str, str]:
     """Remote lanes start no local trainer; one started without a TrainerEnvironment would get nothing."""
     return {}
 
@@ -207,7 +207,7 @@ class Supervisor:
                     until_stored(self._record_never_started, what=f"the end of run {self.handle.run_id}")
                 )
             # Only what the run needs: the launcher of a scaled-out run hands it on to its ranks as it is.
-            env = self.environment(hub_upload=request.auto_push_hf and bool(request.hf_repo_name))
+            env = self.environment(request)
             log.info(
                 "Starting trainer for %s: %s (environment: %s)",
                 self.handle.run_id,

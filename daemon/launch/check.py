@@ -24,6 +24,7 @@ from bashgym.daemon.lanes.nemo_data import job_hyperparameters
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.launch.authorise import check_unisolated_checks, has_command_checks
 from bashgym.daemon.launch.confine import Reach, model_files
+from bashgym.daemon.launch.trackers import check_report_to
 from bashgym.daemon.model_identity import check_model_identity
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
@@ -107,6 +108,7 @@ class LaunchChecks:
                 refused(exc)
 
         await check("profile", lambda: self._check_profile(workspace, request))
+        await check("report_to", lambda: self._check_report_to(request))
         await check("dataset", lambda: self._check_dataset(request))
         await check("model_check", lambda: check_model_identity(self.ledger, workspace, request))
         await check("trained", lambda: self._with_reward_model(workspace, request))
@@ -119,6 +121,9 @@ class LaunchChecks:
                 await check("command_checks", lambda: self._check_command_checks(workspace, trained, device))
             await check("trainer", lambda: self._check_trainer_would_take(workspace, trained, device))
         return trained, found
+
+    async def _check_report_to(self, request: TrainingRequest) -> None:
+        check_report_to(self.settings, self._environ, request)
 
     async def _check_named_data(self, workspace: str, request: TrainingRequest) -> str:
         """The dataset file's sha256, which must be the digest of the dataset version the tracking context names:
@@ -149,14 +154,18 @@ class LaunchChecks:
             )
 
     async def _capabilities(self, workspace: str, request: TrainingRequest, device: Device | None) -> Capabilities:
-        """CUDA, bitsandbytes and peft on the machines the run would train on, where a setting needs them known."""
+        """CUDA, bitsandbytes, peft and report_to's trackers on the machines the run would train on, where a setting
+        needs them known (trackers: on the local lane alone, the only one report_to runs on)."""
         adapters = request.method == "embedding_retriever" and request.use_lora
-        if not (request.load_in_4bit or adapters) or request.lane == "nemo":
+        if not (request.load_in_4bit or adapters or request.report_to) or request.lane == "nemo":
             return Capabilities()
         if request.lane == "local":
             facts = await trainer_python_facts(self.settings, self._environ)
             return Capabilities(
-                cuda=bool(facts.get("cuda")), bitsandbytes=bool(facts.get("bitsandbytes")), peft=facts.get("peft")
+                cuda=bool(facts.get("cuda")),
+                bitsandbytes=bool(facts.get("bitsandbytes")),
+                peft=facts.get("peft"),
+                trackers=tuple(facts.get("trackers") or ()),
             )
         known = list((await self._device_facts(workspace, request, device)).values())
         peft = [f.get("peft") for f in known]

@@ -125,6 +125,7 @@ class Capabilities:
     cuda: bool | None = None
     bitsandbytes: bool | None = None
     peft: str | None = None  # the installed version; "" where it is not installed
+    trackers: tuple[str, ...] | None = None  # the packages of report_to's trackers installed (mlflow, wandb, trackio)
 
 
 # transformers.integrations.peft.MIN_PEFT_VERSION of transformers 5.24, which add_adapter (a retriever's LoRA) checks.
@@ -259,6 +260,13 @@ def refusals(request: TrainingRequest, machine: Capabilities) -> list[str]:
         problems += _grpo_refusals(request)
     if request.method in RETRIEVER and request.use_lora and machine.peft is not None:
         problems += [p for p in [retriever_adapter_refusal(machine.peft)] if p]
+    if machine.trackers is not None:
+        problems += [
+            f"report_to {tracker} needs the {tracker} package in the trainer's Python; install it there (pip install "
+            f"{tracker}) or leave {tracker} out of report_to."
+            for tracker in request.report_to
+            if tracker not in machine.trackers
+        ]
     return problems
 
 

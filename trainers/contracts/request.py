@@ -10,7 +10,7 @@ import difflib
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 Method = Literal[
     "sft", "dpo", "grpo", "rlvr", "distillation", "session_distillation", "reward_model", "embedding_retriever"
@@ -81,6 +81,10 @@ SPEED_FIELDS: tuple[str, ...] = (
 # Scale-out (issue 14): the strategies `accelerate launch` runs; DeepSpeed's only where the package is installed.
 DistributedStrategy = Literal["ddp", "fsdp", "deepspeed-zero2", "deepspeed-zero3"]
 MixedPrecision = Literal["auto", "no", "bf16", "fp16"]
+# The team's own trackers a launched run may report to as well (transformers' report_to), each as the operator
+# configured it in the daemon's settings (daemon/launch/trackers.py); BashGym's ledger records the run regardless.
+Tracker = Literal["mlflow", "wandb", "trackio"]
+TRACKERS: tuple[str, ...] = ("mlflow", "wandb", "trackio")
 
 
 class InvalidRequest(ValueError):
@@ -230,6 +234,9 @@ class TrainingRequest(BaseModel):
     nemo_dataset: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
     use_remote_ssh: bool = False
     tracking_context: dict[str, Any] | None = None
+    report_to: Annotated[
+        list[Tracker], Field(max_length=len(TRACKERS)), AfterValidator(lambda named: list(dict.fromkeys(named)))
+    ] = Field(default_factory=list)
     correlation_id: Annotated[str, Field(max_length=200)] | None = None
 
     @model_validator(mode="before")

@@ -25,10 +25,22 @@ def common_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
         # Over several machines each one keeps its own copy of every checkpoint (its local main process writes
         # it), so a resume finds the checkpoint already there instead of copying it through the daemon.
         "save_on_each_node": request.num_machines > 1,
-        "report_to": "none",
+        **reporting_args(request, run),
         "disable_tqdm": True,
         "use_cpu": not torch.cuda.is_available(),
     }
+
+
+def reporting_args(request: TrainingRequest, run: RunDirectory) -> dict[str, Any]:
+    """The trackers the run reports to besides the ledger (request.report_to), under the run's id and project; each
+    one reads the operator's configuration from the environment the daemon gave the trainer (MLFLOW_TRACKING_URI,
+    WANDB_PROJECT and WANDB_API_KEY, TRACKIO_DIR: daemon/launch/trackers.py)."""
+    if not request.report_to:
+        return {"report_to": "none"}
+    # hf_repo_owner is `<workspace>/<project>`, set by the daemon at launch: Trackio's project, as MLflow's experiment
+    # (MLFLOW_EXPERIMENT_NAME) and W&B's group are.
+    project = request.hf_repo_owner or "bashgym"
+    return {"report_to": list(request.report_to), "run_name": run.root.name, "project": project}
 
 
 def eval_args(request: TrainingRequest) -> dict[str, Any]:
