@@ -203,7 +203,7 @@ class DaemonClient:
     async def blob_upload(self, path: Path, *, project: str, workspace: str | None = None) -> dict[str, Any]:
         """Upload a file for `project`, which then holds it: only that project's records may use it."""
         params = {"project": project, "workspace": workspace}
-        return dict(await self.request("PUT", "/v1/blobs", content=_file_chunks(path), params=params))
+        return dict(await self.request("PUT", "/v1/blobs", content=file_chunks(path), params=params))
 
     async def dataset_register(
         self, project: str, spec: DatasetFromBlob, *, workspace: str | None = None
@@ -283,7 +283,7 @@ def clean_params(params: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in params.items() if v is not None} if params else None
 
 
-async def _file_chunks(path: Path, size: int = 1024 * 1024) -> AsyncIterator[bytes]:
+async def file_chunks(path: Path, size: int = 1024 * 1024) -> AsyncIterator[bytes]:
     with path.open("rb") as handle:
         while chunk := handle.read(size):
             yield chunk

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from bashgym.client.environment import RunEnvironment
+from bashgym.client.errors import InvalidInput
 from bashgym.client.specs import MAX_METRIC_BATCH, MetricPoint, Spec
 from bashgym.client.validation import Identifier
 from pydantic import Field
@@ -41,8 +42,30 @@ class TrackedPoints(Spec):
     """One batch of a tracked run's metric points, sent with an Idempotency-Key: a replay adds nothing."""
 
     points: list[MetricPoint] = Field(min_length=1, max_length=MAX_METRIC_BATCH)
+    # Sent from the spool of a process that died, by another one: the points are the run's, but the run's own
+    # process was not heard from, so a run marked `unknown` stays so.
+    resent: bool = False
 
 
 class TrackedEnd(Spec):
     status: Literal["completed", "failed"]
     error_summary: Annotated[str, Field(max_length=4000)] = ""
+
+
+ARTIFACT_NAME_MAX = 500
+
+
+def check_artifact_name(name: str) -> str:
+    """An artifact's name in its run, a relative POSIX path (`model/config.json`) of printable segments: the name
+    ends the artifact's uri (`bashgym://runs/RUN/NAME`), so it never starts at the root, climbs out with `..`, or
+    hides a NUL or a backslash."""
+    where = "Name the artifact with a relative path such as `model` or `checkpoint-500/config.json`."
+    if not name or len(name) > ARTIFACT_NAME_MAX:
+        raise InvalidInput(f"An artifact name is 1 to {ARTIFACT_NAME_MAX} characters; this one is {len(name)}.")
+    if not name.isprintable() or "\\" in name:
+        raise InvalidInput(f"Artifact name {name!r} holds a control character or a backslash.", hint=where)
+    if name.startswith("/"):
+        raise InvalidInput(f"Artifact name {name!r} is absolute; an artifact is named within its run.", hint=where)
+    if any(part in {"", ".", ".."} for part in name.split("/")):
+        raise InvalidInput(f"Artifact name {name!r} has an empty, `.` or `..` segment.", hint=where)
+    return name

@@ -16,6 +16,7 @@ from typing import Any
 
 from bashgym.track.run import Run, connect, spool_dir
 from bashgym.track.sender import Sender
+from bashgym.track.spool import resend_orphans
 from bashgym.trainers.contracts.runtime import capture_environment, script_dir
 
 __all__ = ["Run", "astart_run", "start_run"]
@@ -50,8 +51,10 @@ def start_run(
     except BaseException:
         sender.shutdown()
         raise
-    sender.spool = (spool or spool_dir()) / f"{record['run_id']}.jsonl"
+    directory = spool or spool_dir()
+    sender.spool = directory / f"{record['run_id']}.jsonl"
     run = Run(sender, record, flush_timeout_s=flush_timeout_s)
+    resend_orphans(sender, directory)  # what a process that died left unsent, now that the daemon answers
     run.watch_system(system_metrics_s)
     return run
 

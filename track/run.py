@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import hashlib
 import logging
 import math
 import os
@@ -13,9 +15,12 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
 
-from bashgym.client.http import DaemonClient, resolve_api
+from bashgym.client.errors import InvalidInput
+from bashgym.client.http import DaemonClient, file_chunks, resolve_api
+from bashgym.client.tracking import check_artifact_name
 from bashgym.daemon.settings import DEFAULT_PORT, Settings, load_settings
 from bashgym.track.sender import Sender
+from bashgym.track.spool import hold_spool, release_spool
 from bashgym.trainers.system import SystemSampler
 
 log = logging.getLogger("bashgym.track")
@@ -56,6 +61,7 @@ class Run:
         self.step = 0  # the latest step logged: system metrics are recorded at it
         self.system: SystemSampler | None = None
         sender.start(self.path)
+        hold_spool(sender.spool)
         atexit.register(self._at_exit)
 
     def log_metrics(self, values: Mapping[str, float], *, step: int) -> None:
@@ -86,6 +92,55 @@ class Run:
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self._values({"tags": {name: str(value) for name, value in tags.items()}})
 
+    def log_artifact(self, path: str | os.PathLike[str], name: str | None = None) -> dict[str, Any]:
+        """Upload a file, or every file under a directory, to the daemon's store as the run's artifacts (streamed;
+        the daemon digests each). A file is artifact `name` (default: the file's name) and its record comes back
+        (uri `bashgym://runs/RUN/NAME`, sha256, size_bytes); a directory's files are `name/relative/path` and a
+        summary comes back: {name, uri, files, bytes, sha256 of the manifest (`sha256  size  path` lines)}.
+
+        The same file under the same name again records nothing new; other content under a logged name is
+        refused (a Conflict), so name each checkpoint apart (`checkpoint-500`)."""
+        source = Path(path)
+        label = check_artifact_name(name or source.name)
+        if source.is_dir():
+            return self._log_directory(source, label)
+        if not source.is_file():
+            raise InvalidInput(
+                f"{source} is neither a file nor a directory on this machine; nothing was uploaded.",
+                hint="Pass the path of a saved file or directory, e.g. trainer.args.output_dir.",
+            )
+        return self._upload(source, label)
+
+    async def alog_artifact(self, path: str | os.PathLike[str], name: str | None = None) -> dict[str, Any]:
+        """log_artifact for async code: the upload runs off the caller's event loop."""
+        return await asyncio.to_thread(self.log_artifact, path, name)
+
+    def _log_directory(self, directory: Path, name: str) -> dict[str, Any]:
+        files = sorted(p for p in directory.rglob("*") if p.is_file())
+        if not files:
+            raise InvalidInput(f"{directory} holds no files; nothing was uploaded.",
+                               hint="Log the directory once the model or checkpoint is saved into it.")  # fmt: skip
+        manifest = []
+        for file in files:
+            relative = file.relative_to(directory).as_posix()
+            record = self._upload(file, check_artifact_name(f"{name}/{relative}"))
+            manifest.append(f"{record['sha256']}  {record['size_bytes']}  {relative}")
+        return {
+            "name": name,
+            "uri": f"bashgym://runs/{self.run_id}/{name}",
+            "files": len(files),
+            "bytes": sum(int(line.split()[1]) for line in manifest),
+            "sha256": hashlib.sha256("\n".join(manifest).encode()).hexdigest(),
+        }
+
+    def _upload(self, file: Path, name: str) -> dict[str, Any]:
+        answer = self._sender.call(
+            self._sender.retried(
+                "PUT", f"{self.path}/artifacts", params={"name": name}, content=lambda: file_chunks(file)
+            )
+        )
+        return dict(answer["record"])
+
     def _values(self, body: dict[str, Any]) -> None:
         self._sender.call(self._sender.retried("POST", f"{self.path}/values", body=body))
 
@@ -107,6 +162,7 @@ class Run:
             self._sender.call(self._sender.retried("POST", f"{self.path}/end", body=body))
         finally:
             self._sender.shutdown()
+            release_spool(self._sender.spool)
 
     def _at_exit(self) -> None:
         self.end("failed", "the process exited without ending the run")
@@ -126,6 +182,4 @@ class Run:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        import asyncio
-
         await asyncio.to_thread(self.__exit__, kind, exc, tb)

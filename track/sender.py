@@ -10,10 +10,11 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,12 +60,23 @@ class Sender:
     def add(self, points: list[dict[str, Any]]) -> None:
         self._points.extend(points)  # deque.extend is atomic: the training step never waits on the sender
 
-    async def retried(self, method: str, path: str, *, attempts: int = 4, **kwargs: Any) -> Any:
-        """One request, retried on transient failures with capped exponential back-off (0.2 s .. 3.2 s)."""
+    async def retried(
+        self,
+        method: str,
+        path: str,
+        *,
+        attempts: int = 4,
+        content: Callable[[], AsyncIterator[bytes]] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """One request, retried on transient failures with capped exponential back-off (0.2 s .. 3.2 s); a streamed
+        body is read anew by each attempt from `content()`."""
         kwargs.setdefault("idempotency_key", uuid.uuid4().hex)  # every retry is the same request
         delay_s = 0.2
         for attempt in range(attempts):
             try:
+                if content is not None:
+                    kwargs["content"] = content()
                 return await self.client.request(method, path, **kwargs)
             except ApiError as exc:
                 if not is_transient(exc) or attempt == attempts - 1:
@@ -135,7 +147,10 @@ class Sender:
     def _write_spool(self) -> None:
         """The batches not yet sent, with their keys: what a later process (or this one) sends exactly once."""
         self.spool.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({"path": self.path, "key": key, "points": points}) for key, points in self._pending]
+        pid = os.getpid()  # a later process tells a live writer's spool from a dead one's
+        lines = [
+            json.dumps({"path": self.path, "key": key, "pid": pid, "points": points}) for key, points in self._pending
+        ]
         partial = self.spool.with_suffix(".partial")
         partial.write_text("\n".join(lines) + "\n")
         partial.replace(self.spool)

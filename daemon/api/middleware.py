@@ -5,6 +5,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import secrets
 from itertools import accumulate
 from typing import Any
@@ -107,6 +108,10 @@ class _NestingScan:
         return _depth_of(b"".join(self._marks), limit)
 
 
+# The routes whose body is a file (up to BASHGYM_MAX_UPLOAD_BYTES), not JSON: blobs and a tracked run's artifacts.
+UPLOAD_PATH = re.compile(r"^/v1/(blobs|projects/[^/]+/tracked-runs/[^/]+/artifacts$)")
+
+
 class EdgeMiddleware:
     """Correlation ids on every answer, and body size and nesting limits before anything parses the body."""
 
@@ -130,7 +135,8 @@ class EdgeMiddleware:
         ):
             correlation = f"cor-{secrets.token_hex(8)}"
         scope.setdefault("state", {})["correlation_id"] = correlation
-        limit = self.max_upload_bytes if scope["path"].startswith("/v1/blobs") else self.max_body_bytes
+        is_upload = UPLOAD_PATH.match(scope["path"]) is not None
+        limit = self.max_upload_bytes if is_upload else self.max_body_bytes
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -147,8 +153,8 @@ class EdgeMiddleware:
             )
             await response(scope, receive, send_with_id)
             return
-        is_json = not scope["path"].startswith("/v1/blobs")  # blobs are any bytes, streamed to disk
-        await self.app(scope, _limited(receive, limit, is_json=is_json), send_with_id)
+        # Uploads are any bytes, streamed to disk.
+        await self.app(scope, _limited(receive, limit, is_json=not is_upload), send_with_id)
 
 
 def _limited(receive: Receive, limit: int, *, is_json: bool) -> Receive:
@@ -211,7 +217,9 @@ class IdempotencyMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", []))
         key = headers.get(b"idempotency-key", b"").decode("latin-1")
-        if scope["type"] != "http" or scope["method"] not in MUTATING or not key:
+        # An upload is idempotent by its content (a blob is stored once by its digest; an artifact's name holds one
+        # digest), and replaying it by key would hold the whole file in memory: its body streams past.
+        if scope["type"] != "http" or scope["method"] not in MUTATING or not key or UPLOAD_PATH.match(scope["path"]):
             await self.app(scope, receive, send)
             return
         if len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable() or not key.isascii():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from bashgym.client.models import (
@@ -76,6 +77,13 @@ async def put_blob(call: NamedProjectWrite, request: Request, project: str = UNA
     """Upload a file for `project` (a dataset, model files, a wheel): the project holds it, within its quota."""
     check_identifier(project, field="project")
     authorise(call, project)
+    sha, size = await hold_upload(call, project, request.stream())
+    return json_response(BlobStored(sha256=sha, size_bytes=size, project_id=project))
+
+
+async def hold_upload(call: Call, project: str, chunks: AsyncIterator[bytes]) -> tuple[str, int]:
+    """Stream an upload into the content store (at most BASHGYM_MAX_UPLOAD_BYTES) for `project`, which then holds
+    it within its quotas; its sha256 and size."""
     services, ws = call.services, call.workspace
     quotas = {
         "quota_bytes": services.settings.project_quota_bytes,
@@ -88,11 +96,9 @@ async def put_blob(call: NamedProjectWrite, request: Request, project: str = UNA
             await services.ledger.check_quota(ws, project, size, **quotas)
 
     await services.ledger.check_quota(ws, project, 0, **quotas)  # a full project reads no body
-    sha, size = await services.blobs.put_stream(
-        request.stream(), max_bytes=services.settings.max_upload_bytes, admit=admit
-    )
+    sha, size = await services.blobs.put_stream(chunks, max_bytes=services.settings.max_upload_bytes, admit=admit)
     await services.ledger.hold_blob(call.actor, ws, project, sha, size, **quotas)
-    return json_response(BlobStored(sha256=sha, size_bytes=size, project_id=project))
+    return sha, size
 
 
 @router.get("/consumers/{name}/cursor", response_model=ConsumerCursor, tags=["events"])

@@ -1,10 +1,10 @@
-"""Tracked-run routes (bashgym.track): open a run by project and versions, log metric points, params and tags,
-heartbeat, end it.
+"""Tracked-run routes (bashgym.track): open a run by project and versions, log metric points, params, tags and
+artifacts, heartbeat, end it.
 
 Opening is a launch: `training.launch` in the project, its context composed by the launch pipeline's resolve stage.
 Logging and ending need `training.launch` in the project, on a run the caller's actor opened, or on any tracked
 run there with `training.stop` too (daemon/external/tracked.py). A batch of points sent with an Idempotency-Key is
-answered once; a point already recorded is never recorded twice.
+answered once; a point already recorded is never recorded twice; an artifact's name holds one content.
 """
 
 from __future__ import annotations
@@ -13,10 +13,19 @@ from typing import Annotated, Any
 
 from bashgym.client.errors import InvalidInput
 from bashgym.client.specs import MetricBatch
-from bashgym.client.tracking import TRACKED_TARGET, TrackedEnd, TrackedPoints, TrackedRunOpen, TrackedValues
+from bashgym.client.tracking import (
+    ARTIFACT_NAME_MAX,
+    TRACKED_TARGET,
+    TrackedEnd,
+    TrackedPoints,
+    TrackedRunOpen,
+    TrackedValues,
+    check_artifact_name,
+)
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, Rule, authenticate, call_of, declare, requires_somewhere, written
+from bashgym.daemon.api.system import hold_upload
 from bashgym.daemon.external.tracked import TrackedRuns
 from bashgym.daemon.launch.resolve import in_named_project
 from fastapi import APIRouter, Query, Request
@@ -84,7 +93,27 @@ async def log_tracked_metrics(call: WriterCall, project: str, run_id: str, body:
     service = _service_of(call.services.tracked)
     run = await call.services.ledger.get_run(call.workspace, project, run_id)
     batch = MetricBatch(run_id=run_id, attempt_id=service.attempt_of(run), points=body.points)
+    if body.resent:
+        return written(await service.log_resent_points(call.actor, call.workspace, run, batch))
     return written(await service.log_points(call.actor, call.workspace, run, batch))
+
+
+@router.put(f"{RUN}/artifacts", status_code=201)
+async def log_tracked_artifact(
+    call: WriterCall,
+    project: str,
+    run_id: str,
+    http: Request,
+    name: Annotated[str, Query(max_length=ARTIFACT_NAME_MAX)],
+) -> Response:
+    """`?name=checkpoint-500/model.safetensors`, the file as the body (streamed, at most BASHGYM_MAX_UPLOAD_BYTES):
+    stored in the project's content store and recorded as the run's artifact `bashgym://runs/RUN/NAME`."""
+    check_artifact_name(name)
+    service = _service_of(call.services.tracked)
+    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    await service.heard(call.actor, call.workspace, run)  # an ended run reads no body
+    sha, size = await hold_upload(call, project, http.stream())
+    return written(await service.log_artifact(call.actor, call.workspace, run, name, sha, size))
 
 
 @router.post(f"{RUN}/values", status_code=201)

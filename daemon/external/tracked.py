@@ -14,14 +14,16 @@ import time
 from typing import Any
 
 from bashgym.client.environment import RunEnvironment, environment_digest
-from bashgym.client.errors import Forbidden, InvalidInput
-from bashgym.client.specs import Actor, MetricBatch, RunRegistration, RunTransition, WriteResult
+from bashgym.client.errors import Conflict, Forbidden, IdentityConflict, InvalidInput
+from bashgym.client.specs import Actor, ArtifactSpec, MetricBatch, RunRegistration, RunTransition, WriteResult
 from bashgym.client.tracking import TRACKED_LANE, TRACKED_SURFACE, TRACKED_TARGET, TrackedEnd, TrackedRunOpen
 from bashgym.client.validation import canonical_json, sha256_text
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.background import BackgroundLoop
 from bashgym.daemon.evidence.environments import record_environment
+from bashgym.daemon.lanes.supervisor import artifact_kind
 from bashgym.daemon.settings import Settings
+from bashgym.ledger.evidence import content_id
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.daemon")
@@ -119,6 +121,39 @@ class TrackedRuns(BackgroundLoop):
         await self.heard(actor, ws, run)
         return await self.ledger.ingest_metrics(actor, ws, run["project_id"], batch)
 
+    async def log_resent_points(self, actor: Actor, ws: str, run: dict[str, Any], batch: MetricBatch) -> WriteResult:
+        """Points a process that died left in its spool, sent by another: the run's, but no word from its process."""
+        self._refuse_ended(run)
+        return await self.ledger.ingest_metrics(actor, ws, run["project_id"], batch)
+
+    async def log_artifact(
+        self, actor: Actor, ws: str, run: dict[str, Any], name: str, sha256: str, size_bytes: int
+    ) -> WriteResult:
+        """Record a stored file as the run's artifact `name`, as a launched run's are (`bashgym://runs/RUN/NAME`).
+        A name holds one content: the same file again is a replay, another one a conflict."""
+        run_id, project = run["run_id"], run["project_id"]
+        uri = f"bashgym://runs/{run_id}/{name}"
+        spec = ArtifactSpec(
+            artifact_id=content_id("art", {"run_id": run_id, "uri": uri}),  # the name decides the id, not the bytes
+            run_id=run_id,
+            attempt_id=self.attempt_of(run),
+            kind=artifact_kind(name, use_lora=False),
+            uri=uri,
+            sha256=sha256,
+            size_bytes=size_bytes,
+        )
+        try:
+            return await self.ledger.register_artifact(actor, ws, project, spec)
+        except IdentityConflict:
+            held = next(a for a in (await self.ledger.get_run(ws, project, run_id))["artifacts"] if a["uri"] == uri)
+            raise Conflict(
+                f"Run {run_id} already holds artifact {name!r} with sha256 {held['sha256']} ({held['size_bytes']} "
+                f"bytes); this upload's is {sha256} ({size_bytes} bytes). Nothing was recorded.",
+                hint="An artifact's name keeps its first content: log the new file under another name "
+                "(e.g. checkpoint-600).",
+                details={"name": name, "held_sha256": held["sha256"], "sha256": sha256},
+            ) from None
+
     async def log_values(self, actor: Actor, ws: str, run: dict[str, Any], values: dict[str, Any]) -> None:
         await self.heard(actor, ws, run)
         attempt = self.attempt_of(run)
@@ -126,17 +161,20 @@ class TrackedRuns(BackgroundLoop):
 
     async def heard(self, actor: Actor, ws: str, run: dict[str, Any]) -> None:
         """The run's process is alive: a run marked `unknown` for its silence resumes."""
-        key = (ws, run["project_id"], run["run_id"])
-        if run["status"] in {"completed", "failed", "cancelled"}:
-            raise InvalidInput(
-                f"Run {run['run_id']} is {run['status']}; a tracked run that ended takes no more logs.",
-                hint="Open a new run with bashgym.track.start_run.",
-            )
-        self._heard[key] = time.monotonic()
+        self._refuse_ended(run)
+        self._heard[(ws, run["project_id"], run["run_id"])] = time.monotonic()
         if run["status"] == "unknown":
             reason = "its process was heard from again"
             await self.ledger.transition_run(
                 actor, ws, run["project_id"], run["run_id"], RunTransition(status="running", reason=reason)
+            )
+
+    @staticmethod
+    def _refuse_ended(run: dict[str, Any]) -> None:
+        if run["status"] in {"completed", "failed", "cancelled"}:
+            raise InvalidInput(
+                f"Run {run['run_id']} is {run['status']}; a tracked run that ended takes no more logs.",
+                hint="Open a new run with bashgym.track.start_run.",
             )
 
     async def end(self, actor: Actor, ws: str, run: dict[str, Any], body: TrackedEnd) -> WriteResult:

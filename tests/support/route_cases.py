@@ -386,7 +386,7 @@ async def case_mlflow_import(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{await _project(h)}/imports/mlflow", {"json": body}
 
 
-def _tracked(tail: str, body: dict[str, Any]) -> Case:
+def _tracked(tail: str, **request: Any) -> Case:
     """A route of a tracked run that OWNER opened (with a token of its own, as bashgym.track does)."""
 
     async def case(h: Harness) -> tuple[str, dict[str, Any]]:
@@ -396,7 +396,7 @@ def _tracked(tail: str, body: dict[str, Any]) -> Case:
             "/v1/tracked-runs", headers={"Authorization": f"Bearer {token}"}, **_names(project)
         )
         assert opened.status_code == 201, opened.text
-        return f"/v1/projects/{project}/tracked-runs/{opened.json()['run_id']}/{tail}", {"json": body}
+        return f"/v1/projects/{project}/tracked-runs/{opened.json()['run_id']}/{tail}", request
 
     return case
 
@@ -649,11 +649,14 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/tracked-runs"): case_tracked_open,
     ("POST", "/v1/projects/{project}/imports/mlflow"): case_mlflow_import,
     ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/metrics"): _tracked(
-        "metrics", {"points": [{"metric": "train.loss", "step": 1, "value": 0.5}]}
+        "metrics", json={"points": [{"metric": "train.loss", "step": 1, "value": 0.5}]}
     ),
-    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/values"): _tracked("values", {"params": {"lr": 0.1}}),
-    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/heartbeat"): _tracked("heartbeat", {}),
-    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/end"): _tracked("end", {"status": "completed"}),
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/values"): _tracked("values", json={"params": {"lr": 0.1}}),
+    ("PUT", "/v1/projects/{project}/tracked-runs/{run_id}/artifacts"): _tracked(
+        "artifacts", params={"name": "checkpoint-1/config.json"}, content=b"{}"
+    ),
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/heartbeat"): _tracked("heartbeat", json={}),
+    ("POST", "/v1/projects/{project}/tracked-runs/{run_id}/end"): _tracked("end", json={"status": "completed"}),
     ("POST", "/v1/training/plan"): case_training_plan,
     ("POST", "/v1/projects"): case_projects,
     ("POST", "/v1/projects/{project}/experiments"): case_experiments,

@@ -1,12 +1,14 @@
 """bashgym.track: a script BashGym did not launch records an official run in a project (issue 53, item 1).
 
 The real client against a real daemon on loopback: the run is verified in the project with its params and every
-point once; a raising block ends it failed; tokens that may not launch there are refused; and a daemon stopped
-mid-run and restarted on the same port loses and doubles nothing (spool + idempotency keys)."""
+point once; a raising block ends it failed; tokens that may not launch there are refused; files and directories
+become the run's artifacts, digested, once per name, and an attacker's names, tokens and sizes are refused. What
+happens when the daemon or the script dies: test_track_crash.py."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,18 +18,21 @@ from bashgym.client.errors import ApiError
 
 from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.factories import sft_data
-from tests.support.helpers import RunningDaemon, eventually, register_versions, running_daemon, start_daemon
+from tests.support.helpers import RunningDaemon, register_versions, running_daemon
 
 PROJECT, OTHER = "nightly", "elsewhere"
+MAX_UPLOAD_BYTES = 64 * 1024  # the operator's limit here (BASHGYM_MAX_UPLOAD_BYTES)
 VERSIONS = {"project": PROJECT, "model_version": "tiny-v1", "dataset_version": "rows-v1"}
 
 
 @contextlib.contextmanager
-def workspace(root: Path) -> Iterator[RunningDaemon]:
-    """A daemon with projects nightly (model version tiny-v1, dataset version rows-v1) and elsewhere."""
+def workspace(root: Path, **env: str) -> Iterator[RunningDaemon]:
+    """A daemon (with the settings `env` names) with projects nightly (model version tiny-v1, dataset version
+    rows-v1) and elsewhere."""
     (root / "model").mkdir(parents=True)
     (root / "model" / "config.json").write_text("{}")
-    with running_daemon(root / "home") as running:
+    env = {"BASHGYM_MAX_UPLOAD_BYTES": str(MAX_UPLOAD_BYTES), **env}
+    with running_daemon(root / "home", env=env) as running:
         with running.client() as admin:
             for project in (PROJECT, OTHER):
                 assert admin.post("/v1/projects", json={"project_id": project, "name": project}).status_code == 201
@@ -124,26 +129,83 @@ def test_tokens_that_may_not_launch_in_the_project_are_refused(daemon: RunningDa
     assert points(daemon, run.run_id) == [] and shown(daemon, run.run_id)["status"] == "completed"
 
 
-def test_points_logged_while_the_daemon_is_down_arrive_exactly_once(tmp_path: Path, spool: Path) -> None:
-    with workspace(tmp_path / "own") as daemon:  # its own: the module's daemon stays up for the other tests
-        stopped_and_restarted(daemon, spool)
+def artifacts(daemon: RunningDaemon, run_id: str) -> dict[str, dict]:
+    return {a["uri"].removeprefix(f"bashgym://runs/{run_id}/"): a for a in shown(daemon, run_id)["artifacts"]}
 
 
-def stopped_and_restarted(daemon: RunningDaemon, spool: Path) -> None:
-    token = researcher(daemon, "dana")
-    port = daemon.url.rsplit(":", 1)[1]
-    run = track.start_run(**VERSIONS, api=daemon.url, token=token, interval_s=0.05, flush_timeout_s=30)
-    for step in range(10):
-        run.log_metrics({"loss": float(step)}, step=step)
-    daemon.stop()
-    for step in range(10, 30):
-        run.log_metrics({"loss": float(step)}, step=step)
-    eventually("the batches sent to a stopped daemon are spooled", lambda: any(spool.glob("*.jsonl")))
-    restarted = start_daemon(daemon.home, "--port", port)
+def saved_model(root: Path) -> Path:
+    (root / "model" / "nested").mkdir(parents=True)
+    (root / "model" / "config.json").write_text('{"layers": 2}')
+    (root / "model" / "nested" / "weights.bin").write_bytes(bytes(range(256)) * 40)
+    return root / "model"
+
+
+def test_files_and_directories_become_the_runs_artifacts_digested_once_per_name(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    model = saved_model(tmp_path)
+    with track.start_run(**VERSIONS, api=daemon.url, token=researcher(daemon, "ada")) as run:
+        single = run.log_artifact(model / "config.json")
+        summary = run.log_artifact(model, name="checkpoint-500")
+        assert run.log_artifact(model, name="checkpoint-500") == summary  # the same files again: nothing new
+        (model / "config.json").write_text('{"layers": 3}')
+        with pytest.raises(ApiError) as changed:
+            run.log_artifact(model / "config.json")
+    assert changed.value.status == 409 and "config.json" in changed.value.message, changed.value
+    assert "log the new file under another name" in changed.value.hint, changed.value
+    weights = (model / "nested" / "weights.bin").read_bytes()
+    expected = {
+        "config.json": hashlib.sha256(b'{"layers": 2}').hexdigest(),
+        "checkpoint-500/config.json": hashlib.sha256(b'{"layers": 2}').hexdigest(),
+        "checkpoint-500/nested/weights.bin": hashlib.sha256(weights).hexdigest(),
+    }
+    recorded = artifacts(daemon, run.run_id)
+    assert {name: a["sha256"] for name, a in recorded.items()} == expected, recorded
+    assert recorded["checkpoint-500/config.json"]["kind"] == "checkpoint", recorded
+    assert (single["uri"], single["sha256"], single["size_bytes"]) == (
+        f"bashgym://runs/{run.run_id}/config.json",
+        expected["config.json"],
+        13,
+    )
+    manifest = "\n".join(
+        [f"{expected['checkpoint-500/config.json']}  13  config.json",
+         f"{expected['checkpoint-500/nested/weights.bin']}  {len(weights)}  nested/weights.bin"]
+    )  # fmt: skip
+    assert summary == {
+        "name": "checkpoint-500",
+        "uri": f"bashgym://runs/{run.run_id}/checkpoint-500",
+        "files": 2,
+        "bytes": 13 + len(weights),
+        "sha256": hashlib.sha256(manifest.encode()).hexdigest(),
+    }
+
+
+def test_artifact_uploads_refuse_other_actors_workspaces_escaping_names_and_oversized_files(
+    daemon: RunningDaemon, tmp_path: Path
+) -> None:
+    """A token of another actor (training.launch, not training.stop) or of another workspace reaches no run's
+    artifacts; a name that leaves the run, and a file past the operator's limit, record nothing."""
+    outsider = issue_token(daemon, "mallory", "researcher", workspace="ws9")
+    other_researcher = researcher(daemon, "otto")  # may launch in the project, but did not open the run
+    owner = researcher(daemon, "ines")
+    run = track.start_run(**VERSIONS, api=daemon.url, token=owner)
+    route = f"/v1/projects/{PROJECT}/tracked-runs/{run.run_id}/artifacts"
     try:
-        run.end()
-        assert points(restarted, run.run_id) == [(step, float(step)) for step in range(30)]
-        assert shown(restarted, run.run_id)["status"] == "completed"
+        for token in (other_researcher, outsider):
+            with daemon.client(token) as client:
+                answer = client.put(route, params={"name": "model.bin"}, content=b"planted")
+                assert answer.status_code in {403, 404}, answer.text
+                elsewhere = client.put(route, params={"name": "m.bin", "workspace": "ws9"}, content=b"planted")
+                assert elsewhere.status_code in {403, 404}, elsewhere.text
+        with daemon.client(owner) as client:  # the run's own token: the daemon checks what a client could skip
+            for name in ("../../etc/passwd", "a/../../b", "/etc/passwd", "a\x00b", "a\\b", "a//b", "./a", ""):
+                answer = client.put(route, params={"name": name}, content=b"planted")
+                assert answer.status_code == 422, (name, answer.text)
+        big = tmp_path / "big.bin"
+        big.write_bytes(b"\1" * (MAX_UPLOAD_BYTES + 1))
+        with pytest.raises(ApiError) as too_large:
+            run.log_artifact(big)
+        assert too_large.value.status == 413, too_large.value
     finally:
-        restarted.close()
-    assert not any(spool.glob("*.jsonl")), "the spool is emptied once everything arrived"
+        run.end()
+    assert artifacts(daemon, run.run_id) == {}
