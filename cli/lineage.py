@@ -178,12 +178,14 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--dir", type=Path, help="local model directory to copy into the store")
     source.add_argument("--hub-id", help="a Hugging Face Hub model id (recorded, not downloaded)")
-    source.add_argument("--run", help="a completed run of the project: its kept model, of the kind its method made")
+    source.add_argument(
+        "--run", help="a completed run of the project: its kept model (a tracked run's `model` artifact), its lineage"
+    )
     parser.add_argument("--revision", default="", help="hub revision (commit sha or tag); required with --hub-id")
     parser.add_argument("--parent", help="parent model version id")
     parser.add_argument(
         "--kind", choices=("causal_lm", "reward_model", "embedding_retriever"),
-        help="what the files are (default causal_lm; --run takes the run's)",
+        help="what the files are (default causal_lm; --run takes the kind its method made, or this for a tracked run)",
     )  # fmt: skip
 
 
@@ -191,14 +193,16 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
 async def model_register(ctx: Ctx) -> int:
     a = ctx.args
     if a.run:
-        if a.kind or a.parent:
+        if a.parent:
             raise InvalidInput(
-                "--run registers the run's model with its own kind and lineage; drop --kind and --parent."
+                "--run registers the run's model with its own lineage (parent: the version it trained from); drop "
+                "--parent."
             )
+        body = {"model_version_id": a.version, "model_id": a.model, **({"kind": a.kind} if a.kind else {})}
         written = await ctx.client.request(
             "POST",
             f"/v1/projects/{a.project}/runs/{a.run}/model-version",
-            body={"model_version_id": a.version, "model_id": a.model},
+            body=body,
             params={"workspace": ctx.workspace},
         )
         return done(ctx, written, title="Model version replayed" if written["replayed"] else "Model version registered")

@@ -15,6 +15,7 @@ from bashgym.client.models import (
     ProjectSpec,
     WriteResult,
 )
+from bashgym.client.specs import ModelKind
 from bashgym.client.validation import Identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import (
@@ -26,7 +27,7 @@ from bashgym.daemon.api.routing import (
     written,
 )
 from bashgym.daemon.blobs import count_rows
-from bashgym.daemon.evidence.sources import RUNS, kind_of_method, run_model_spec
+from bashgym.daemon.evidence.sources import RUNS, is_tracked, kind_of_method, run_model_spec
 from bashgym.daemon.launch.confine import check_model_source, held_blob
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
@@ -66,9 +67,11 @@ async def list_experiments(call: ReadCall, project: str) -> Response:
 @router.post("/projects/{project}/model-versions", response_model=WriteResult, status_code=201)
 async def register_model_version(call: WriteCall, project: str, body: ModelVersionSpec) -> Response:
     await check_model_source(call.reach, project, body.model_dump())
-    if body.source_uri.startswith(RUNS):  # a run's model is what its method made, whatever the body says
+    # A launched run's model is what its method made, whatever the body says; a tracked run's method is the
+    # script's own word, so its kind is the registrant's.
+    if body.source_uri.startswith(RUNS):
         run = await call.services.ledger.get_run(call.workspace, project, body.source_uri.removeprefix(RUNS))
-        if body.kind != kind_of_method(str(run["method"])):
+        if body.kind != kind_of_method(str(run["method"])) and not is_tracked(run):
             raise RuleRejected(
                 f"Run {run['run_id']} trained with method {run['method']}, so its model is a "
                 f"{kind_of_method(str(run['method']))}, not a {body.kind}.",
@@ -82,6 +85,7 @@ class RunModelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model_version_id: Identifier
     model_id: Identifier
+    kind: ModelKind | None = None  # a tracked run's, whose method is the script's word; a launched run's is its own
 
 
 @router.get("/projects/{project}/model-versions/{version}")
@@ -92,10 +96,11 @@ async def show_model_version(call: ReadCall, project: str, version: str) -> Resp
 
 @router.post("/projects/{project}/runs/{run_id}/model-version", response_model=WriteResult, status_code=201)
 async def register_run_model(call: WriteCall, project: str, run_id: str, body: RunModelBody) -> Response:
-    """A completed run's kept model as a model version of its project (the kind its method makes), so a later run
-    can train from it or, for a reward model, be rewarded by it, before any promotion."""
+    """A completed run's kept model as a model version of its project (the kind its method makes, or the one given
+    for a tracked run's `model` artifact), so a later run can train from it or, for a reward model, be rewarded by
+    it, before any promotion. Its lineage parent is the version the run trained from."""
     run = await call.services.ledger.get_run(call.workspace, project, run_id)
-    spec = run_model_spec(run, version_id=body.model_version_id, model_id=body.model_id)
+    spec = run_model_spec(run, version_id=body.model_version_id, model_id=body.model_id, kind=body.kind)
     return written(await call.services.ledger.register_model_version(call.actor, call.workspace, project, spec))
 
 

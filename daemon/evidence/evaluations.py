@@ -25,14 +25,13 @@ from bashgym.daemon.evidence.sources import (
     hub_models_loaded,
     kept_files,
     run_files,
-    run_model_dir,
 )
 from bashgym.daemon.external.hub_access import fetch_for_project
 from bashgym.daemon.host_paths import check_device_reach
 from bashgym.daemon.lanes.admission import trainer_python
 from bashgym.daemon.lanes.remote import read_from
 from bashgym.daemon.lanes.ssh import Device, RemoteRun
-from bashgym.daemon.launch.confine import Reach, held_blob, model_files
+from bashgym.daemon.launch.confine import Reach, held_blob, kept_model_dir, model_files
 from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
@@ -348,7 +347,7 @@ class EvaluationService:
             check_not_imported(run)
             if run["status"] != "completed":
                 raise Conflict(f"Run {body.run_id} is {run['status']}; only a completed run's model can be evaluated.")
-            kept = run_model_dir(self.settings, body.run_id)
+            kept = await kept_model_dir(self._reach(ws), project, run)
             if await asyncio.to_thread(kept.is_dir):
                 await check_kept_files(run, kept)
                 return str(kept), run["attempts"][-1]["attempt_id"]

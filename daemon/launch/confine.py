@@ -18,7 +18,18 @@ from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.models import BLOB_URI
 from bashgym.client.validation import HUB, MODEL_SOURCES, hub_repo_of
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.evidence.sources import FILE, RUNS, STORED, run_model_dir, stored_model_dir
+from bashgym.daemon.evidence.sources import (
+    FILE,
+    RUNS,
+    STORED,
+    TRACKED_MODEL,
+    is_tracked,
+    kept_files,
+    run_files,
+    run_model_dir,
+    stored_model_dir,
+    tracked_model_dir,
+)
 from bashgym.daemon.host_paths import HostPaths
 from bashgym.daemon.settings import Settings
 from bashgym.ledger.store import Ledger
@@ -108,7 +119,7 @@ async def model_files(reach: Reach, project: str, version: dict[str, Any], *, pl
         return reach.paths.readable(source.removeprefix(FILE), field="source_uri")
     if source.startswith(RUNS):
         run = await reach.ledger.get_run(reach.workspace, project, source.removeprefix(RUNS))  # NotFound elsewhere
-        return await asyncio.to_thread(run_model_dir, reach.settings, str(run["run_id"])) if place else None
+        return await kept_model_dir(reach, project, run) if place else None
     if source.startswith(STORED):
         held = {str(f["sha256"]): await held_blob(reach, project, str(f["sha256"])) for f in version.get("files") or []}
         if not place:
@@ -116,6 +127,16 @@ async def model_files(reach: Reach, project: str, version: dict[str, Any], *, pl
         return await asyncio.to_thread(stored_model_dir, reach.settings, reach.workspace, project, version, held)
     hub_repo(version)
     return None
+
+
+async def kept_model_dir(reach: Reach, project: str, run: dict[str, Any]) -> Path:
+    """Where a run of `project` keeps its model on this host: a launched run's directory, or a tracked run's `model`
+    artifact materialised from the blobs the project holds."""
+    if not is_tracked(run):
+        return await asyncio.to_thread(run_model_dir, reach.settings, str(run["run_id"]))
+    files = kept_files(run_files(run), TRACKED_MODEL).values()
+    held = {sha256: await held_blob(reach, project, sha256) for sha256 in files}
+    return await asyncio.to_thread(tracked_model_dir, reach.settings, run, held)
 
 
 async def base_model_of(reach: Reach, project: str, version: dict[str, Any]) -> str:

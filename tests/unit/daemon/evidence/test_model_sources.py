@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from bashgym.client.errors import InvalidInput, NotFound
+from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.client.specs import Actor, ProjectSpec, RunRegistration
 from bashgym.daemon.blobs import BlobStore
-from bashgym.daemon.evidence.sources import COMPLETE, hub_models_loaded
+from bashgym.daemon.evidence.sources import COMPLETE, hub_models_loaded, run_model_spec
 from bashgym.daemon.host_paths import PathRefused
 from bashgym.daemon.launch.confine import Reach, base_model_of, model_files
 from bashgym.daemon.settings import Settings
@@ -120,3 +120,41 @@ async def test_an_evaluator_loads_by_hub_id_only_an_adapters_hub_base_and_a_hub_
     assert hub_models_loaded(EvalRequest(model=str(adapter))) == [], "a base given by path is no Hub id"
     assert hub_models_loaded(EvalRequest(model=str(tmp_path / "merged"))) == [], "full weights name no base"
     assert hub_models_loaded(EvalRequest(model="gold")) == []
+
+
+def completed_run(source_system: str, method: str, paths: list[str]) -> dict[str, object]:
+    """A completed run record of project nightly, trained from tiny-v1, with an artifact at each path."""
+    artifacts = [
+        {"uri": f"bashgym://runs/r1/{path}", "sha256": f"{i:064x}", "size_bytes": i} for i, path in enumerate(paths)
+    ]
+    return {
+        "run_id": "r1",
+        "project_id": "nightly",
+        "status": "completed",
+        "method": method,
+        "source_system": source_system,
+        "model_version_id": "tiny-v1",
+        "artifacts": artifacts,
+    }
+
+
+def test_a_tracked_runs_model_is_its_model_artifact_of_the_kind_given_from_the_version_it_trained_from() -> None:
+    run = completed_run("tracked", "custom", ["checkpoint-2/model.safetensors", "model/config.json", "model/w.bin"])
+    spec = run_model_spec(run, version_id="v2", model_id="tiny", kind="reward_model")
+    assert [f.path for f in spec.files] == ["model/config.json", "model/w.bin"], "a checkpoint is no part of it"
+    assert (spec.kind, spec.parent_version_id, spec.source_uri) == ("reward_model", "tiny-v1", "bashgym://runs/r1")
+    assert spec.config_digest == f"{1:064x}", "its config.json's sha256, as a --dir version records it"
+    assert run_model_spec(run, version_id="v2", model_id="tiny").kind == "causal_lm", "inferred from its method"
+
+
+def test_a_tracked_run_without_a_model_artifact_says_how_to_log_one() -> None:
+    run = completed_run("tracked", "sft", ["checkpoint-2/model.safetensors"])
+    with pytest.raises(RuleRejected, match=r'no `model` artifact \(log one with run.log_artifact\(DIR, name="model"\)'):
+        run_model_spec(run, version_id="v2", model_id="tiny")
+
+
+def test_a_launched_runs_model_is_the_kind_its_method_made_whatever_kind_is_asked() -> None:
+    run = completed_run("bashgym", "sft", ["final/adapter_model.safetensors"])
+    with pytest.raises(RuleRejected, match="trained with method sft, so its model is a causal_lm, not a reward_model"):
+        run_model_spec(run, version_id="v2", model_id="tiny", kind="reward_model")
+    assert run_model_spec(run, version_id="v2", model_id="tiny", kind="causal_lm").config_digest is None
