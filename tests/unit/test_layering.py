@@ -148,6 +148,13 @@ def test_the_trainer_modules_the_daemon_uses_do_not_import_torch() -> None:
     assert "torch" not in loaded and "transformers" not in loaded
 
 
+def test_the_tracking_client_imports_no_torch_and_only_its_trainer_callback_does() -> None:
+    """A script that logs by hand pays for no torch; bashgym.track.transformers is the one module that needs it."""
+    loaded = _loaded("import sys, bashgym.track")
+    assert "torch" not in loaded and "transformers" not in loaded
+    assert "transformers" in _loaded("import sys, bashgym.track.transformers")
+
+
 def test_daemon_start_up_imports_no_ssh_no_http_client_and_no_torch() -> None:
     """asyncssh (~0.35 s) loads when a run or a check first reaches an SSH device; httpx (~0.15 s, with rich)
     when the first NeMo job or sink post goes out."""
