@@ -65,8 +65,13 @@ def test_writes_outside_the_sandbox_do_not_land(tmp_path: Path) -> None:
 
 def test_the_verifier_and_its_fixtures_cannot_be_read() -> None:
     needs(filesystem=True)
+    # The private verifier is a directory in the temporary root with its files in it: the search walks every
+    # path of the machine down to that depth (and one below). Walking all of / took 21 s where /tmp holds other
+    # checkouts' virtual environments, none of which can hold a verifier.
+    depth = len(Path(tempfile.gettempdir()).resolve().parts) + 2
     command = (
-        "cat /tmp/bashgym-verifier-*/expected.txt; find / -path '*bashgym-verifier*' -type f 2>/dev/null -exec cat {} +"
+        f"cat {tempfile.gettempdir()}/bashgym-verifier-*/expected.txt;"
+        f" find / -maxdepth {depth} -path '*bashgym-verifier*' -type f 2>/dev/null -exec cat {{}} +"
     )
     result = run_attempt(task(timeout_s=30.0), command)
     assert SECRET not in result.stdout
