@@ -18,7 +18,6 @@ from bashgym.trainers.contracts.rundir import (
     canonical_metrics,
 )
 from bashgym.trainers.contracts.runtime import capture_environment
-from bashgym.trainers.control import ControlCallback
 from bashgym.trainers.signals import ControlFlags
 from bashgym.trainers.system import SystemSampler, interval_from
 
@@ -77,8 +76,11 @@ def _check_request(request: TrainingRequest) -> None:
 def _train(
     run: RunDirectory, request: TrainingRequest, flags: ControlFlags, *, resume: bool, environ: dict[str, str]
 ) -> int:
+    # Imported here, after the request's checks: transformers and peft take seconds to import, which a refused
+    # request (a dataset breaking its contract, 4-bit without a GPU) need not wait for.
     from bashgym.trainers.artifacts import write_effective_config
     from bashgym.trainers.contracts.topology import hold_until_exit
+    from bashgym.trainers.control import ControlCallback
     from bashgym.trainers.loading import load_model_and_tokenizer
     from bashgym.trainers.methods import build_trainer
 
