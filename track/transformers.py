@@ -111,6 +111,12 @@ class BashGymCallback(TrainerCallback):
             self.run.log_metrics(values, step=state.global_step)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # Every rank writes its share of a checkpoint (its rng_state_N.pth; its optimizer shard under FSDP or
+        # DeepSpeed), and nothing in the Trainer waits for the others after its last collective: rank 0 would
+        # upload a checkpoint without a slower rank's files, or with one half written. Every rank calls on_save,
+        # so every rank waits here (a no-op in one process) before rank 0 reads the directory.
+        if args.distributed_state is not None:
+            args.distributed_state.wait_for_everyone()
         if self.run is None or not state.is_world_process_zero:
             return
         name = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
