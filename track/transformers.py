@@ -10,7 +10,8 @@ artifacts; the run ends `completed` when training ends. Under accelerate or torc
 
 Trainer has no hook for an exception, so a training that raises is ended `failed` with the exception's summary
 by the process's exception hook (an uncaught exception), else at the latest when the process exits (the run's
-own exit handler), or when the same callback's next training begins.
+own exit handler), or when the same callback's next training begins. SIGTERM, which runs no exit handler (torchrun
+stops the other ranks so when one fails), ends it `failed` before the signal ends the process.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 from bashgym.track import start_run
@@ -79,6 +83,7 @@ class BashGymCallback(TrainerCallback):
         self.run: Run | None = None
         self.run_id: str | None = None  # the latest run's, after it ended too
         self._previous_hook: ExceptHook | None = None
+        self._on_sigterm: Callable[[int, FrameType | None], None] | None = None
 
     # -- the Trainer's events --------------------------------------------------------------------
 
@@ -170,11 +175,32 @@ class BashGymCallback(TrainerCallback):
                 previous(kind, exc, tb)
 
         sys.excepthook = hook
+        self._watch_sigterm()
+
+    def _watch_sigterm(self) -> None:
+        """SIGTERM ends the run `failed`, then kills the process as it would have. torchrun stops every rank so
+        when one fails, and a scheduler stops a job so; the signal's default action runs no exit handler, and
+        rank 0, busy outside a collective (an upload, an evaluation), would leave its run open to turn `unknown`.
+        Only where the script left SIGTERM's default: a handler of its own may mean to go on."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers are set from the main thread only
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            self._end("failed", "SIGTERM: the process was stopped (torchrun stops every rank when one fails)")
+            os.kill(os.getpid(), signal.SIGTERM)  # _end put the default back: the process ends by the signal
+
+        self._on_sigterm = on_sigterm
+        signal.signal(signal.SIGTERM, on_sigterm)
 
     def _restore_hook(self) -> None:
         if self._previous_hook is not None:
             sys.excepthook = self._previous_hook
             self._previous_hook = None
+        handler, self._on_sigterm = self._on_sigterm, None
+        if handler is not None and signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def training_params(args: TrainingArguments, model: Any) -> dict[str, Any]:

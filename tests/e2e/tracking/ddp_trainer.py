@@ -3,10 +3,12 @@ transformers.Trainer on the tiny model with BashGymCallback, which saves a check
 tests/e2e/tracking/test_callback_distributed.py runs it; each rank writes what its callback holds and its log
 history to OUT/rank-N.json.
 
-    torchrun --standalone --nproc_per_node 2 ddp_trainer.py MODEL OUT [LAG_S]   (BASHGYM_API, BASHGYM_TOKEN set)
+    torchrun --standalone --nproc_per_node 2 ddp_trainer.py MODEL OUT [LAG_S [crash]]   (BASHGYM_API, BASHGYM_TOKEN)
 
 LAG_S: rank 1 writes its share of the checkpoint (its rng_state_1.pth) that much later than it would, as a rank
 on a slower disk or a busier node does; the Trainer's own collectives are all behind it by then.
+crash: at the second step rank 1 raises while rank 0 is busy outside a collective (a long evaluation, an upload)
+for a minute, so torchrun stops rank 0 with SIGTERM as it stops every rank when one fails.
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 MAX_STEPS = 3
 
 
-class SlowDisk(Trainer):
-    """Rank 1 writes its share of a checkpoint (its rng_state_1.pth) `lag_s` late."""
+class Uneven(Trainer):
+    """A Trainer whose rank 1 writes its share of a checkpoint `lag_s` late, or fails (`crash`)."""
 
-    def __init__(self, *args: Any, lag_s: float, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lag_s: float, crash: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.lag_s = lag_s
+        self.lag_s, self.crash = lag_s, crash
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        if self.crash and self.state.global_step == 1:
+            if not self.is_world_process_zero():
+                raise RuntimeError("rank 1 ran out of memory")
+            time.sleep(60)
+        return super().training_step(*args, **kwargs)
 
     def _save_rng_state(self, output_dir: str) -> None:
         if not self.is_world_process_zero():
@@ -38,7 +47,7 @@ class SlowDisk(Trainer):
         super()._save_rng_state(output_dir)
 
 
-def main(model_dir: str, out: str, lag_s: str = "0") -> None:
+def main(model_dir: str, out: str, lag_s: str = "0", crash: str = "") -> None:
     rank = int(os.environ["RANK"])
     callback = BashGymCallback(
         project="nightly", model_version="tiny-v1", dataset_version="rows-v1", interval_s=0.05, system_metrics_s=0
@@ -56,12 +65,13 @@ def main(model_dir: str, out: str, lag_s: str = "0") -> None:
         dataloader_num_workers=0,
         seed=0,
     )
-    trainer = SlowDisk(
+    trainer = Uneven(
         model=AutoModelForCausalLM.from_pretrained(model_dir),
         args=args,
         train_dataset=rows,
         callbacks=[callback],
         lag_s=float(lag_s),
+        crash=crash == "crash",
     )
     trainer.train()
     held = {"rank": rank, "run_id": callback.run_id, "open": callback.run is not None}

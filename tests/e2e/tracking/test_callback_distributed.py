@@ -36,27 +36,41 @@ class Ranks:
     out: Path  # the script's OUT: its output_dir is OUT/trainer
     output: str  # torchrun's and both ranks' stdout and stderr
     held: list[dict[str, Any]]  # what each rank's callback held, and its Trainer's log history, by rank
+    opened: list[str]  # the runs of the project that appeared meanwhile
 
 
-@pytest.fixture(scope="module")
-def trained(daemon: RunningDaemon, rita: str, tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Ranks:
-    """The script under torchrun, 2 processes on this machine's CPU, as the researcher rita."""
-    out = tmp_path_factory.mktemp("ddp")
+def torchrun(daemon: RunningDaemon, token: str, tiny: Path, out: Path, *script_args: str) -> Ranks:
+    """The script under torchrun, 2 processes on this machine's CPU."""
     env = {
         **os.environ,
         "BASHGYM_API": daemon.url,
-        "BASHGYM_TOKEN": rita,
+        "BASHGYM_TOKEN": token,
         "BASHGYM_HOME": str(out / "home"),  # the script's home (its spool); the daemon's is its own
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD_SIZE}"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD_SIZE}"]
+    before = set(run_ids(daemon))
     done = subprocess.run(
-        [*torchrun, str(SCRIPT), str(tiny), str(out), str(LAG_S)], env=env, capture_output=True, text=True, timeout=150
+        [*launch, str(SCRIPT), str(tiny), str(out), *script_args], env=env, capture_output=True, text=True, timeout=150
     )
     held = [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
-    return Ranks(done.returncode, out, done.stdout + done.stderr, held)
+    opened = [run_id for run_id in run_ids(daemon) if run_id not in before]
+    return Ranks(done.returncode, out, done.stdout + done.stderr, held, opened)
+
+
+def run_ids(daemon: RunningDaemon) -> list[str]:
+    with daemon.client() as admin:
+        listed = admin.get(f"/v1/projects/{PROJECT}/runs", params={"limit": 200})
+    assert listed.status_code == 200, listed.text
+    return [run["run_id"] for run in listed.json()]
+
+
+@pytest.fixture(scope="module")
+def trained(daemon: RunningDaemon, rita: str, tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Ranks:
+    """Three steps and a checkpoint whose rank 1 share comes LAG_S late, as the researcher rita."""
+    return torchrun(daemon, rita, tiny, tmp_path_factory.mktemp("ddp"), str(LAG_S))
 
 
 def test_both_ranks_train_and_exit_cleanly_without_a_refused_or_conflicting_point(trained: Ranks) -> None:
@@ -72,10 +86,7 @@ def test_rank_zero_alone_opens_one_run_with_the_world_size_and_logs_each_value_o
     main, other = trained.held
     assert main["run_id"] and not main["open"], main
     assert (other["run_id"], other["open"]) == (None, False), "rank 1's callback opened a run"
-    with daemon.client() as admin:
-        listed = admin.get(f"/v1/projects/{PROJECT}/runs", params={"limit": 50})
-    assert listed.status_code == 200, listed.text
-    assert [run["run_id"] for run in listed.json()] == [main["run_id"]], listed.json()
+    assert trained.opened == [main["run_id"]], "not one run was opened, by rank 0"
 
     record = shown(daemon, main["run_id"])
     assert record["status"] == "completed", record
@@ -102,3 +113,17 @@ def test_rank_zero_alone_opens_one_run_with_the_world_size_and_logs_each_value_o
     assert {n: d for n, d in uploaded.items() if not n.startswith("model/")} == on_disk, (
         "the checkpoint uploaded is not the one saved"
     )
+
+
+def test_when_a_rank_fails_and_torchrun_stops_rank_zero_its_run_ends_failed(
+    daemon: RunningDaemon, rita: str, tiny: Path, tmp_path: Path
+) -> None:
+    """torchrun stops every other rank with SIGTERM when one fails; rank 0, busy outside a collective, would die
+    by the signal's default action, which runs no exit handler, and leave its run open."""
+    crashed = torchrun(daemon, rita, tiny, tmp_path, "0", "crash")
+    assert crashed.code != 0 and "rank 1 ran out of memory" in crashed.output, crashed.output
+    assert "Signal 15 (SIGTERM) received" in crashed.output, crashed.output  # rank 0 was stopped so
+    (run_id,) = crashed.opened
+    record = shown(daemon, run_id)
+    assert record["status"] == "failed", record
+    assert record["attempts"][-1]["error_summary"].startswith("SIGTERM: the process was stopped"), record
