@@ -8,6 +8,7 @@ from typing import Any
 
 from bashgym.client.errors import BashGymError, RateLimited
 from bashgym.daemon.api import (
+    artifacts,
     authority,
     campaigns,
     consumers,
@@ -63,6 +64,7 @@ ROUTERS = (
     notices,
     consumers,
     operator,
+    artifacts,
     ui,  # last: its catch-all answers any other /ui path with a page
 )
 

@@ -18,6 +18,7 @@ from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFoun
 from bashgym.client.validation import check_identifier, check_metric_name
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires, resolve
+from bashgym.daemon.artifacts import download_response, open_artifact
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.campaigns.reports import report_file
 from bashgym.daemon.services import Services
@@ -299,6 +300,23 @@ async def _next_page(
     # Past this project's events read, and past the workspace's others: the next wait is for new ones.
     after = page.next_cursor if page.has_more else max(page.next_cursor, head)
     return [*chunks, b": keep-alive\n\n"], after
+
+
+@router.get("/ui/p/{project}/runs/{run_id}/artifacts/{path:path}", include_in_schema=False)
+async def artifact_download(request: Request, project: str, run_id: str, path: str) -> Response:
+    """A run's artifact downloaded from its page, under the session's read of the project: the API's route
+    (api/artifacts.py) with the session's authority, its refusals as pages."""
+
+    async def build(viewer: Viewer) -> Response:
+        name = viewer.require(project)
+        check_identifier(run_id, field="run")
+        services = viewer.services
+        artifact = await open_artifact(
+            services.ledger, services.blobs, services.settings.runs_dir, viewer.workspace, name, run_id, path
+        )
+        return download_response(artifact, dict(request.headers), extra=HEADERS)
+
+    return await _serve(request, build)
 
 
 @router.get("/ui/{rest:path}", include_in_schema=False)

@@ -13,6 +13,7 @@ from bashgym.client.states import TERMINAL
 from bashgym.daemon.campaigns.reports import listed_files
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
+from bashgym.daemon.evidence.sources import RUNS
 from bashgym.daemon.ui.html import chart, checkbox, e, facts, href, link, page, select, table, text_input
 from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_ENDS
 from bashgym.ledger.store import Ledger
@@ -172,7 +173,7 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
             ["attempt_id", "status", "status_reason", "started_at", "ended_at"],
             caption="Attempts",
         )
-        + table(record.get("artifacts") or [], ["kind", "uri", "sha256", "size_bytes"], caption="Artifacts")
+        + _artifacts(name, record)
         + table(
             record.get("evaluations") or [],
             ["result_id", "suite_id", "status", "provenance", "metrics"],
@@ -316,6 +317,18 @@ async def events(ledger: Ledger, ws: str, name: str, after: int, who: str) -> st
     if rows:
         body += f"<p>{link('Later events', href('p', name, 'events', after=rows[-1]['cursor']))}</p>"
     return page(f"Events of {name}", body, who=who, crumbs=[(name, href("p", name))])
+
+
+def _artifacts(name: str, record: dict[str, Any]) -> str:
+    """The run's artifacts, each one it holds the bytes of linked to its download (checked against its sha256)."""
+    prefix = f"{RUNS}{record['run_id']}/"
+    rows = []
+    for artifact in record.get("artifacts") or []:
+        path = str(artifact["uri"]).removeprefix(prefix) if str(artifact["uri"]).startswith(prefix) else None
+        url = href("p", name, "runs", record["run_id"], "artifacts", *path.split("/")) if path else None
+        rows.append({**artifact, "download": f'<a href="{e(url)}" download>{e(path)}</a>' if url else ""})
+    columns = ["kind", "uri", "sha256", "size_bytes", "download"]
+    return table(rows, columns, caption="Artifacts", raw=frozenset({"download"}))
 
 
 def _listed(found: dict[str, Any]) -> str:

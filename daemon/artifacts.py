@@ -1,0 +1,250 @@
+"""A run's recorded artifacts as bytes to download: found through the ledger's records alone, checked against their
+recorded sha256, served whole or as one byte range.
+
+A caller names an artifact by its path in its `bashgym://runs/<run>/<path>` uri, and the path is only ever compared
+with the run's records, never joined onto a directory as given. The bytes are the blob the project holds with that
+digest (a tracked run's uploads), else the file of that recorded path in the run's own directory (a launched run's),
+which must stay inside that directory once its links are followed. Bytes that no longer hash to the record are
+refused, never served as the artifact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+import re
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+from urllib.parse import quote
+
+from bashgym.client.errors import Conflict, InvalidInput, NotFound
+from bashgym.daemon.blobs import CHUNK, BlobStore
+from bashgym.daemon.evidence.sources import RUNS, is_imported, is_tracked
+from bashgym.ledger.store import Ledger
+from starlette.responses import Response, StreamingResponse
+
+MAX_PATH = 2000
+SEND_CHUNK = 256 * 1024  # bounded reads: a 10 GB checkpoint streams in pieces of this size
+# Artifacts are sent as bytes to save, whatever they hold: an HTML file must not run as a page of the daemon.
+DOWNLOAD_HEADERS = {
+    "Content-Type": "application/octet-stream",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "sandbox; default-src 'none'",
+    "Accept-Ranges": "bytes",
+}
+RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+class ArtifactChanged(Conflict):
+    code = "artifact_changed"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A recorded artifact, opened and verified: its record and a handle at offset 0."""
+
+    record: dict[str, Any]
+    path: str
+    handle: BinaryIO
+    size_bytes: int
+
+    @property
+    def sha256(self) -> str:
+        return str(self.record["sha256"])
+
+
+def check_artifact_path(path: str) -> str:
+    """`path` as an artifact's path in its run's uri: relative, with no empty, `.` or `..` part."""
+    parts = path.split("/")
+    if (
+        not path
+        or len(path) > MAX_PATH
+        or path.startswith("/")
+        or "\\" in path
+        or "\x00" in path
+        or any(part in {"", ".", ".."} for part in parts)
+    ):
+        raise InvalidInput(
+            f"Artifact path {path[:200]!r} is not a path in a run: it must be relative, with no empty, '.' or '..' "
+            "part.",
+            hint="Use the path after bashgym://runs/<run>/ in the artifact's uri (bashgym run show lists them).",
+        )
+    return path
+
+
+def recorded_artifact(run: dict[str, Any], path: str) -> dict[str, Any]:
+    """The run's record of the artifact at `path`: its first one, as a name keeps its first content."""
+    uri = f"{RUNS}{run['run_id']}/{check_artifact_path(path)}"
+    for record in run.get("artifacts") or []:
+        if record["uri"] == uri:
+            return dict(record)
+    raise NotFound(
+        f"Run {run['run_id']} recorded no artifact {path!r}.",
+        hint=f"See its artifacts with bashgym run show --project {run['project_id']} {run['run_id']}; download one "
+        "by the path after bashgym://runs/<run>/ in its uri.",
+    )
+
+
+def run_artifacts(run: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """The run's downloadable artifacts (those in its own `bashgym://runs/<run>/` space) under `prefix`, each once,
+    with its path: what `bashgym run download` fetches."""
+    start = f"{RUNS}{run['run_id']}/"
+    found: dict[str, dict[str, Any]] = {}
+    for record in run.get("artifacts") or []:
+        uri = str(record["uri"])
+        if uri.startswith(start) and uri.removeprefix(start).startswith(prefix):
+            found.setdefault(uri.removeprefix(start), {**record, "path": uri.removeprefix(start)})
+    return list(found.values())
+
+
+async def open_artifact(
+    ledger: Ledger, blobs: BlobStore, runs_dir: Path, ws: str, project: str, run_id: str, path: str
+) -> Artifact:
+    """The artifact `path` of run `run_id` in the project, opened and verified against its record. NotFound for a
+    run or artifact the caller's project does not hold; ArtifactChanged when its bytes no longer hash to the record."""
+    run = await ledger.get_run(ws, project, run_id)  # NotFound for another project's or workspace's run
+    record = recorded_artifact(run, path)
+    sha256 = str(record["sha256"])
+    if await ledger.holds_blob(ws, project, sha256) and blobs.has(sha256):
+        source = blobs.path_for(sha256)
+    elif is_tracked(run) or is_imported(run):
+        raise NotFound(
+            f"Artifact {path!r} of run {run_id} (sha256 {sha256[:12]}) has no bytes held by project {project!r} here.",
+            hint="Log it again from the script that made it (run.log_artifact), or ask the operator whether the "
+            "blob store was restored without it.",
+        )
+    else:
+        source = await asyncio.to_thread(file_in_run, runs_dir / run_id, path)
+    handle, size = await asyncio.to_thread(open_verified, source, record, label=f"{path!r} of run {run_id}")
+    return Artifact(record, path, handle, size)
+
+
+def file_in_run(run_dir: Path, path: str) -> Path:
+    """The file of a recorded path in a launched run's directory, its links followed, refused when they lead out
+    of the directory. Blocking."""
+    base = run_dir.resolve()
+    target = (base / PurePosixPath(path)).resolve()
+    if not target.is_relative_to(base) or target == base:
+        raise ArtifactChanged(
+            f"Artifact {path!r} of run {run_dir.name} is a link that leads out of its run directory; it is not served.",
+            hint="Ask the operator to put the run's own file back in its directory.",
+        )
+    if not target.is_file():
+        raise NotFound(
+            f"Artifact {path!r} of run {run_dir.name} is recorded, but its file is no longer on this host.",
+            hint="Ask the operator whether the run's directory was cleaned up or moved.",
+        )
+    return target
+
+
+# (device, inode, size, mtime, ctime) of a file already hashed -> its sha256: a file rewritten in place changes its
+# ctime, which no one can set back, so a hit is the same bytes and a second download need not hash them again.
+_VERIFIED: OrderedDict[tuple[int, ...], str] = OrderedDict()
+_VERIFIED_MAX = 4096
+
+
+def open_verified(source: Path, record: dict[str, Any], *, label: str) -> tuple[BinaryIO, int]:
+    """`source` opened (no link at its last step) once its bytes hash to `record`'s sha256 and size. Blocking."""
+    handle = os.fdopen(os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb")
+    try:
+        stat = os.fstat(handle.fileno())
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        expected = str(record["sha256"])
+        actual = _VERIFIED.get(key) or _digest(handle)
+        if actual != expected or stat.st_size != int(record["size_bytes"]):
+            raise ArtifactChanged(
+                f"Artifact {label} is recorded with sha256 {expected} ({record['size_bytes']} bytes), but its bytes "
+                f"here hash to {actual} ({stat.st_size} bytes): they changed after they were recorded, so they are "
+                "not served as that artifact.",
+                hint="Ask the operator to restore the file from a backup; a new version belongs under a new name.",
+                details={"recorded_sha256": expected, "sha256": actual},
+            )
+        _VERIFIED[key] = actual
+        _VERIFIED.move_to_end(key)
+        while len(_VERIFIED) > _VERIFIED_MAX:
+            _VERIFIED.popitem(last=False)
+        handle.seek(0)
+        return handle, stat.st_size
+    except BaseException:
+        handle.close()
+        raise
+
+
+def _digest(handle: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := handle.read(CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The one range (first, last byte, inclusive) a Range header asks of `size` bytes; None for the whole file (no
+    header, one this does not read, or several ranges: the whole file is a valid answer to those). Raises
+    ValueError when the range is unsatisfiable."""
+    match = RANGE.fullmatch((header or "").strip())
+    if match is None or not any(match.groups()):
+        return None
+    first, last = match.groups()
+    if not first:  # bytes=-N: the last N bytes
+        if int(last) == 0 or size == 0:
+            raise ValueError(header)
+        return max(0, size - int(last)), size - 1
+    if int(first) >= size or (last and int(last) < int(first)):
+        raise ValueError(header)
+    return int(first), min(int(last), size - 1) if last else size - 1
+
+
+def download_response(artifact: Artifact, headers: dict[str, str], *, extra: dict[str, str]) -> Response:
+    """The artifact as a download: 200 whole, 206 one range, 304 for a matching If-None-Match, 416 for a range
+    outside it. Its sha256 rides in `Repr-Digest` (RFC 9530, base64) and `X-Content-SHA256` (hex), and is its ETag."""
+    etag = f'"{artifact.sha256}"'
+    digest = base64.b64encode(bytes.fromhex(artifact.sha256)).decode()
+    name = PurePosixPath(artifact.path).name
+    common = {
+        **extra,
+        **DOWNLOAD_HEADERS,
+        "ETag": etag,
+        "Repr-Digest": f"sha-256=:{digest}:",
+        "X-Content-SHA256": artifact.sha256,
+        "Content-Disposition": f"attachment; filename=\"{_ascii(name)}\"; filename*=UTF-8''{quote(name, safe='')}",
+    }
+    size = artifact.size_bytes
+    if etag in [tag.strip() for tag in headers.get("if-none-match", "").split(",")]:
+        artifact.handle.close()
+        return Response(status_code=304, headers={k: common[k] for k in ("ETag", "Repr-Digest", "X-Content-SHA256")})
+    if_range = headers.get("if-range")
+    try:
+        wanted = byte_range(headers.get("range"), size) if if_range in (None, etag) else None
+    except ValueError:
+        artifact.handle.close()
+        return Response(status_code=416, headers={**common, "Content-Range": f"bytes */{size}"})
+    first, last = wanted or (0, size - 1)
+    common["Content-Length"] = str(last - first + 1)
+    if wanted is not None:
+        common["Content-Range"] = f"bytes {first}-{last}/{size}"
+    body = _chunks(artifact.handle, first, last - first + 1)
+    return StreamingResponse(body, status_code=206 if wanted else 200, headers=common)
+
+
+async def _chunks(handle: BinaryIO, offset: int, length: int) -> AsyncIterator[bytes]:
+    """`length` bytes of `handle` from `offset`, read off the event loop in bounded chunks; the handle is closed
+    when they are sent or the client goes."""
+    try:
+        await asyncio.to_thread(handle.seek, offset)
+        while length > 0:
+            chunk = await asyncio.to_thread(handle.read, min(SEND_CHUNK, length))
+            if not chunk:
+                return  # shorter than it was when verified: the client sees a short body, never other bytes
+            length -= len(chunk)
+            yield chunk
+    finally:
+        handle.close()
+
+
+def _ascii(name: str) -> str:
+    return "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in name) or "artifact"
