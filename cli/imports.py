@@ -7,12 +7,10 @@ the daemon fetch a URL. The runs go to the daemon in bounded batches; importing 
 from __future__ import annotations
 
 import argparse
-import sys
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bashgym.cli.output import note
+from bashgym.cli.output import note, progress_bar
 from bashgym.cli.registry import Ctx, command, command_group, done
 
 if TYPE_CHECKING:
@@ -67,7 +65,7 @@ async def import_mlflow(ctx: Ctx) -> int:
         experiment = await reader.fetch_experiment(a.experiment)
         runs = await reader.fetch_runs(str(experiment["experiment_id"]))
         pending: list[ImportedRun] = []
-        with _progress(ctx, len(runs)) as advance:
+        with progress_bar(len(runs), "MLflow runs", shown=not ctx.as_json) as advance:
             for raw in runs:
                 pending += await _parts(reader, raw, tally)
                 ready = list(batches(pending))
@@ -153,26 +151,3 @@ def _summary(uri: str, experiment: dict[str, Any], count: int, tally: Tally) -> 
             "with --model-version and --dataset-version to record them in the project."
         )
     return summary
-
-
-def _progress(ctx: Ctx, total: int) -> Any:
-    """A progress bar on a terminal (not with --json or a pipe); `advance()` moves it by one run."""
-    if ctx.as_json or not sys.stderr.isatty():
-        return nullcontext(lambda: None)
-    from rich.console import Console
-    from rich.progress import Progress
-
-    return _Bar(Progress(transient=True, console=Console(stderr=True)), total)
-
-
-class _Bar:
-    def __init__(self, progress: Any, total: int) -> None:
-        self.progress, self.total = progress, total
-
-    def __enter__(self) -> Any:
-        self.progress.start()
-        task = self.progress.add_task("MLflow runs", total=self.total)
-        return lambda: self.progress.advance(task)
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()

@@ -18,6 +18,7 @@ from bashgym.cli import (  # noqa: F401
     completion,
     demo,
     devices,
+    downloads,
     evidence,
     imports,
     jobs,

@@ -11,6 +11,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -255,3 +256,28 @@ def note(message: str) -> None:
     """A line beside the answer (which id a prefix resolved to, what a view left out): stderr, so pipes see only
     the answer."""
     sys.stderr.write(f"{message}\n")
+
+
+def progress_bar(total: int, label: str, *, shown: bool, in_bytes: bool = False) -> Any:
+    """A progress bar on stderr when `shown` (a terminal, not --json) and stderr is a terminal; the context's value
+    `advance(n=1)` moves it."""
+    if not shown or not sys.stderr.isatty():
+        return nullcontext(lambda n=1: None)
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn()) if in_bytes else ()
+    return _Bar(Progress(*columns, transient=True, console=Console(stderr=True)), total, label)
+
+
+class _Bar:
+    def __init__(self, progress: Any, total: int, label: str) -> None:
+        self.progress, self.total, self.label = progress, total, label
+
+    def __enter__(self) -> Any:
+        self.progress.start()
+        task = self.progress.add_task(self.label, total=self.total)
+        return lambda n=1: self.progress.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()

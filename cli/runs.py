@@ -21,7 +21,7 @@ RUN_VERBS = {
 # Older spellings that had handlers of their own, with other columns -> the run verb they now are.
 OLD_SPELLINGS = {("training", "list"): "list", ("training", "status"): "show"}
 
-command_group("run", help="runs: list, show, log, metrics, pause, resume, stop, start, plan")
+command_group("run", help="runs: list, show, log, metrics, download, pause, resume, stop, start, plan")
 for verb, source in RUN_VERBS.items():
     handler, add_args, help_text = COMMANDS[source]
     COMMANDS[("run", verb)] = (handler, add_args, help_text)

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from bashgym.client.errors import ApiError, DaemonUnreachable, InvalidInput
+from bashgym.client.errors import ApiError, Conflict, DaemonUnreachable, InvalidInput
 from bashgym.client.models import (
     DatasetFromBlob,
     ErrorResponse,
@@ -133,6 +133,46 @@ class DaemonClient:
         if response.status_code >= 400:
             raise _error_of(response)
         return response.content
+
+    async def download(
+        self,
+        path: str,
+        target: Path,
+        *,
+        sha256: str,
+        params: dict[str, Any] | None = None,
+        advance: Callable[[int], None] | None = None,
+    ) -> int:
+        """Stream a response body into `target` through a partial file beside it, renamed once whole and hashing to
+        `sha256` (else removed, and Conflict says so); answer its size. `advance(n)` hears of each chunk."""
+        partial = target.with_name(f".{target.name}.part")
+        digest, size = hashlib.sha256(), 0
+        try:
+            async with self._http.stream("GET", path, params=clean_params(params)) as response:
+                if response.status_code >= 400:
+                    raise error_from(response.status_code, await response.aread())
+                with partial.open("wb") as handle:
+                    async for chunk in response.aiter_bytes():
+                        handle.write(chunk)
+                        digest.update(chunk)
+                        size += len(chunk)
+                        if advance is not None:
+                            advance(len(chunk))
+        except httpx.TransportError as exc:
+            partial.unlink(missing_ok=True)
+            raise DaemonUnreachable(self.api, type(exc).__name__) from exc
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if digest.hexdigest() != sha256:
+            partial.unlink(missing_ok=True)
+            raise Conflict(
+                f"{path} arrived with sha256 {digest.hexdigest()} ({size} bytes), not the recorded {sha256}; "
+                f"nothing was written to {target}.",
+                hint="Download it again; if it differs again, the daemon's copy changed: tell the operator.",
+            )
+        partial.replace(target)
+        return size
 
     # -- system ----------------------------------------------------------------------------------
 

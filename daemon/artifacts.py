@@ -22,13 +22,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
-from bashgym.client.errors import Conflict, InvalidInput, NotFound
+from bashgym.client.errors import Conflict, NotFound
+from bashgym.client.tracking import check_artifact_name
 from bashgym.daemon.blobs import CHUNK, BlobStore
 from bashgym.daemon.evidence.sources import RUNS, is_imported, is_tracked
 from bashgym.ledger.store import Ledger
 from starlette.responses import Response, StreamingResponse
 
-MAX_PATH = 2000
 SEND_CHUNK = 256 * 1024  # bounded reads: a 10 GB checkpoint streams in pieces of this size
 # Artifacts are sent as bytes to save, whatever they hold: an HTML file must not run as a page of the daemon.
 DOWNLOAD_HEADERS = {
@@ -58,28 +58,9 @@ class Artifact:
         return str(self.record["sha256"])
 
 
-def check_artifact_path(path: str) -> str:
-    """`path` as an artifact's path in its run's uri: relative, with no empty, `.` or `..` part."""
-    parts = path.split("/")
-    if (
-        not path
-        or len(path) > MAX_PATH
-        or path.startswith("/")
-        or "\\" in path
-        or "\x00" in path
-        or any(part in {"", ".", ".."} for part in parts)
-    ):
-        raise InvalidInput(
-            f"Artifact path {path[:200]!r} is not a path in a run: it must be relative, with no empty, '.' or '..' "
-            "part.",
-            hint="Use the path after bashgym://runs/<run>/ in the artifact's uri (bashgym run show lists them).",
-        )
-    return path
-
-
 def recorded_artifact(run: dict[str, Any], path: str) -> dict[str, Any]:
     """The run's record of the artifact at `path`: its first one, as a name keeps its first content."""
-    uri = f"{RUNS}{run['run_id']}/{check_artifact_path(path)}"
+    uri = f"{RUNS}{run['run_id']}/{check_artifact_name(path)}"
     for record in run.get("artifacts") or []:
         if record["uri"] == uri:
             return dict(record)
@@ -88,18 +69,6 @@ def recorded_artifact(run: dict[str, Any], path: str) -> dict[str, Any]:
         hint=f"See its artifacts with bashgym run show --project {run['project_id']} {run['run_id']}; download one "
         "by the path after bashgym://runs/<run>/ in its uri.",
     )
-
-
-def run_artifacts(run: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
-    """The run's downloadable artifacts (those in its own `bashgym://runs/<run>/` space) under `prefix`, each once,
-    with its path: what `bashgym run download` fetches."""
-    start = f"{RUNS}{run['run_id']}/"
-    found: dict[str, dict[str, Any]] = {}
-    for record in run.get("artifacts") or []:
-        uri = str(record["uri"])
-        if uri.startswith(start) and uri.removeprefix(start).startswith(prefix):
-            found.setdefault(uri.removeprefix(start), {**record, "path": uri.removeprefix(start)})
-    return list(found.values())
 
 
 async def open_artifact(

@@ -10,6 +10,7 @@ import base64
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from bashgym import track
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
 from tests.support.factories import sft_data, tracking_context
-from tests.support.helpers import RunningDaemon, register_versions, running_daemon
+from tests.support.helpers import RunningDaemon, cli, register_versions, running_daemon
 
 PROJECT, OTHER, NAME = "nightly", "elsewhere", "Nightly SFT"
 WEIGHTS = bytes(range(256)) * 4000  # 1,024,000 bytes: several chunks of the stream
@@ -205,3 +206,32 @@ def test_the_run_page_links_each_artifact_to_its_download_under_the_session(runs
     with httpx.Client(base_url=runs.daemon.url, timeout=30) as stranger:  # no session: a sign-in page, no bytes
         refused = stranger.get(url)
         assert refused.status_code == 401 and b"layers" not in refused.content
+
+
+def test_the_cli_downloads_a_folder_of_artifacts_checked_and_skips_what_is_already_there(
+    runs: Runs, tmp_path: Path
+) -> None:
+    env = runs.daemon.env()
+    out = tmp_path / "out"
+    args = ("run", "download", "--project", PROJECT, runs.tracked, "model/", "--out", str(out), "--json")
+    first = cli(env, *args)
+    assert first.code == 0, first.stderr
+    summary = first.json()
+    assert (summary["downloaded"], summary["unchanged"]) == (2, 0), summary
+    assert (out / "model" / "nested" / "weights.bin").read_bytes() == WEIGHTS
+    assert (out / "model" / "config.json").read_text() == '{"layers": 2}'
+    again = cli(env, *args).json()
+    assert (again["downloaded"], again["unchanged"], again["bytes"]) == (0, 2, 0), again
+    (out / "model" / "config.json").write_text("edited by hand")
+    repaired = cli(env, *args).json()
+    assert [f["path"] for f in repaired["files"] if f["status"] == "downloaded"] == ["model/config.json"]
+    assert (out / "model" / "config.json").read_text() == '{"layers": 2}'
+    one = cli(env, "run", "download", "--project", PROJECT, runs.tracked, "model/config.json", "--out", str(tmp_path))
+    assert one.code == 0 and "model/config.json" in one.stdout, one.stderr
+    missing = cli(env, "run", "download", "--project", PROJECT, runs.tracked, "nothing/", "--out", str(tmp_path))
+    assert missing.code == 5 and "recorded no artifact at or under 'nothing/'" in missing.stderr, missing.stderr
+    stranger = issue_token(runs.daemon, "sid", "viewer", project=OTHER)
+    taken = tmp_path / "taken"
+    refused = cli({**env, "BASHGYM_TOKEN": stranger}, "run", "download", "--project", PROJECT, runs.tracked,
+                  "--out", str(taken))  # fmt: skip
+    assert refused.code in {4, 5} and not taken.exists(), refused.stderr
