@@ -29,6 +29,7 @@ from bashgym.ledger import (
     channels,
     device_groups,
     devices,
+    eval_views,
     evidence,
     external_jobs,
     ids,
@@ -491,6 +492,10 @@ class Ledger:
     run_events = reads(browse.run_events)
     metric_series = reads(browse.series)
     campaign_reports = reads(browse.campaign_reports)
+    eval_result = reads(eval_views.eval_result)
+    comparison = reads(eval_views.comparison)
+    comparisons_between = reads(eval_views.comparisons_between)
+    latest_results_of_runs = reads(eval_views.latest_results_of_runs)
 
     # -- external jobs and compute plans ---------------------------------------------------------------------------
     begin_external_job = puts(external_jobs.begin_external_job)

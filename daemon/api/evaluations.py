@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from bashgym.client.errors import RuleRejected
 from bashgym.client.specs import AliasMove, DecisionSpec
+from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
 from bashgym.daemon.evidence.evaluations import CompareBody, EvalRunBody
@@ -20,6 +21,7 @@ from bashgym.daemon.evidence.promotion import (
     validate_runcard,
 )
 from bashgym.daemon.launch.confine import data_reference
+from bashgym.daemon.ui.evaluation import comparison_view, result_view
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -91,6 +93,29 @@ async def evaluation_jobs(call: ReadCall, project: str) -> Response:
 @router.get("/projects/{project}/evaluations/{evaluation_id}")
 async def evaluation_status(call: ReadCall, project: str, evaluation_id: str) -> Response:
     return json_response(call.services.evaluator.status(call.workspace, project, evaluation_id))
+
+
+@router.get("/projects/{project}/eval-results/{result_id}")
+async def evaluation_result(call: ReadCall, project: str, result_id: str) -> Response:
+    """One result task by task, as the web view shows it: families, tasks with their samples (measured results:
+    command, exit code, verifier verdict, redacted and cut transcripts), canaries, safety and its comparisons."""
+    check_identifier(result_id, field="result")
+    view = await result_view(
+        call.services.ledger, call.services.blobs, call.workspace, project, result_id,
+        may_see_protected=call.principal.holds("eval.protected", project),
+    )  # fmt: skip
+    return json_response(view)
+
+
+@router.get("/projects/{project}/comparisons/{comparison_id}")
+async def comparison_flips(call: ReadCall, project: str, comparison_id: str) -> Response:
+    """A comparison with its CI, per family both sides' pass@1, and the tasks whose verdict changed."""
+    check_identifier(comparison_id, field="comparison")
+    view = await comparison_view(
+        call.services.ledger, call.workspace, project, comparison_id,
+        may_see_protected=call.principal.holds("eval.protected", project),
+    )  # fmt: skip
+    return json_response(view)
 
 
 @router.post("/projects/{project}/evaluations/compare", status_code=201)

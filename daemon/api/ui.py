@@ -22,7 +22,7 @@ from bashgym.daemon.artifacts import download_response, open_artifact
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.campaigns.reports import report_file
 from bashgym.daemon.services import Services
-from bashgym.daemon.ui import pages
+from bashgym.daemon.ui import evaluation, pages
 from bashgym.daemon.ui.html import message_page
 from bashgym.daemon.ui.sessions import COOKIE, SESSION_TTL_S
 from bashgym.ledger.store import Ledger, Recheck
@@ -165,6 +165,36 @@ async def evaluations_page(request: Request, project: str) -> Response:
     async def build(viewer: Viewer) -> str:
         name = viewer.require(project)
         return await pages.evaluations(viewer.services.ledger, viewer.workspace, name, _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/evaluations/{result_id}", include_in_schema=False)
+async def evaluation_page(request: Request, project: str, result_id: str) -> Response:
+    """One result task by task (daemon/ui/evaluation.py): families, tasks, samples, canaries and safety."""
+
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        check_identifier(result_id, field="result")
+        view = await evaluation.result_view(
+            viewer.services.ledger, viewer.services.blobs, viewer.workspace, name, result_id,
+            may_see_protected=viewer.principal.holds("eval.protected", name),
+        )  # fmt: skip
+        return evaluation.result_page(name, view, _who(viewer))
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/comparisons/{comparison_id}", include_in_schema=False)
+async def comparison_page(request: Request, project: str, comparison_id: str) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        check_identifier(comparison_id, field="comparison")
+        view = await evaluation.comparison_view(
+            viewer.services.ledger, viewer.workspace, name, comparison_id,
+            may_see_protected=viewer.principal.holds("eval.protected", name),
+        )  # fmt: skip
+        return evaluation.comparison_page(name, view, _who(viewer))
 
     return await _serve(request, build)
 

@@ -14,6 +14,7 @@ from bashgym.daemon.campaigns.reports import listed_files
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
 from bashgym.daemon.evidence.sources import RUNS
+from bashgym.daemon.ui.evaluation import compare_section
 from bashgym.daemon.ui.html import chart, checkbox, e, facts, href, link, page, select, table, text_input
 from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_ENDS
 from bashgym.ledger.store import Ledger
@@ -177,6 +178,7 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
         + table(
             record.get("evaluations") or [],
             ["result_id", "suite_id", "status", "provenance", "metrics"],
+            links={"result_id": lambda r: href("p", name, "evaluations", r["result_id"])},
             caption=EVALUATIONS_CAPTION,
         )
         + f"<h2>Gate: {'ships' if verdict['ship'] else 'does not ship'}</h2>"
@@ -217,7 +219,8 @@ async def compare(ledger: Ledger, ws: str, name: str, run_ids: list[str], who: s
         ["run_id", "status", "method"],
         links={"run_id": lambda r: href("p", name, "runs", r["run_id"])},
     )
-    body = status + ("<h2>Curves</h2>" + charts if charts else "<p>No metrics to overlay.</p>") + settings
+    evaluated = await compare_section(ledger, ws, name, run_ids)  # results, comparisons with CIs, gate verdicts
+    body = status + ("<h2>Curves</h2>" + charts if charts else "<p>No metrics to overlay.</p>") + evaluated + settings
     return page(f"Compare {len(run_ids)} runs", body, who=who, crumbs=[(name, href("p", name))], charts=True)
 
 
@@ -226,13 +229,17 @@ async def evaluations(ledger: Ledger, ws: str, name: str, who: str) -> str:
     results = table(
         listing["results"],
         ["result_id", "suite_id", "run_id", "status", "provenance", "metrics", "created_at"],
-        links={"run_id": lambda r: href("p", name, "runs", r["run_id"]) if r.get("run_id") else href("p", name)},
+        links={
+            "run_id": lambda r: href("p", name, "runs", r["run_id"]) if r.get("run_id") else href("p", name),
+            "result_id": lambda r: href("p", name, "evaluations", r["result_id"]),
+        },
         caption=f"Results. {PROVENANCE_NOTE}",
     )
     comparisons = table(
         listing["comparisons"],
         ["comparison_id", "suite_id", "primary_metric", "delta", "ci_low", "ci_high", "provenance",
          "baseline_result_id", "candidate_result_id"],
+        links={"comparison_id": lambda c: href("p", name, "comparisons", c["comparison_id"])},
         caption="Comparisons: paired delta of the candidate over the baseline, with its 95% CI",
     )  # fmt: skip
     return page(f"Evaluations of {name}", results + comparisons, who=who, crumbs=[(name, href("p", name))])
