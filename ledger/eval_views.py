@@ -14,24 +14,23 @@ MAX_RESULTS_PER_RUN = 5
 
 
 def eval_result(conn: sqlite3.Connection, ws: str, project: str, result_id: str) -> dict[str, Any]:
-    require_project(conn, ws, project)
-    row = conn.execute(
-        "SELECT * FROM eval_results WHERE workspace_id = ? AND project_id = ? AND result_id = ?",
-        (ws, project, result_id),
-    ).fetchone()
-    if row is None:
-        raise NotFound(f"No evaluation result {result_id!r} in project {project!r}.")
-    return to_record(row)
+    return _one(conn, ws, project, "eval_results", "result_id", result_id, what="evaluation result")
 
 
 def comparison(conn: sqlite3.Connection, ws: str, project: str, comparison_id: str) -> dict[str, Any]:
+    return _one(conn, ws, project, "comparisons", "comparison_id", comparison_id, what="comparison")
+
+
+def _one(
+    conn: sqlite3.Connection, ws: str, project: str, table: str, key: str, value: str, *, what: str
+) -> dict[str, Any]:
+    """One row of `table` (a name of this module's, never the caller's) by its primary key in the project."""
     require_project(conn, ws, project)
     row = conn.execute(
-        "SELECT * FROM comparisons WHERE workspace_id = ? AND project_id = ? AND comparison_id = ?",
-        (ws, project, comparison_id),
+        f"SELECT * FROM {table} WHERE workspace_id = ? AND project_id = ? AND {key} = ?", (ws, project, value)
     ).fetchone()
     if row is None:
-        raise NotFound(f"No comparison {comparison_id!r} in project {project!r}.")
+        raise NotFound(f"No {what} {value!r} in project {project!r}.")
     return to_record(row)
 
 

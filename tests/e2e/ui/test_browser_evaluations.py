@@ -5,7 +5,6 @@ Shares test_browser.py's driver; slow (a tiny model evaluated in the sandbox).""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,10 @@ import pytest
 from bashgym.trainers.tiny import build_tiny
 
 from tests.e2e.ui.test_browser import browser, run_with_points, shot, sign_in, until  # noqa: F401 (a fixture)
+from tests.e2e.ui.test_evaluation_pages import P, evaluated
 from tests.support.helpers import cli, daemon_with_project
 
 pytestmark = pytest.mark.slow
-P = "/v1/projects/nightly"
-
-
-def evaluated(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-    started = client.post(f"{P}/evaluations", json=body)
-    assert started.status_code == 202, started.text
-    deadline = time.monotonic() + 240
-    while (job := client.get(f"{P}/evaluations/{started.json()['evaluation_id']}").json())["status"] not in {
-        "completed",
-        "failed",
-    }:
-        assert time.monotonic() < deadline, job
-        time.sleep(0.3)
-    assert job["status"] == "completed", job
-    return dict(client.get(f"{P}/eval-results/{job['result_id']}").json())
 
 
 def typed_in(client: httpx.Client, run_id: str, passes: list[float], tasks: list[dict[str, Any]]) -> str:
@@ -71,6 +56,7 @@ def test_read_a_failed_tasks_command_and_compare_two_runs_with_their_cis(browser
         assert shown.get_attribute("textContent") == command  # the model's command, as text, as recorded
         assert "fail" in folded.find_element(By.TAG_NAME, "summary").text
         assert "exit code" in folded.text and "verifier" in folded.text
+        browser.execute_script("arguments[0].scrollIntoView()", folded)
         shot(browser, tmp_path, "ui-evaluation")
 
         # Two runs evaluated on the tiny model's tasks (typed in), compared: the compare page shows the CI.

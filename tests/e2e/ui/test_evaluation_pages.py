@@ -49,7 +49,7 @@ def gold(daemon: RunningDaemon) -> dict[str, Any]:
 def evaluated(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     started = client.post(f"{P}/evaluations", json=body)
     assert started.status_code == 202, started.text
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     while (job := client.get(f"{P}/evaluations/{started.json()['evaluation_id']}").json())["status"] not in {
         "completed",
         "failed",
