@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bashgym.cli import views
+from bashgym.cli.output import note
 from bashgym.cli.registry import Ctx, command, command_group, done, no_args
 from bashgym.cli.usage import input_file
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
@@ -44,12 +45,21 @@ def _runs_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", help="queued, running, completed, failed, ...")
     parser.add_argument("--method", help="sft, dpo, grpo, rlvr, distillation, session_distillation")
     parser.add_argument("--experiment", help="experiment id")
-    parser.add_argument("--limit", type=int, default=50, help="at most this many (1..1000)")
+    parser.add_argument("--limit", type=int, default=50, help="at most this many (1..1000; 1..200 a page)")
+    parser.add_argument(
+        "--filter",
+        help="the search grammar: \"metrics.pass@1 > 0.5 and params.learning_rate < 1e-4 and tags.team = 'x'\"",
+    )
+    parser.add_argument("--sort", help="a column, asc or desc: 'metrics.train.loss:best asc' (default created_at desc)")
+    parser.add_argument("--columns", help="columns to add: 'metrics.train.loss, eval.pass@1, params.learning_rate'")
+    parser.add_argument("--after", help="the run id the previous page named as next")
 
 
 @command("ledger", "runs", help="a project's runs, newest first, with filters")(_runs_args)
 async def ledger_runs(ctx: Ctx) -> int:
     a = ctx.args
+    if a.filter is not None or a.sort is not None or a.columns is not None or a.after is not None:
+        return await _runs_table(ctx)
     rows = await _get(
         ctx,
         f"/v1/projects/{a.project}/runs",
@@ -64,6 +74,24 @@ async def ledger_runs(ctx: Ctx) -> int:
         columns=["run_id", "experiment_id", "method", "status", "context_status", "created_at"],
         title=f"Runs of {a.project}",
     )
+
+
+async def _runs_table(ctx: Ctx) -> int:
+    """A page of the runs table: the filter, sort and columns as the web view's search box takes them."""
+    a = ctx.args
+    page = await _get(
+        ctx, f"/v1/projects/{a.project}/runs", status=a.status, method=a.method, experiment=a.experiment,
+        limit=a.limit, filter=a.filter, sort=a.sort, columns=a.columns, after=a.after,
+    )  # fmt: skip
+    if ctx.as_json:
+        return done(ctx, page)
+    rows = [{**{k: v for k, v in r.items() if k != "values"}, **r["values"]} for r in page["runs"]]
+    order = "descending" if page["descending"] else "ascending"
+    done(ctx, rows, columns=["run_id", "method", "status", "duration_s", "created_at", *page["columns"]],
+         title=f"Runs of {a.project}, by {page['sort']} {order}")  # fmt: skip
+    if page["next"]:
+        note(f"More runs: add --after {page['next']}")
+    return EXIT_OK
 
 
 def _run_args(parser: argparse.ArgumentParser) -> None:

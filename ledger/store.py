@@ -39,6 +39,7 @@ from bashgym.ledger import (
     queries,
     runcards,
     runs,
+    runs_table,
     sinks,
 )
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection, write_transaction
@@ -496,6 +497,7 @@ class Ledger:
     comparison = reads(eval_views.comparison)
     comparisons_between = reads(eval_views.comparisons_between)
     latest_results_of_runs = reads(eval_views.latest_results_of_runs)
+    runs_table_page = reads(runs_table.runs_table)
 
     # -- external jobs and compute plans ---------------------------------------------------------------------------
     begin_external_job = puts(external_jobs.begin_external_job)

@@ -50,11 +50,28 @@ async def list_runs(
     experiment: str | None = None,
     limit: int = 50,
     before: str | None = None,
+    filter: str | None = None,
+    sort: str | None = None,
+    columns: str | None = None,
+    after: str | None = None,
 ) -> Response:
+    """The project's runs, newest first. With `filter` (the search grammar), `sort`, `columns` or `after` (the
+    previous page's `next`), one page of the runs table instead: {runs, columns, sort, descending, next}."""
     check_optional(status, check_run_status)
     check_optional(method, lambda v: check_identifier(v, field="method"))
     check_optional(experiment, lambda v: check_identifier(v, field="experiment"))
     check_optional(before, lambda v: check_timestamp(v, field="before"))
+    check_optional(after, lambda v: check_identifier(v, field="after"))
+    if filter is not None or sort is not None or columns is not None or after is not None:
+        # status and method are checked identifiers above: quoted, they are literal values in the grammar.
+        given = [filter or "", *(f"{name} = '{value}'" for name, value in (("status", status), ("method", method))
+                                 if value is not None)]  # fmt: skip
+        return json_response(
+            await call.services.ledger.runs_table_page(
+                call.workspace, project, filter_text=" and ".join(g for g in given if g.strip()), sort=sort or "",
+                columns=columns or "", experiment=experiment, after=after, limit=limit,
+            )
+        )  # fmt: skip
     return json_response(
         await call.services.ledger.list_runs(
             call.workspace, project, status=status, method=method, experiment=experiment, limit=limit, before=before

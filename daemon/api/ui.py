@@ -24,6 +24,7 @@ from bashgym.daemon.campaigns.reports import report_file
 from bashgym.daemon.services import Services
 from bashgym.daemon.ui import evaluation, pages
 from bashgym.daemon.ui.html import message_page
+from bashgym.daemon.ui.runs_table import MAX_COMPARED, QUERY_KEYS
 from bashgym.daemon.ui.sessions import COOKIE, SESSION_TTL_S
 from bashgym.ledger.store import Ledger, Recheck
 from fastapi import APIRouter, Query, Request
@@ -123,7 +124,7 @@ async def home(request: Request) -> Response:
 
 @router.get("/ui/p/{project}", include_in_schema=False)
 async def project_page(request: Request, project: str) -> Response:
-    query = {k: v for k, v in request.query_params.items() if k in (*pages.RUN_FILTERS, "after")}
+    query = {k: v for k, v in request.query_params.items() if k in QUERY_KEYS}
 
     async def build(viewer: Viewer) -> str:
         name = viewer.require(project)
@@ -148,9 +149,9 @@ async def compare_page(request: Request, project: str, run: Annotated[list[str] 
     async def build(viewer: Viewer) -> str:
         name = viewer.require(project)
         chosen = list(dict.fromkeys(run or []))
-        if not 2 <= len(chosen) <= pages.MAX_COMPARED:
+        if not 2 <= len(chosen) <= MAX_COMPARED:
             raise InvalidInput(
-                f"Compare takes 2 to {pages.MAX_COMPARED} runs; {len(chosen)} were chosen.",
+                f"Compare takes 2 to {MAX_COMPARED} runs; {len(chosen)} were chosen.",
                 hint="Tick the runs to compare in the project's runs table.",
             )
         for run_id in chosen:
@@ -213,7 +214,21 @@ async def campaign_page(request: Request, project: str, campaign_id: str) -> Res
     async def build(viewer: Viewer) -> str:
         name = viewer.require(project)
         check_identifier(campaign_id, field="campaign")
-        return await pages.campaign(viewer.services.ledger, viewer.workspace, name, campaign_id, _who(viewer))
+        return await pages.campaign(viewer.services.ledger, viewer.workspace, name, campaign_id, _who(viewer), query)
+
+    query = {k: v for k, v in request.query_params.items() if k in QUERY_KEYS}
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/experiments/{experiment_id}", include_in_schema=False)
+async def experiment_page(request: Request, project: str, experiment_id: str) -> Response:
+    query = {k: v for k, v in request.query_params.items() if k in QUERY_KEYS}
+
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        check_identifier(experiment_id, field="experiment")
+        ledger, who = viewer.services.ledger, _who(viewer)
+        return await pages.experiment(ledger, viewer.workspace, name, experiment_id, query, who)
 
     return await _serve(request, build)
 

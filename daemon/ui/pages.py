@@ -15,14 +15,12 @@ from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
 from bashgym.daemon.evidence.sources import RUNS
 from bashgym.daemon.ui.evaluation import compare_section
-from bashgym.daemon.ui.html import chart, checkbox, e, facts, href, link, page, select, table, text_input
+from bashgym.daemon.ui.html import chart, e, facts, href, link, page, table
+from bashgym.daemon.ui.runs_table import runs_section
 from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_ENDS
 from bashgym.ledger.store import Ledger
 
 STATUSES = ("queued", "preparing", "running", "paused", "unknown", "completed", "failed", "cancelled")
-LANES = ("local", "ssh", "ssh-group", "cloud", "hf-jobs", "managed", "skypilot", "dstack")
-RUN_FILTERS = ("status", "method", "lane", "model_version", "dataset_version", "since", "until")
-MAX_COMPARED = 20
 HIDDEN_CAMPAIGN_KEYS = {"spec", "workspace_id", "project_id"}
 PROVENANCE_NOTE = (
     "Provenance: measured (by the daemon's evaluator) counts toward a ship; asserted (imported) and unrecorded (made "
@@ -58,37 +56,8 @@ async def projects(ledger: Ledger, ws: str, readable: list[dict[str, Any]], who:
 
 async def project(ledger: Ledger, ws: str, name: str, query: dict[str, str], who: str, stale_after_s: float) -> str:
     context = await ledger.project_context(ws, name, stale_after_s=stale_after_s)
-    filters = {key: query.get(key) or None for key in RUN_FILTERS}
-    after = _cursor(query.get("after"))
-    listed = await ledger.runs_page(ws, name, filters=filters, after=after, limit=50)
     signals = {key: _listed(found) for key, found in context["signals"].items()}
-    form = (
-        f'<form method="get" action="{href("p", name)}" class="filters">'
-        + select("status", STATUSES, filters["status"], label="Status")
-        + text_input("method", filters["method"], label="Method", placeholder="sft")
-        + select("lane", LANES, filters["lane"], label="Lane")
-        + text_input("model_version", filters["model_version"], label="Model version")
-        + text_input("dataset_version", filters["dataset_version"], label="Dataset version")
-        + text_input("since", filters["since"], label="Since", placeholder="2026-12-01")
-        + text_input("until", filters["until"], label="Until", placeholder="2026-12-31")
-        + "<button>Filter</button></form>"
-    )
-    picks = [{**r, "compare": checkbox("run", r["run_id"], label=f"compare {r['run_id']}")} for r in listed["runs"]]
-    compare = (
-        f'<form method="get" action="{href("p", name, "compare")}">'
-        + table(
-            picks,
-            ["compare", "run_id", "status", "method", "compute_target", "model_version_id", "dataset_version_id",
-             "created_at"],
-            links={"run_id": lambda r: href("p", name, "runs", r["run_id"])},
-            caption="Runs, newest first",
-            raw=frozenset({"compare"}),
-        )
-        + f"<button>Compare selected (2 to {MAX_COMPARED})</button></form>"
-    )  # fmt: skip
-    nav = ""
-    if listed["next"]:
-        nav = f"<p>{link('Next page', href('p', name, after='|'.join(listed['next']), **_kept(filters)))}</p>"
+    runs = await runs_section(ledger, ws, name, query, ("p", name))
     inventory = context["inventory"]
     body = (
         facts(
@@ -116,11 +85,9 @@ async def project(ledger: Ledger, ws: str, name: str, query: dict[str, str], who
         + f"<p>{link('Evaluations and comparisons', href('p', name, 'evaluations'))} · "
         + f"{link('Campaigns', href('p', name, 'campaigns'))} · {link('Event log', href('p', name, 'events'))}</p>"
         + "<h2>Runs</h2>"
-        + form
-        + compare
-        + nav
+        + runs
     )
-    return page(f"Project {name}", body, who=who, crumbs=[(name, href("p", name))])
+    return page(f"Project {name}", body, who=who, crumbs=[(name, href("p", name))], charts=True)
 
 
 async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
@@ -256,7 +223,9 @@ async def campaigns(ledger: Ledger, ws: str, name: str, who: str) -> str:
     return page(f"Campaigns of {name}", body, who=who, crumbs=[(name, href("p", name))])
 
 
-async def campaign(ledger: Ledger, ws: str, name: str, campaign_id: str, who: str) -> str:
+async def campaign(
+    ledger: Ledger, ws: str, name: str, campaign_id: str, who: str, query: dict[str, str] | None = None
+) -> str:
     record = await ledger.get_campaign(ws, name, campaign_id)
     iterations = await ledger.list_iterations(ws, name, campaign_id)
     budget = await ledger.budget_entries(ws, name, f"campaign-{campaign_id}")
@@ -283,9 +252,18 @@ async def campaign(ledger: Ledger, ws: str, name: str, campaign_id: str, who: st
         )
         + table(budget, ["kind", "gpu_hours", "runs", "created_at"], caption="Budget entries")
         + _reports(name, await ledger.campaign_reports(ws, name, campaign_id), campaign_id)
+        + "<h2>Runs</h2>"
+        + await runs_section(ledger, ws, name, query or {}, ("p", name, "campaigns", campaign_id), campaign=campaign_id)
     )
     crumbs = [(name, href("p", name)), ("campaigns", href("p", name, "campaigns"))]
-    return page(f"Campaign {campaign_id}", body, who=who, crumbs=crumbs)
+    return page(f"Campaign {campaign_id}", body, who=who, crumbs=crumbs, charts=True)
+
+
+async def experiment(ledger: Ledger, ws: str, name: str, experiment_id: str, query: dict[str, str], who: str) -> str:
+    """An experiment's runs: the project's runs table, scoped to the experiment."""
+    path = ("p", name, "experiments", experiment_id)
+    body = await runs_section(ledger, ws, name, query, path, experiment=experiment_id)
+    return page(f"Experiment {experiment_id}", body, who=who, crumbs=[(name, href("p", name))], charts=True)
 
 
 def _reports(name: str, reports: list[dict[str, Any]], campaign_id: str) -> str:
@@ -346,17 +324,6 @@ def _listed(found: dict[str, Any]) -> str:
 
 def _count(found: dict[str, Any]) -> str:
     return f"{len(found['ids'])}{'+' if found['truncated'] else ''}"
-
-
-def _cursor(raw: str | None) -> tuple[str, str] | None:
-    if not raw or "|" not in raw:
-        return None
-    created, _, run_id = raw.partition("|")
-    return created, run_id
-
-
-def _kept(filters: dict[str, str | None]) -> dict[str, str]:
-    return {k: v for k, v in filters.items() if v}
 
 
 def _payload(payload: dict[str, Any]) -> str:

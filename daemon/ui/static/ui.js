@@ -177,3 +177,26 @@
   function start() { document.querySelectorAll("figure.chart[data-chart]").forEach(setUp); }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
 })();
+
+// The runs table's chosen columns, kept per project in this browser: a search remembers its columns, and a page
+// whose address names none shows the last ones chosen (runs_table.py serves the table; nothing here sorts or filters).
+(function () {
+  function keepColumns(form) {
+    const key = "bashgym.columns." + form.dataset.project;
+    const box = form.querySelector('input[name="columns"]');
+    if (!box) return;
+    form.addEventListener("submit", () => {
+      try { localStorage.setItem(key, box.value.trim()); } catch (err) { /* storage refused: the address keeps them */ }
+    });
+    const address = new URL(window.location.href);
+    let kept = null;
+    try { kept = localStorage.getItem(key); } catch (err) { return; }
+    if (kept && !address.searchParams.has("columns")) {
+      address.searchParams.set("columns", kept);
+      address.searchParams.delete("after");
+      window.location.replace(address.toString());
+    }
+  }
+  function start() { document.querySelectorAll("form.runs-search[data-project]").forEach(keepColumns); }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
+})();

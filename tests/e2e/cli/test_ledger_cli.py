@@ -234,3 +234,27 @@ def test_a_backup_restored_onto_a_new_home_starts_with_a_new_admin_token_and_kee
     assert still_valid.status_code == 200
     assert "bashgym auth revoke tok-admin" in new.log
     assert verified.code == 0
+
+
+def test_run_list_takes_the_search_grammar_sort_and_columns(daemon: RunningDaemon) -> None:
+    env = daemon.env()
+    with daemon.client() as client:
+        made = []
+        for loss, rate in ((0.8, 1e-5), (0.25, 3e-4), (0.5, 2e-5)):
+            body = {"method": "sft", "tracking_context": tracking_context(), "config": {"learning_rate": rate}}
+            run_id = client.post("/v1/runs", json=body).json()["record"]["run_id"]
+            points = [{"metric": "train.loss", "step": 0, "value": loss}]
+            client.post("/v1/projects/nightly/metrics", json={"run_id": run_id, "attempt_id": f"{run_id}.a1",
+                                                               "points": points})  # fmt: skip
+            made.append(run_id)
+    args = ("run", "list", "--project", "nightly", "--filter", "params.learning_rate < 1e-4",
+            "--sort", "metrics.train.loss asc", "--columns", "metrics.train.loss, params.learning_rate")  # fmt: skip
+    listed = cli(env, *args, "--json")
+    assert listed.code == 0, listed.stderr
+    assert [r["run_id"] for r in listed.json()["runs"]] == [made[2], made[0]]
+    shown = cli({**env, "COLUMNS": "200"}, *args, "--limit", "1")
+    assert shown.code == 0, shown.stderr
+    assert "metrics.train.loss" in shown.stdout and "2.00e-05" in shown.stdout and made[2] in shown.stdout
+    assert f"--after {made[2]}" in shown.stdout + shown.stderr
+    refused = cli(env, "run", "list", "--project", "nightly", "--filter", "status = 'complete'")
+    assert refused.code != 0 and "a run status" in refused.stderr and "character 10" in refused.stderr
