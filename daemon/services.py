@@ -46,7 +46,7 @@ class Services:
     # Keyed by client address: requests whose token is unknown, revoked, expired or malformed.
     bad_token_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(60, 20, what="failed sign-ins"))
     waits: WaitSlots = field(default_factory=lambda: WaitSlots(8))
-    sign_ins: SignIns = field(default_factory=SignIns)  # the web view's one-time codes and sessions (memory only)
+    sign_ins: SignIns = field(default_factory=SignIns)  # the web view's one-time codes (memory; sessions: ledger)
 
     @property
     def evaluator(self) -> EvaluationService:

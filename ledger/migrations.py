@@ -25,6 +25,7 @@ from bashgym.ledger.schema import (
     v14,
     v15,
     v16,
+    v17,
 )
 
 
@@ -59,6 +60,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "external_jobs_and_compute_plans", v14.SQL),
     Migration(15, "metric_point_times", v15.SQL),
     Migration(16, "evidence_provenance", v16.SQL),
+    Migration(17, "web_view_sessions", v17.SQL),
 )
 
 _RECORD_TABLE = """

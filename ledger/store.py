@@ -41,6 +41,7 @@ from bashgym.ledger import (
     runs,
     runs_table,
     sinks,
+    ui_sessions,
 )
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection, write_transaction
 from bashgym.ledger.migrations import migrate
@@ -800,6 +801,27 @@ class Ledger:
         if token_hash in self._tokens:
             return self._tokens[token_hash]
         return await self._looked_up(self._tokens, token_hash, lambda conn: access.find_token(conn, token_hash))
+
+    # -- the web view's sessions -------------------------------------------------------------------
+
+    async def open_ui_session(self, actor: Actor, **fields: Any) -> dict[str, Any]:
+        return await self.write(actor, lambda tx: ui_sessions.open_session(tx, **fields))
+
+    async def live_ui_session(self, session_hash: str) -> dict[str, Any] | None:
+        now = utc_iso(self.now())
+        return await self.read(lambda conn: ui_sessions.live_session(conn, session_hash, now))
+
+    async def end_ui_session(
+        self, actor: Actor, *, session_hash: str | None = None, session_id: str | None = None, reason: str
+    ) -> bool:
+        def end(tx: Tx) -> bool:
+            return ui_sessions.end_session(tx, session_hash=session_hash, session_id=session_id, reason=reason)
+
+        return await self.write(actor, end)
+
+    get_ui_session = reads(ui_sessions.get_session)
+    get_token = reads(access.get_token)
+    list_ui_sessions = reads(ui_sessions.list_sessions)
 
     async def insert_grant(self, actor: Actor, **fields: Any) -> dict[str, Any]:
         try:

@@ -20,12 +20,21 @@ from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires, resolve
 from bashgym.daemon.artifacts import download_response, open_artifact
 from bashgym.daemon.authority import Principal
+from bashgym.daemon.authority.principals import act_in_workspace, resolve_token_id
 from bashgym.daemon.campaigns.reports import report_file
 from bashgym.daemon.services import Services
 from bashgym.daemon.ui import evaluation, pages
 from bashgym.daemon.ui.html import message_page
 from bashgym.daemon.ui.runs_table import MAX_COMPARED, QUERY_KEYS
-from bashgym.daemon.ui.sessions import COOKIE, SESSION_TTL_S
+from bashgym.daemon.ui.sessions import (
+    COOKIE,
+    NEXT_COOKIE,
+    SESSION_TTL_S,
+    end_session,
+    open_session,
+    same_site_page,
+    session_identity,
+)
 from bashgym.ledger.store import Ledger, Recheck
 from fastapi import APIRouter, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -37,6 +46,7 @@ STATIC = {
     "uplot-1.6.32.min.js": "text/javascript",
     "uplot-1.6.32.min.css": "text/css",
     "LICENSE.uplot": "text/plain",
+    "favicon.svg": "image/svg+xml",
 }
 # The pages load only their own scripts and styles, and may not be framed.
 HEADERS = {
@@ -51,6 +61,10 @@ KEEP_ALIVE_S = 15.0  # a quiet stream sends a comment this often, so proxies kee
 
 # Any valid token, for itself: the link signs in as the caller, with no more than the caller's own reads.
 SignInCall = Annotated[Call, requires(AUTHENTICATED, statement="any valid token, for itself alone")]
+# Its own sessions; anyone's in the workspace with authority.manage there (another's is "not found" otherwise).
+SessionCall = Annotated[
+    Call, requires(AUTHENTICATED, statement="any valid token, its own sessions; authority.manage, the workspace's")
+]
 
 
 @dataclass(frozen=True)
@@ -74,19 +88,61 @@ class Viewer:
 async def ui_link(call: SignInCall, request: Request) -> Response:
     """A one-time sign-in link to the web view for whoever asks (its code is good once, for two minutes)."""
     # The headers as the principal was resolved from them (a header sent twice counts once, the first time).
-    code, ttl = call.services.sign_ins.issue_code(request.headers, call.workspace, call.principal.actor_id)
+    code, ttl = call.services.sign_ins.issue_code(request.headers, call.workspace, call.principal)
     base = (call.services.settings.public_url or str(request.base_url)).rstrip("/")
     return json_response({"url": f"{base}/ui/signin?code={code}", "expires_in_s": ttl}, 201)
 
 
+@router.get("/v1/ui/sessions")
+async def ui_sessions(call: SessionCall, every: bool = False) -> Response:
+    """The caller's own web view sessions (live and ended); `every=true`: the workspace's, for authority.manage."""
+    if every:
+        call.principal.require("authority.manage", workspace_id=call.workspace)
+    actor = None if every else call.principal.actor_id
+    listed = await call.services.ledger.list_ui_sessions(call.workspace, actor)
+    return json_response({"sessions": listed})
+
+
+@router.post("/v1/ui/sessions/{session_id}/revoke")
+async def ui_session_revoke(call: SessionCall, session_id: str) -> Response:
+    """End a web view session at once: one's own, or (authority.manage in its workspace) anyone's there."""
+    check_identifier(session_id, field="session")
+    try:
+        found = await call.services.ledger.get_ui_session(session_id)
+    except NotFound:
+        found = None
+    if found is None or not _may_revoke(call.principal, found):
+        # Another's session is not found either: its id tells a caller who may not end it nothing.
+        raise NotFound(f"No web view session {session_id!r} of yours.", hint="See yours with GET /v1/ui/sessions.")
+    ended = await call.services.ledger.end_ui_session(call.actor, session_id=session_id, reason="revoked")
+    record = await call.services.ledger.get_ui_session(session_id)
+    return json_response({"record": record, "replayed": not ended})
+
+
+def _may_revoke(principal: Principal, session: dict[str, Any]) -> bool:
+    if principal.workspace_id and principal.workspace_id != session["workspace_id"]:
+        return False
+    if session["actor_id"] == principal.actor_id:
+        return True
+    try:
+        principal.require("authority.manage", workspace_id=session["workspace_id"])
+    except Forbidden:
+        return False
+    return True
+
+
 @router.get("/ui/signin", include_in_schema=False)
-async def sign_in(request: Request, code: str = "") -> Response:
-    exchanged = request.app.state.services.sign_ins.exchange(code) if code else None
-    if exchanged is None:
+async def sign_in(request: Request, code: str = "", next: str = "") -> Response:
+    services: Services = request.app.state.services
+    identity = services.sign_ins.exchange(code) if code else None
+    if identity is None:
         text = "This sign-in link is unknown, already used or expired."
         return _html(message_page("Sign-in refused", text, status_hint=_SIGN_IN_HINT), 401)
-    session, _ = exchanged
-    answer = RedirectResponse("/ui", status_code=303, headers=HEADERS)
+    session = await open_session(services.ledger, identity)
+    # Back to the page that asked for a sign-in (its address kept in a cookie of its own), or the one named.
+    target = same_site_page(next) or same_site_page(request.cookies.get(NEXT_COOKIE, "")) or "/ui"
+    answer = RedirectResponse(target, status_code=303, headers=HEADERS)
+    answer.delete_cookie(NEXT_COOKIE, path="/ui")
     answer.set_cookie(
         COOKIE, session, max_age=int(SESSION_TTL_S), httponly=True, samesite="strict", path="/ui",
         secure=request.url.scheme == "https",
@@ -96,7 +152,7 @@ async def sign_in(request: Request, code: str = "") -> Response:
 
 @router.post("/ui/signout", include_in_schema=False)
 async def sign_out(request: Request) -> Response:
-    request.app.state.services.sign_ins.end(request.cookies.get(COOKIE))
+    await end_session(request.app.state.services.ledger, request.cookies.get(COOKIE))
     answer = _html(message_page("Signed out", "The session has ended.", status_hint=_SIGN_IN_HINT), 200)
     answer.delete_cookie(COOKIE, path="/ui")
     return answer
@@ -111,6 +167,7 @@ async def static(name: str) -> Response:
 
 
 @router.get("/ui", include_in_schema=False)
+@router.get("/ui/", include_in_schema=False)
 async def home(request: Request) -> Response:
     async def build(viewer: Viewer) -> str:
         listed = await viewer.services.ledger.list_projects(viewer.workspace)
@@ -383,15 +440,17 @@ async def _viewer(request: Request) -> Viewer:
 async def _signed_in(services: Services, session: str | None, workspace: str | None) -> Viewer:
     """The session's viewer in `workspace` (else the link's), resolved afresh; Unauthenticated when there is no live
     session or its credential died, which ends the session: a revoked token signs its browser out for good."""
-    identity = services.sign_ins.identity(session)
+    identity = await session_identity(services.ledger, session)
     if identity is None:
         raise Unauthenticated("You are not signed in to the web view.", hint=_SIGN_IN_HINT)
     ws = workspace or identity.workspace
     check_identifier(ws, field="workspace")
     try:
-        principal = await resolve(services, identity.headers, ws)
+        token = await resolve_token_id(services.ledger, identity.token_id, services.ledger.now())
+        guilds = frozenset(services.settings.discord_guild_ids)
+        principal = await act_in_workspace(services.ledger, identity.delegation, token, ws, allowed_guilds=guilds)
     except Unauthenticated:
-        services.sign_ins.end(session)
+        await end_session(services.ledger, session, reason="token_dead")
         raise
     return Viewer(services, principal, ws)
 
@@ -403,7 +462,7 @@ async def _serve(request: Request, build: Any) -> Response:
         built = await build(await _viewer(request))
         return built if isinstance(built, Response) else _html(built, 200)
     except Unauthenticated as exc:
-        return _html(message_page("Sign in", exc.message, status_hint=exc.hint or _SIGN_IN_HINT), 401)
+        return _sign_in_page(request, exc)
     except Forbidden:
         text = "Your token's grants do not let you read this project."
         return _html(message_page("Not yours to read", text, status_hint="Ask a lead for ledger.read there."), 403)
@@ -411,6 +470,19 @@ async def _serve(request: Request, build: Any) -> Response:
         return _html(message_page("Not found", exc.message), 404)
     except BashGymError as exc:
         return _html(message_page("Refused", exc.message, status_hint=exc.hint), exc.status)
+
+
+def _sign_in_page(request: Request, exc: Unauthenticated) -> Response:
+    """The 401 page; it keeps the page asked for (a cookie of its own, for ten minutes), where sign-in returns."""
+    answer = _html(message_page("Sign in", exc.message, status_hint=exc.hint or _SIGN_IN_HINT), 401)
+    asked = same_site_page(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+    if asked and request.method == "GET":
+        # Lax, not Strict: the sign-in link is opened from a terminal or Discord, a navigation from another site.
+        answer.set_cookie(
+            NEXT_COOKIE, asked, max_age=600, httponly=True, samesite="lax", path="/ui",
+            secure=request.url.scheme == "https",
+        )  # fmt: skip
+    return answer
 
 
 def _html(text: str, status: int) -> HTMLResponse:

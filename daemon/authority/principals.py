@@ -10,8 +10,9 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from bashgym.client.errors import Forbidden, InvalidInput, RateLimited, Unauthenticated
+from bashgym.client.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from bashgym.client.specs import Actor
 from bashgym.client.validation import IDENTIFIER_RE
 from bashgym.daemon.notices.render import CONSOLE_CONSUMER
@@ -227,6 +228,21 @@ async def resolve_token(ledger: Ledger, authorization: str | None, now: datetime
     row = await ledger.find_token(hash_token(token.strip()))
     if row is None:
         raise Unauthenticated("The bearer token is not known.", hint="Check the token, or ask an admin for one.")
+    return _live_principal(row, now)
+
+
+async def resolve_token_id(ledger: Ledger, token_id: str, now: datetime) -> Principal:
+    """The principal of the token with this id (a web view session holds the id, never the secret); Unauthenticated
+    when it is unknown, revoked or expired, as for the token itself."""
+    try:
+        row = await ledger.get_token(token_id, None)
+    except NotFound:
+        raise Unauthenticated(f"Token {token_id} is not known.", hint="Ask an admin for a new token.") from None
+    return _live_principal(row, now)
+
+
+def _live_principal(row: Mapping[str, Any], now: datetime) -> Principal:
+    """The principal of a token row; Unauthenticated when it was revoked or has expired."""
     if row["revoked_at"]:
         raise Unauthenticated(
             f"Token {row['token_id']} was revoked at {row['revoked_at']}.",

@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode
 
 ASSETS = "/ui/static"
 UPLOT = "uplot-1.6.32"
+ICON = f'<link rel="icon" href="{ASSETS}/favicon.svg" type="image/svg+xml">'
 
 
 def e(value: object) -> str:
@@ -44,7 +45,7 @@ def link(text: object, url: str) -> str:
 def page(title: str, body: str, *, who: str, crumbs: Sequence[tuple[str, str]] = (), charts: bool = False) -> str:
     """A whole document: header with the trail and who is signed in, then the body."""
     trail = " / ".join(link(text, url) for text, url in [("Projects", href()), *crumbs])
-    head_assets = f'<link rel="stylesheet" href="{ASSETS}/ui.css">'
+    head_assets = f'<link rel="stylesheet" href="{ASSETS}/ui.css">{ICON}'
     scripts = ""
     if charts:
         head_assets += f'<link rel="stylesheet" href="{ASSETS}/{UPLOT}.min.css">'
@@ -65,8 +66,9 @@ def message_page(title: str, text: str, *, status_hint: str = "") -> str:
     """A page for someone not signed in, or a refusal: what happened and what to do next."""
     hint = f"<p>{escape(status_hint)}</p>" if status_hint else ""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="color-scheme" content="light dark">
-<title>{escape(title)} · BashGym</title><link rel="stylesheet" href="{ASSETS}/ui.css"></head>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
+<title>{escape(title)} · BashGym</title><link rel="stylesheet" href="{ASSETS}/ui.css">{ICON}</head>
 <body><main id="main"><h1>{escape(title)}</h1><p>{escape(text)}</p>{hint}</main></body></html>
 """
 

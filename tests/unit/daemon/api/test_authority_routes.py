@@ -18,8 +18,9 @@ pytestmark = pytest.mark.anyio
 UNAUTHENTICATED_ROUTES = {"/v1/health", "/v1/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"}
 # The web view's pages authenticate by session cookie, and judge ledger.read per page (tests/e2e/ui attacks them).
 SESSION_PREFIX = "/ui"
-# Writes any signed-in principal may make for itself alone: a sign-in link grants only the caller's own reads.
-FOR_ONESELF = {("POST", "/v1/ui/links")}
+# Writes any signed-in principal may make for itself alone: a sign-in link grants only the caller's own reads, and
+# a session revoked is its own (anyone's needs authority.manage: tests/e2e/ui/test_web_view_sessions.py).
+FOR_ONESELF = {("POST", "/v1/ui/links"), ("POST", "/v1/ui/sessions/{session_id}/revoke")}
 
 
 @pytest.fixture
