@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from bashgym.client.validation import check_identifier, check_metric_name
 from bashgym.daemon.api.responses import json_response
-from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires, resolve
+from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires
 from bashgym.daemon.artifacts import download_response, open_artifact
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.authority.principals import act_in_workspace, resolve_token_id
@@ -196,7 +196,10 @@ async def run_page(request: Request, project: str, run_id: str) -> Response:
     async def build(viewer: Viewer) -> str:
         name = viewer.require(project)
         check_identifier(run_id, field="run")
-        return await pages.run(viewer.services.ledger, viewer.workspace, name, run_id, _who(viewer))
+        every = request.query_params.get("settings") == "all"
+        return await pages.run(
+            viewer.services.ledger, viewer.workspace, name, run_id, _who(viewer), every_setting=every
+        )
 
     return await _serve(request, build)
 

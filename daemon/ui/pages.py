@@ -17,6 +17,7 @@ from bashgym.daemon.evidence.sources import RUNS
 from bashgym.daemon.ui.evaluation import compare_section
 from bashgym.daemon.ui.html import chart, e, facts, href, link, page, table
 from bashgym.daemon.ui.runs_table import runs_section
+from bashgym.daemon.ui.values import method_settings, readable, timing
 from bashgym.ledger.campaigns import TERMINAL as CAMPAIGN_ENDS
 from bashgym.ledger.store import Ledger
 
@@ -90,7 +91,7 @@ async def project(ledger: Ledger, ws: str, name: str, query: dict[str, str], who
     return page(f"Project {name}", body, who=who, crumbs=[(name, href("p", name))], charts=True)
 
 
-async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
+async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str, *, every_setting: bool = False) -> str:
     record = await ledger.get_run(ws, name, run_id)
     metrics = await ledger.run_metrics(ws, name, run_id)
     live = record["status"] not in TERMINAL
@@ -109,7 +110,8 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
     verdict = gate(evidence)  # read only: the API's gate route is where a verdict is recorded
     cards = [
         {"card_id": c["card_id"], "created_at": c["created_at"], "decision": c["card"].get("decision"),
-         "evaluations": c["card"].get("evaluation_result_ids"), "limitations": c["card"].get("known_limitations")}
+         "evaluations": readable(c["card"].get("evaluation_result_ids")),
+         "limitations": readable(c["card"].get("known_limitations"))}
         for c in evidence.runcards
     ]  # fmt: skip
     findings = [{**f, "severity": "blocker"} for f in verdict["blockers"]] + [
@@ -130,6 +132,7 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
                 ("correlation id", record.get("correlation_id")),
                 ("launched by", record.get("launched_by")),
                 ("created", record.get("created_at")),
+                *timing(record, ledger.now()),
             ],
             caption="Run",
         )
@@ -143,24 +146,26 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str) -> str:
         )
         + _artifacts(name, record)
         + table(
-            record.get("evaluations") or [],
+            [{**r, "metrics": readable(r.get("metrics"))} for r in record.get("evaluations") or []],
             ["result_id", "suite_id", "status", "provenance", "metrics"],
             links={"result_id": lambda r: href("p", name, "evaluations", r["result_id"])},
             caption=EVALUATIONS_CAPTION,
+            raw=frozenset({"metrics"}),
         )
         + f"<h2>Gate: {'ships' if verdict['ship'] else 'does not ship'}</h2>"
         + table(findings, ["severity", "code", "message", "next_action"], caption="What the gate found")
-        + table(cards, ["card_id", "created_at", "decision", "evaluations", "limitations"], caption="RunCards")
+        + table(
+            cards,
+            ["card_id", "created_at", "decision", "evaluations", "limitations"],
+            caption="RunCards",
+            raw=frozenset({"evaluations", "limitations"}),
+        )
         + table(
             lifecycle,
             ["cursor", "event", "at", "actor", "detail"],
             caption="Lifecycle events, newest first (latest 200)",
         )
-        + table(
-            [{"key": k, "value": v} for k, v in sorted(config.items()) if k != "tracking_context"],
-            ["key", "value"],
-            caption="Settings",
-        )
+        + _settings(name, run_id, config, record.get("method"), every=every_setting)
     )
     crumbs = [(name, href("p", name)), (run_id, href("p", name, "runs", run_id))]
     return page(f"Run {run_id}", body, who=who, crumbs=crumbs, charts=True)
@@ -314,6 +319,19 @@ def _artifacts(name: str, record: dict[str, Any]) -> str:
         rows.append({**artifact, "download": f'<a href="{e(url)}" download>{e(path)}</a>' if url else ""})
     columns = ["kind", "uri", "sha256", "size_bytes", "download"]
     return table(rows, columns, caption="Artifacts", raw=frozenset({"download"}))
+
+
+def _settings(name: str, run_id: str, config: dict[str, Any], method: str | None, *, every: bool) -> str:
+    """The run's settings its method reads, with a link to all of them (or back)."""
+    rows = method_settings(config, method, every=every)
+    if every:
+        switch = link(f"Only the settings {method} reads", href("p", name, "runs", run_id) + "#settings")
+        caption = "Settings, all of them"
+    else:
+        switch = link("All settings", href("p", name, "runs", run_id, settings="all") + "#settings")
+        caption = f"Settings {method or 'the method'} reads"
+    listed = table(rows, ["key", "value"], caption=caption, raw=frozenset({"value"}))
+    return f'<div id="settings">{listed}<p>{switch}</p></div>'
 
 
 def _listed(found: dict[str, Any]) -> str:
