@@ -1,46 +1,28 @@
-"""The run page's values as a reader meets them: figures rounded as the CLI rounds them (no 16-digit floats), a
-RunCard's lists as lists, only the settings the run's method reads (all of them on request), and when the run
+"""The run page's values as a reader meets them: figures rounded as the CLI rounds them (no 16-digit floats) in
+tables rather than JSON, only the settings the run's method reads (all of them on request), and when the run
 started, ended and how long it took."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
 import httpx
 import pytest
-from bashgym.ledger.store import Ledger
 
+from tests.e2e.ui.test_web_view_sessions import Clock, api, clock  # noqa: F401 (api, clock: fixtures)
 from tests.support.factories import suite, tracking_context
-from tests.support.helpers import inprocess_daemon
 
 pytestmark = pytest.mark.anyio
 SFT_CONFIG = {"learning_rate": 0.0002, "lora_rank": 16, "use_lora": True, "dpo_beta": 0.1, "grpo_group_size": 8,
               "max_steps": 12000, "packing": "auto"}  # fmt: skip
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 5, 12, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Clock]]:
-    clock = Clock()
-    ledger = await Ledger.open(tmp_path / "ledger.sqlite3", synchronous="NORMAL", clock=clock)
-    async with ledger, inprocess_daemon(ledger, tmp_path / "home") as client:
-        yield client, clock
-
-
 async def test_the_run_page_shows_rounded_figures_lists_its_methods_settings_and_its_duration(
-    api: tuple[httpx.AsyncClient, Clock],
+    api: httpx.AsyncClient,  # noqa: F811 (the fixture imported above)
+    clock: Clock,  # noqa: F811
 ) -> None:
-    client, clock = api
+    client = api
     context = tracking_context(project_id="nightly")
     made = await client.post("/v1/runs", json={"method": "sft", "tracking_context": context, "config": SFT_CONFIG})
     run_id = made.json()["record"]["run_id"]
