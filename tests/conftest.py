@@ -30,7 +30,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # to xdist's default (files with the most tests first), the demo (9.5 min) and the cascade (5.4 min) queued on one
 # worker: test-slow took 18 min of wall time for 13 min of work per worker (CI, 2026-12-05).
 SLOW_ORDER = (
-    "tests/e2e/cli/test_demo.py",  # 569 s: the full demo, twice; 49 s: the demo posting to Discord
+    "tests/e2e/cli/test_demo.py",  # 285 s: the full demo; 2 x 49 s: the short demo, posting to Discord, twice
     "tests/e2e/cli/test_next_actions_paste.py",  # 190 s at load 6 (290 s at 8): the short demo, 46 reads, pastes
     "tests/e2e/trainers/test_methods_through_the_daemon.py",  # 46 s over 6 tests
     "tests/e2e/workflows/test_retrieval_demo.py",  # 37 s
@@ -42,6 +42,10 @@ SLOW_ORDER = (
     "tests/e2e/trainers/test_compile_bench.py",  # 70 s
     "tests/e2e/campaigns/test_campaign_runner.py",  # 64 s
     "tests/e2e/evidence/test_eval_repeats.py",  # 55 s
+    "tests/e2e/imports/test_mlflow_import.py",  # 140 s at load 8: a real mlflow server, imports run three times
+    "tests/e2e/tracking/test_callback.py",  # 55 s (69 s at load 2): two Trainers with the callback, the gate
+    "tests/e2e/tracking/test_callback_distributed.py",  # 49 s at load 5.5: two torchrun launches, 2 CPU ranks
+    "tests/e2e/ui/test_browser_evaluations.py",  # 40 s: the tiny model evaluated, pages in chromium
 )
 
 
