@@ -196,6 +196,28 @@ class RunImported(_Payload):
     artifacts_complete: bool = True
 
 
+class TagsSet(_Payload):
+    """Tags set on a run, a model version or a campaign: the keys whose value changed, with their new values."""
+
+    entity_kind: str
+    entity_id: str
+    tags: dict[str, str]
+
+
+class TagsUnset(_Payload):
+    entity_kind: str
+    entity_id: str
+    keys: list[str]
+
+
+class NoteSet(_Payload):
+    """The entity's note as it now reads (empty: removed); the earlier ones are the earlier events."""
+
+    entity_kind: str
+    entity_id: str
+    text: str
+
+
 class ExternalJobChanged(_Payload):
     """An external job was accepted, submitted, or moved to a state its upstream reported."""
 
@@ -273,6 +295,9 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
         for state in ("accepted", "submitted", "running", "completed", "failed", "cancelled", "unknown")
     },
     "compute_plan.recorded": EntityRegistered,
+    "tags.set": TagsSet,
+    "tags.unset": TagsUnset,
+    "note.set": NoteSet,
 }
 
 

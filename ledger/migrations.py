@@ -26,6 +26,7 @@ from bashgym.ledger.schema import (
     v15,
     v16,
     v17,
+    v18,
 )
 
 
@@ -61,6 +62,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "metric_point_times", v15.SQL),
     Migration(16, "evidence_provenance", v16.SQL),
     Migration(17, "web_view_sessions", v17.SQL),
+    Migration(18, "entity_tags_and_notes", v18.SQL),
 )
 
 _RECORD_TABLE = """

@@ -14,6 +14,7 @@ from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.client.specs import Event
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
+from bashgym.ledger.tags import tag_filter, tags_of_many
 
 ACTIVE_STATUSES = ("preparing", "running", "paused", "unknown")
 MAX_PAGE = 1000
@@ -219,7 +220,9 @@ def list_runs(
     experiment: str | None = None,
     limit: int = 50,
     before: str | None = None,
+    tags: list[tuple[str, str | None]] | None = None,
 ) -> list[dict[str, Any]]:
+    """The project's runs, newest first; `tags` (key, value or None for any value) must all be carried."""
     require_project(conn, ws, project)
     clauses, args = ["workspace_id = ?", "project_id = ?"], [ws, project]
     for column, value in (("status", status), ("method", method), ("experiment_id", experiment)):
@@ -229,11 +232,37 @@ def list_runs(
     if before is not None:
         clauses.append("created_at < ?")
         args.append(before)
+    tagged, tag_args = tag_filter("run", tags or [])
     limit = _page_size(limit)
     rows = conn.execute(
-        f"SELECT * FROM runs WHERE {' AND '.join(clauses)} ORDER BY created_at DESC LIMIT ?", (*args, limit)
+        f"SELECT * FROM runs WHERE {' AND '.join(clauses + tagged)} ORDER BY created_at DESC LIMIT ?",
+        (*args, *tag_args, limit),
     ).fetchall()
-    return [to_record(row) for row in rows]
+    runs = [to_record(row) for row in rows]
+    held = tags_of_many(conn, ws, project, "run", [run["run_id"] for run in runs])
+    return [{**run, "tags": held.get(run["run_id"], {})} for run in runs]
+
+
+def list_model_versions(
+    conn: sqlite3.Connection,
+    ws: str,
+    project: str,
+    *,
+    tags: list[tuple[str, str | None]] | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """The project's model versions, newest first, with their tags; `tags` must all be carried."""
+    require_project(conn, ws, project)
+    tagged, tag_args = tag_filter("model_version", tags or [])
+    rows = conn.execute(
+        "SELECT * FROM model_versions WHERE "
+        + " AND ".join(["workspace_id = ?", "project_id = ?", *tagged])
+        + " ORDER BY created_at DESC LIMIT ?",
+        (ws, project, *tag_args, _page_size(limit)),
+    ).fetchall()
+    versions = [to_record(row) for row in rows]
+    held = tags_of_many(conn, ws, project, "model_version", [v["model_version_id"] for v in versions])
+    return [{**v, "tags": held.get(v["model_version_id"], {})} for v in versions]
 
 
 def runs_rewarded_by(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from bashgym.ledger import (
     runs,
     runs_table,
     sinks,
+    tags,
     ui_sessions,
 )
 from bashgym.ledger.db import ConnectionThread, ReaderPool, open_connection, write_transaction
@@ -723,6 +724,14 @@ class Ledger:
     get_dataset_version = reads(queries.get_dataset_version)
 
     get_run = reads(queries.get_run)
+
+    # -- tags and notes (ledger.tags) ------------------------------------------------------------
+
+    set_tags = puts(tags.set_tags)
+    unset_tags = puts(tags.unset_tags)
+    set_note = puts(tags.set_note)
+    labels_of = reads(tags.labels_of)
+    list_model_versions = reads(queries.list_model_versions)
 
     ids_with_prefix = reads(ids.ids_with_prefix)
 
