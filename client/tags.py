@@ -15,9 +15,10 @@ from pydantic import AfterValidator, Field
 EntityKind = Literal["run", "model_version", "campaign"]
 ENTITY_KINDS: tuple[EntityKind, ...] = ("run", "model_version", "campaign")
 TAG_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")  # as metric names: team, stage:eval, mlflow.user
-TAG_KEY_MAX = 128
-TAG_VALUE_MAX = 256
-MAX_TAGS = 100  # on one entity, all writes together
+# As a tracked run's tags always were (client/tracking.py), so every run's tags are one model.
+TAG_KEY_MAX = 200
+TAG_VALUE_MAX = 500
+MAX_TAGS = 200  # on one entity, all writes together
 NOTE_MAX = 2000
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -45,6 +46,15 @@ def check_tag_value(value: str) -> str:
             hint="Keep a tag's value short and on one line; a longer text belongs in the note.",
         )
     return value
+
+
+def is_tag(key: str, value: str) -> bool:
+    """Whether another system's tag (an MLflow run's) is one BashGym can hold as it is."""
+    try:
+        check_tag_key(key), check_tag_value(value)
+    except InvalidInput:
+        return False
+    return True
 
 
 def check_note(text: str) -> str:

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from bashgym.client.environment import RunEnvironment
 from bashgym.client.errors import InvalidInput
 from bashgym.client.specs import MAX_METRIC_BATCH, MetricPoint, Spec
+from bashgym.client.tags import MAX_TAGS, TagKey, TagValue
 from bashgym.client.validation import Identifier
 from pydantic import Field
 
@@ -16,9 +17,9 @@ TRACKED_TARGET = f"{TRACKED_LANE}:{TRACKED_SURFACE}"  # the run's compute target
 
 ParamValue = Annotated[str, Field(max_length=2000)] | float | int | bool | None
 ParamName = Annotated[str, Field(min_length=1, max_length=200)]
-TagValue = Annotated[str, Field(max_length=500)]
 Params = Annotated[dict[ParamName, ParamValue], Field(max_length=2000)]
-Tags = Annotated[dict[ParamName, TagValue], Field(max_length=200)]
+# A tracked run's tags are tags like any run's (client/tags.py): the same keys and values, searchable.
+Tags = Annotated[dict[TagKey, TagValue], Field(max_length=MAX_TAGS)]
 
 
 class TrackedRunOpen(Spec):

@@ -27,6 +27,7 @@ from bashgym.daemon.api import (
     replays,
     runs,
     system,
+    tags,
     tracking,
     training,
     ui,
@@ -65,6 +66,7 @@ ROUTERS = (
     consumers,
     operator,
     artifacts,
+    tags,
     ui,  # last: its catch-all answers any other /ui path with a page
 )
 

@@ -9,6 +9,7 @@ from bashgym.client.errors import Conflict, Forbidden, InvalidInput
 from bashgym.daemon.api.long_polls import recheck_of
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
+from bashgym.daemon.api.tags import TagQuery, tag_query
 from bashgym.daemon.campaigns import research
 from bashgym.daemon.campaigns.lifecycle import (
     ACTIONS,
@@ -87,13 +88,16 @@ async def campaign_create(call: CreateCall, project: str, body: CampaignSpec) ->
 
 
 @router.get("/projects/{project}/campaigns")
-async def campaign_list(call: ReadCall, project: str) -> Response:
-    return json_response({"campaigns": await call.services.ledger.list_campaigns(call.workspace, project)})
+async def campaign_list(call: ReadCall, project: str, tag: TagQuery = None) -> Response:
+    found = await call.services.ledger.list_campaigns(call.workspace, project, tags=tag_query(tag))
+    return json_response({"campaigns": found})
 
 
 @router.get("/projects/{project}/campaigns/{campaign_id}")
 async def campaign_show(call: ReadCall, project: str, campaign_id: str) -> Response:
-    return json_response(await call.services.ledger.get_campaign(call.workspace, project, campaign_id))
+    ledger = call.services.ledger
+    campaign = await ledger.get_campaign(call.workspace, project, campaign_id)
+    return json_response({**campaign, **await ledger.labels_of(call.workspace, project, "campaign", campaign_id)})
 
 
 @router.post("/projects/{project}/campaigns/{campaign_id}/validate")

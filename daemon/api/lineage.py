@@ -91,7 +91,9 @@ class RunModelBody(BaseModel):
 @router.get("/projects/{project}/model-versions/{version}")
 async def show_model_version(call: ReadCall, project: str, version: str) -> Response:
     """One model version as recorded: its source, config digest and, where recorded, each file's sha256."""
-    return json_response(await call.services.ledger.get_model_version(call.workspace, project, version))
+    ledger = call.services.ledger
+    recorded = await ledger.get_model_version(call.workspace, project, version)
+    return json_response({**recorded, **await ledger.labels_of(call.workspace, project, "model_version", version)})
 
 
 @router.post("/projects/{project}/runs/{run_id}/model-version", response_model=WriteResult, status_code=201)

@@ -29,6 +29,7 @@ from bashgym.daemon.api.routing import (
     requires_run_control,
     written,
 )
+from bashgym.daemon.api.tags import TagQuery, tag_query
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -54,6 +55,7 @@ async def list_runs(
     sort: str | None = None,
     columns: str | None = None,
     after: str | None = None,
+    tag: TagQuery = None,
 ) -> Response:
     """The project's runs, newest first. With `filter` (the search grammar), `sort`, `columns` or `after` (the
     previous page's `next`), one page of the runs table instead: {runs, columns, sort, descending, next}."""
@@ -74,7 +76,14 @@ async def list_runs(
         )  # fmt: skip
     return json_response(
         await call.services.ledger.list_runs(
-            call.workspace, project, status=status, method=method, experiment=experiment, limit=limit, before=before
+            call.workspace,
+            project,
+            status=status,
+            method=method,
+            experiment=experiment,
+            limit=limit,
+            before=before,
+            tags=tag_query(tag),
         )
     )
 
@@ -83,6 +92,7 @@ async def list_runs(
 async def show_run(call: ReadCall, project: str, run_id: str) -> Response:
     run = await call.services.ledger.get_run(call.workspace, project, run_id)
     run["evaluations"] = await withhold_protected(call, project, run["evaluations"])
+    run.update(await call.services.ledger.labels_of(call.workspace, project, "run", run_id))
     live = call.services.training.live_step(call.workspace, project, run_id) if call.services.training else None
     if live is not None:
         run["live"] = live  # a running trainer's last step: the ledger holds only its logged steps

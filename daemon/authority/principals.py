@@ -23,12 +23,13 @@ CAPABILITIES: tuple[str, ...] = (
     "eval.protected", "evidence.import", "runcard.write", "promotion.decide", "promotion.override",
     "artifact.publish_private", "artifact.publish_public", "budget.amend", "campaign.create", "campaign.control",
     "campaign.conclude", "device.manage", "authority.manage", "delegate.discord", "ledger.backup",
+    "ledger.annotate",
 )  # fmt: skip
 
 _VIEWER = frozenset({"ledger.read"})
 _RESEARCHER = _VIEWER | {
     "ledger.write", "training.launch", "training.control", "eval.run", "runcard.write", "campaign.create",
-    "campaign.control", "artifact.publish_private",
+    "campaign.control", "artifact.publish_private", "ledger.annotate",
 }  # fmt: skip
 _LEAD = _RESEARCHER | {
     "training.stop", "promotion.decide", "budget.amend", "eval.protected", "campaign.conclude", "device.manage",

@@ -15,6 +15,7 @@ from bashgym.client.imports import IMPORTED_LANE, IMPORTED_TARGET, MLFLOW, Impor
 from bashgym.client.redaction import redact, redact_url
 from bashgym.client.specs import Actor, MetricBatch, RunRegistration, RunTransition
 from bashgym.client.states import TERMINAL, is_allowed
+from bashgym.client.tags import MAX_TAGS, is_tag
 from bashgym.client.validation import RAW_DATA_KEYS, canonical_json, is_secret_key, sha256_text
 from bashgym.ledger.store import Ledger
 
@@ -108,6 +109,11 @@ async def _record_values(
         return False
     run = await ledger.get_run(ws, project, run_id)
     await ledger.append_run_event(actor, ws, project, run_id, run["attempts"][-1]["attempt_id"], IMPORTED_EVENT, values)
+    # Its tags are the run's tags like any run's (ledger/tags.py), those BashGym can hold as they are; the rest
+    # stay in the run.imported record only.
+    held = [(key, value) for key, value in values["tags"].items() if is_tag(key, value)][:MAX_TAGS]
+    if held:
+        await ledger.set_tags(actor, ws, project, "run", run_id, dict(held))
     return True
 
 

@@ -86,18 +86,20 @@ class TrackedRuns(BackgroundLoop):
             await record_environment(
                 self.ledger, actor, where, body.environment, measured_by="tracking client", planned_digest=planned
             )
+        if body.tags:  # read, like every run's, from the ledger's tags (ledger/tags.py)
+            await self.ledger.set_tags(actor, ws, project, "run", run_id, body.tags)
         await self.ledger.transition_run(actor, ws, project, run_id, RunTransition(status="running"))
         self._heard[(ws, project, run_id)] = time.monotonic()
         return await self.show(ws, project, run_id)
 
     async def show(self, ws: str, project: str, run_id: str) -> dict[str, Any]:
-        """The run as recorded, with its params and tags as they stand after every later log."""
+        """The run as recorded, with its params as they stand after every later log, and its tags and note."""
         run = await self.ledger.get_run(ws, project, run_id)
-        params, tags = dict(run["config"].get("params") or {}), dict(run["config"].get("tags") or {})
+        params = dict(run["config"].get("params") or {})
         for logged in await self.ledger.run_event_payloads(ws, project, run_id, "run.tracked"):
             params.update(logged.get("params") or {})
-            tags.update(logged.get("tags") or {})
-        return {**run, "lane": TRACKED_LANE, "surface": TRACKED_SURFACE, "params": params, "tags": tags}
+        labels = await self.ledger.labels_of(ws, project, "run", run_id)
+        return {**run, "lane": TRACKED_LANE, "surface": TRACKED_SURFACE, "params": params, **labels}
 
     async def check_writer(self, principal: Principal, ws: str, project: str, run_id: str) -> dict[str, Any]:
         """The run, if `principal` may log to it: `training.launch` in the project, on a run its actor opened, or
@@ -158,6 +160,8 @@ class TrackedRuns(BackgroundLoop):
         await self.heard(actor, ws, run)
         attempt = self.attempt_of(run)
         await self.ledger.append_run_event(actor, ws, run["project_id"], run["run_id"], attempt, "run.tracked", values)
+        if values.get("tags"):
+            await self.ledger.set_tags(actor, ws, run["project_id"], "run", run["run_id"], values["tags"])
 
     async def heard(self, actor: Actor, ws: str, run: dict[str, Any]) -> None:
         """The run's process is alive: a run marked `unknown` for its silence resumes."""

@@ -571,6 +571,35 @@ async def case_promote(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{project}/runs/{run}/promote", {"json": {"alias": "champion"}}
 
 
+async def _tagged(h: Harness, kind: str) -> str:
+    """The path of a run, a model version or a campaign that carries tag team=nlp."""
+    if kind == "run":
+        project, entity = await _run(h)
+        path = f"/v1/projects/{project}/runs/{entity}"
+    elif kind == "model_version":
+        project = await _versioned_project(h)
+        path = f"/v1/projects/{project}/model-versions/mv"
+    else:
+        project, entity = await _campaign(h)
+        path = f"/v1/projects/{project}/campaigns/{entity}"
+    await h.admin_call("PUT", f"{path}/tags", json={"tags": {"team": "nlp"}})
+    return path
+
+
+def _labelling(kind: str, method: str, suffix: str) -> Case:
+    """A tags or note write on an entity of `kind` (ledger.annotate)."""
+    request: dict[str, Any] = {
+        ("PUT", "tags"): {"json": {"tags": {"stage": "eval"}}},
+        ("DELETE", "tags"): {"params": {"key": "team"}},
+        ("PUT", "note"): {"json": {"text": "lr too high"}},
+    }[(method, suffix)]
+
+    async def case(h: Harness) -> tuple[str, dict[str, Any]]:
+        return f"{await _tagged(h, kind)}/{suffix}", request
+
+    return case
+
+
 def _device_spec(h: Harness) -> dict[str, Any]:
     key = h.tmp / "id_ed25519"
     key.write_text("not a real key; the device is never reached\n")
@@ -641,6 +670,15 @@ async def case_budget_change(h: Harness) -> tuple[str, dict[str, Any]]:
 
 
 CASES: dict[tuple[str, str], Case] = {
+    **{
+        (method, f"/v1/projects/{{project}}/{path}/{suffix}"): _labelling(kind, method, suffix)
+        for kind, path in (
+            ("run", "runs/{run_id}"),
+            ("model_version", "model-versions/{version}"),
+            ("campaign", "campaigns/{campaign_id}"),
+        )
+        for method, suffix in (("PUT", "tags"), ("DELETE", "tags"), ("PUT", "note"))
+    },
     ("POST", "/v1/projects/{project}/budget/{kind}"): case_budget_change,
     ("POST", "/v1/training/start"): case_training_start,
     ("POST", "/v1/projects/{project}/runs/{run_id}/pause"): case_pause,

@@ -89,6 +89,9 @@ def test_a_run_opened_by_project_and_versions_is_verified_with_its_params_and_ev
         "external:tracked",
     )
     assert record["params"] == {"lr": 0.001, "warmup": 10} and record["tags"] == {"team": "nlp"}, record
+    with daemon.client() as admin:  # its tags are every run's tags: the list searches them
+        found = admin.get(f"/v1/projects/{PROJECT}/runs", params={"tag": "team=nlp"}).json()
+    assert [r["run_id"] for r in found] == [run.run_id]
     assert points(daemon, run.run_id) == [(step, step / 4) for step in range(50)]
 
 
