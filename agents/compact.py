@@ -29,6 +29,7 @@ def run(record: dict[str, Any]) -> dict[str, Any]:
     out["environment"] = environment and {k: environment.get(k) for k in ("digest", "measured_by", "summary")}
     out["artifact_count"] = len(record.get("artifacts") or [])
     out["artifacts"] = None
+    out.update(labels(record))
     out["detail_omitted"] = omitted(record, out)
     return out
 
@@ -73,8 +74,17 @@ def plan(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def rows(listing: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A listing's rows as their scalars (a run row's config and lists are on the run itself)."""
-    return [{**_scalars(r), **({"key_metric": r["key_metric"]} if "key_metric" in r else {})} for r in listing]
+    """A listing's rows as their scalars (a run row's config and lists are on the run itself), and tags if any."""
+    return [
+        {**_scalars(r), **({"key_metric": r["key_metric"]} if "key_metric" in r else {}), **labels(r)} for r in listing
+    ]
+
+
+def labels(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's tags (key=value, one string) and its note's text, each only when it has one."""
+    tags, note = record.get("tags") or {}, record.get("note")
+    out: dict[str, Any] = {"tags": " ".join(f"{k}={v}" for k, v in sorted(tags.items()))} if tags else {}
+    return {**out, **({"note": note["text"]} if note else {})}
 
 
 def omitted(whole: dict[str, Any], compact: dict[str, Any]) -> list[str]:

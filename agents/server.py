@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from bashgym.agents import external_jobs, hints
+from bashgym.agents import external_jobs, hints, labels
 from bashgym.agents.daemon import Daemon, refusal
 from bashgym.agents.tools import Tool, build
 from bashgym.client.errors import ApiError, DaemonUnreachable
@@ -50,7 +50,7 @@ async def create(client: DaemonClient, workspace: str | None) -> MCPServer:
     # A token limited to one workspace works there: the daemon's default workspace is beyond it.
     daemon = Daemon(client, workspace or principal.workspace_id)
     held = set(principal.capabilities)
-    every = [*build(daemon), *external_jobs.build(daemon)]
+    every = [*build(daemon), *external_jobs.build(daemon), *labels.build(daemon)]
     offered = [tool for tool in every if tool.capability is None or tool.capability in held]
     server: MCPServer = MCPServer(
         name="bashgym",

@@ -212,9 +212,12 @@ def build(daemon: Daemon) -> list[Tool]:
         method: Annotated[str | None, Field(description="sft, dpo, grpo, ...")] = None,
         experiment: Annotated[str | None, Field(description="experiment id")] = None,
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+        tag: Annotated[
+            list[str] | None, Field(max_length=20, description="key=value (or key) each run carries")
+        ] = None,
     ) -> answers.Runs:
         runs = await get(
-            f"/v1/projects/{p(project)}/runs", status=status, method=method, experiment=experiment, limit=limit
+            f"/v1/projects/{p(project)}/runs", status=status, method=method, experiment=experiment, limit=limit, tag=tag
         )
         return answers.Runs.model_validate({"runs": compact.rows(runs)})
 
@@ -606,8 +609,8 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("validate_training_data", None, validate_training_data,
              "Check a local JSONL file against a method's data contract, naming each bad line; sends nothing.",
              **read),
-        Tool("list_runs", "ledger.read", list_runs, "A project's runs, newest first, filtered by status, method "
-             "or experiment.", **read),
+        Tool("list_runs", "ledger.read", list_runs, "A project's runs, newest first, filtered by status, method, "
+             "experiment or tag.", **read),
         Tool("get_run_log", "ledger.read", get_run_log, "The last lines of a run's training.log (redacted).", **read),
         Tool("pause_run", "training.control", pause_run, "Pause a running run (training.control); resume_run "
              "continues it from its last checkpoint.", idempotent=True),

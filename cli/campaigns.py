@@ -8,7 +8,9 @@ from typing import Any
 
 from bashgym.cli import views
 from bashgym.cli.registry import Ctx, command, command_group, done, read_json_file
+from bashgym.cli.tags import add_tag_filter
 from bashgym.cli.usage import input_file
+from bashgym.cli.views import tag_summary
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 from bashgym.client.render import campaign_state
 
@@ -41,9 +43,14 @@ async def campaign_create(ctx: Ctx) -> int:
     return done(ctx, result["record"], title=f"Campaign {result['record']['campaign_id']} (draft)")
 
 
-@command("campaign", "list", help="the project's campaigns and their states")(_project)
+def _list_args(parser: argparse.ArgumentParser) -> None:
+    _project(parser)
+    add_tag_filter(parser)
+
+
+@command("campaign", "list", help="the project's campaigns and their states")(_list_args)
 async def campaign_list(ctx: Ctx) -> int:
-    listing = await ctx.client.request("GET", _where(ctx), params={"workspace": ctx.workspace})
+    listing = await ctx.client.request("GET", _where(ctx), params={"workspace": ctx.workspace, "tag": ctx.args.tag})
     if ctx.as_json:
         return done(ctx, listing)
     rows = [
@@ -52,6 +59,7 @@ async def campaign_list(ctx: Ctx) -> int:
             "status": campaign_state(c["status"], c.get("status_reason")),
             "version": c["version"],
             "title": c["title"],
+            "tags": tag_summary(c.get("tags") or {}),
         }
         for c in listing["campaigns"]
     ]

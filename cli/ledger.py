@@ -9,7 +9,9 @@ from typing import Any
 from bashgym.cli import views
 from bashgym.cli.output import note
 from bashgym.cli.registry import Ctx, command, command_group, done, no_args
+from bashgym.cli.tags import add_tag_filter
 from bashgym.cli.usage import input_file
+from bashgym.cli.views import tag_summary
 from bashgym.client.errors import EXIT_OK, EXIT_RULE
 
 command_group("ledger", help="read the ledger (context, runs, metrics, evaluations, events); verify, back up, restore")
@@ -45,6 +47,7 @@ def _runs_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", help="queued, running, completed, failed, ...")
     parser.add_argument("--method", help="sft, dpo, grpo, rlvr, distillation, session_distillation")
     parser.add_argument("--experiment", help="experiment id")
+    add_tag_filter(parser)
     parser.add_argument("--limit", type=int, default=50, help="at most this many (1..1000; 1..200 a page)")
     parser.add_argument(
         "--filter",
@@ -67,11 +70,14 @@ async def ledger_runs(ctx: Ctx) -> int:
         method=a.method,
         experiment=a.experiment,
         limit=a.limit,
+        tag=a.tag,
     )
+    if not ctx.as_json:
+        rows = [{**row, "tags": tag_summary(row.get("tags") or {})} for row in rows]
     return done(
         ctx,
         rows,
-        columns=["run_id", "experiment_id", "method", "status", "context_status", "created_at"],
+        columns=["run_id", "experiment_id", "method", "status", "context_status", "tags", "created_at"],
         title=f"Runs of {a.project}",
     )
 

@@ -28,6 +28,7 @@ from bashgym.cli import (  # noqa: F401
     processes,
     runs,
     skills,
+    tags,
     training,
     ui,
 )

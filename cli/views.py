@@ -86,6 +86,18 @@ def context(project: str, data: dict[str, Any], campaigns: list[dict[str, Any]])
         say("  none yet")
 
 
+def tag_summary(tags: dict[str, str]) -> str:
+    """Tags in one cell: `stage=eval team=nlp`."""
+    return " ".join(f"{key}={value}" for key, value in sorted(tags.items()))
+
+
+def labels(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """A shown record's tags and note (ledger.tags), as lines of its pairs; none when it has neither."""
+    tags, note = record.get("tags") or {}, record.get("note")
+    shown = [("tags", tag_summary(tags))] if tags else []
+    return shown + ([("note", f"{note['text']}  ({note['set_by']}, {note['set_at']})")] if note else [])
+
+
 def run(record: dict[str, Any]) -> None:
     """`ledger run` and `training status`: who, what, on which data and model, how it went, and its evidence."""
     say(f"[bold]Run {escape(record['run_id'])}[/bold]  {_status(record['status'])}", markup=True)
@@ -104,6 +116,7 @@ def run(record: dict[str, Any]) -> None:
             ("ran", _span(record)),
         ]
         + ([("simulation", "yes: a labelled simulation, not a trained model")] if record.get("is_simulation") else [])
+        + labels(record)
     )
     config = record.get("config") or {}
     settings = [(name, cell(config[name], name)) for name in KEY_SETTINGS if name in config]
@@ -330,6 +343,7 @@ def campaign(record: dict[str, Any], iterations: list[dict[str, Any]]) -> None:
             ("budget", f"{budget.get('runs')} runs, {figure(float(budget.get('gpu_hours') or 0), 'gpu_hours')}"),
             ("stops at", ", ".join(stops) or "-"),
             ("incumbent", str(record.get("incumbent_iteration_id") or "none yet")),
+            *labels(record),
             ("version", f"{record.get('version')} (--expected-version for a guarded change)"),
         ]
     )

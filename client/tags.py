@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from bashgym.client.errors import InvalidInput
 from bashgym.client.specs import Spec
-from bashgym.client.validation import is_secret_key
+from bashgym.client.validation import check_identifier, is_secret_key
 from pydantic import AfterValidator, Field
 
 EntityKind = Literal["run", "model_version", "campaign"]
@@ -89,6 +89,17 @@ class NoteSpec(Spec):
     """The entity's note; an empty text clears it (the history stays in the events)."""
 
     text: Annotated[str, Field(max_length=NOTE_MAX), AfterValidator(_as_value_error(check_note))]
+
+
+# Each kind's place in the API, as its other routes write it (daemon/api/tags.py serves these).
+ENTITY_PATHS: dict[str, str] = {"run": "runs", "model_version": "model-versions", "campaign": "campaigns"}
+
+
+def entity_path(project: str, kind: EntityKind, entity_id: str) -> str:
+    """`/v1/projects/P/runs/R` and its kin: where an entity's tags and note are written (`/tags`, `/note`)."""
+    check_identifier(project, field="project")
+    check_identifier(entity_id, field=kind.replace("_", " "))
+    return f"/v1/projects/{project}/{ENTITY_PATHS[kind]}/{entity_id}"
 
 
 def parse_tag(text: str) -> tuple[str, str | None]:

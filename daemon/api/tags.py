@@ -7,7 +7,16 @@ from typing import Annotated, Any
 
 from bashgym.client.errors import InvalidInput
 from bashgym.client.models import WriteResult
-from bashgym.client.tags import ENTITY_KINDS, MAX_TAGS, EntityKind, NoteSpec, TagsSpec, check_tag_key, parse_tag
+from bashgym.client.tags import (
+    ENTITY_KINDS,
+    ENTITY_PATHS,
+    MAX_TAGS,
+    EntityKind,
+    NoteSpec,
+    TagsSpec,
+    check_tag_key,
+    parse_tag,
+)
 from bashgym.client.validation import check_identifier
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import Call, ReadCall, requires, written
@@ -17,12 +26,8 @@ from starlette.responses import Response
 router = APIRouter(prefix="/v1/projects/{project}", tags=["tags"])
 
 AnnotateCall = Annotated[Call, requires("ledger.annotate")]
-# Each kind's path, and the name of its id in it, as the kind's other routes write them.
-PATHS: dict[EntityKind, tuple[str, str]] = {
-    "run": ("runs", "run_id"),
-    "model_version": ("model-versions", "version"),
-    "campaign": ("campaigns", "campaign_id"),
-}
+# The name of each kind's id in its paths (client/tags.py's ENTITY_PATHS), as the kind's other routes write it.
+ID_PARAMS: dict[EntityKind, str] = {"run": "run_id", "model_version": "version", "campaign": "campaign_id"}
 MAX_TAG_FILTERS = 20
 
 
@@ -39,11 +44,11 @@ TagQuery = Annotated[list[str] | None, Query(description="key=value, or key alon
 
 
 def _entity(kind: EntityKind, request: Request) -> str:
-    return check_identifier(request.path_params[PATHS[kind][1]], field=PATHS[kind][1])
+    return check_identifier(request.path_params[ID_PARAMS[kind]], field=ID_PARAMS[kind])
 
 
 def _add_routes(kind: EntityKind) -> None:
-    path = f"/{PATHS[kind][0]}/{{{PATHS[kind][1]}}}"
+    path = f"/{ENTITY_PATHS[kind]}/{{{ID_PARAMS[kind]}}}"
     name = kind.replace("_", " ")
 
     async def put_tags(call: AnnotateCall, project: str, request: Request, body: TagsSpec) -> Response:

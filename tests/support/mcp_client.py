@@ -28,7 +28,7 @@ RESEARCHER_MORE = {
     "start_training", "plan_training", "pause_run", "resume_run", "run_evaluation", "compare_results",
     "create_runcard", "create_campaign", "campaign_action", "cancel_campaign", "propose_candidate",
     "create_campaign_report", "register_run_model", "create_project", "create_experiment",
-    "register_dataset_version", "register_model_version",
+    "register_dataset_version", "register_model_version", "tag_entity",
 }  # fmt: skip
 ADMIN_MORE = {
     "stop_run", "promote_decide", "conclude_campaign", "amend_budget", "preflight_device", "cancel_external_job",

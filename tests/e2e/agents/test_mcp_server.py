@@ -242,3 +242,25 @@ async def test_every_tool_refuses_an_argument_it_does_not_take_and_changes_nothi
             assert failed and "`bogus_argument` is not an argument" in said and "Nothing was done" in said, name
     with daemon.client() as client:
         assert client.get("/v1/ledger/health").json()["last_cursor"] == before
+
+
+async def test_an_agent_tags_and_notes_a_run_finds_it_by_tag_and_a_viewer_is_not_offered_the_tool(
+    seeded: tuple[RunningDaemon, dict[str, Any]],
+) -> None:
+    daemon, made = seeded
+    run = made["run"]
+    async with session(daemon, made["tokens"]["researcher"]) as opened:
+        arguments = {"project": PROJECT, "kind": "run", "entity_id": run, "set_tags": {"team": "nlp"}, "note": "ok"}
+        failed, tagged = await call(opened, "tag_entity", arguments)
+        assert not failed and tagged["tags"] == {"team": "nlp"} and tagged["note"] == "ok", tagged
+        _, found = await call(opened, "list_runs", {"project": PROJECT, "tag": ["team=nlp"]})
+        assert [(r["run_id"], r["tags"]) for r in found["runs"]] == [(run, "team=nlp")]
+        _, shown = await call(opened, "get_experiment_run", {"project": PROJECT, "run_id": run})
+        assert (shown["tags"], shown["note"]) == ("team=nlp", "ok")
+        failed, said = await call(opened, "tag_entity", {**arguments, "set_tags": {"a'; DROP": "x"}})
+        assert failed and "not a tag key" in said, said
+        untagged = {"project": PROJECT, "kind": "run", "entity_id": run, "remove_tags": ["team"], "note": ""}
+        failed, cleared = await call(opened, "tag_entity", untagged)
+        assert not failed and cleared["tags"] == {} and cleared["note"] is None, cleared
+    async with session(daemon, made["tokens"]["viewer"]) as opened:
+        assert "tag_entity" not in {tool.name for tool in (await opened.list_tools()).tools}

@@ -143,6 +143,7 @@ def test_an_experiment_imported_twice_is_recorded_once_and_a_grown_run_gains_onl
     assert (provenance["system"], provenance["tracking_uri"], provenance["project"]) == ("mlflow", mlflow.uri, PROJECT)
     [values] = done["imported"]
     assert values["params"] == {"lr": "0.001", "epochs": "3"} and values["tags"]["team"] == "nlp"
+    assert done["tags"]["team"] == "nlp"  # the run's tags, read as every run's are (ledger/tags.py)
     assert values["artifacts"] == [{"path": "reports/notes.txt", "size_bytes": 5}]
     assert values["metric_names"] == {"train_loss": "train loss"} and values["experiment_name"] == "sft sweep"
     assert done["loss"] == [(s, pytest.approx(1.0 / (s + 1))) for s in range(5)]  # as MLflow's store keeps them
