@@ -80,7 +80,12 @@ class AioDaemonClient:
         data: bytes | None,
         timeout_s: float | None,
     ) -> tuple[int, bytes]:
-        query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (clean_params(params) or {}).items()}
+        # A list is a repeated parameter (`key=a&key=b`), as httpx sends it.
+        query = [
+            (k, str(item).lower() if isinstance(item, bool) else str(item))
+            for k, v in (clean_params(params) or {}).items()
+            for item in (v if isinstance(v, list | tuple) else [v])
+        ]
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
         try:
             async with self._http().request(

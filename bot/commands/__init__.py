@@ -19,6 +19,7 @@ from bashgym.bot.commands.research import ResearchGroup
 from bashgym.bot.commands.run import RunGroup
 from bashgym.bot.commands.runcard import RunCardGroup
 from bashgym.bot.commands.shared import describe_options
+from bashgym.bot.commands.tags import TagsGroup
 from bashgym.bot.commands.ui import ui
 from discord import app_commands
 
@@ -41,6 +42,7 @@ GROUPS: tuple[Callable[[], app_commands.Group], ...] = tuple(
         BudgetGroup,
         DeviceGroup,
         JobsGroup,
+        TagsGroup,
         AuthGroup,
     )
 )

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.anyio
 
 GROUPS = {
     "project", "run", "eval", "runcard", "promote", "campaign", "research", "ledger", "budget", "device", "auth",
-    "jobs", "ui",
+    "jobs", "tags", "ui",
 }  # fmt: skip
 
 
