@@ -293,6 +293,16 @@ async def experiment_page(request: Request, project: str, experiment_id: str) ->
     return await _serve(request, build)
 
 
+@router.get("/ui/p/{project}/model-versions/{version}", include_in_schema=False)
+async def model_version_page(request: Request, project: str, version: str) -> Response:
+    async def build(viewer: Viewer) -> str:
+        name = viewer.require(project)
+        check_identifier(version, field="model version")
+        return await pages.model_version(viewer.services.ledger, viewer.workspace, name, version, _who(viewer))
+
+    return await _serve(request, build)
+
+
 @router.get("/ui/p/{project}/reports/{report_id}/{name}", include_in_schema=False)
 async def report_page_file(request: Request, project: str, report_id: str, name: str) -> Response:
     """A report's file for a page (its charts drawn in the campaign's page), read as the API reads it."""

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from bashgym.client.states import TERMINAL
+from bashgym.client.tags import EntityKind
 from bashgym.daemon.campaigns.reports import listed_files
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
@@ -136,6 +137,7 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str, *, ever
             ],
             caption="Run",
         )
+        + await _labels(ledger, ws, name, "run", run_id)
         + ("<h2>Metrics</h2>" + charts if training else "<p>No metrics yet.</p>")
         + ("<h2>System</h2>" + system_charts if system else "")
         + table(metrics, ["metric", "points", "first_step", "last_step"], caption="Series")
@@ -239,6 +241,7 @@ async def campaign(
         facts(
             [(k, v) for k, v in record.items() if k not in {"spec", "workspace_id", "project_id"}], caption="Campaign"
         )
+        + await _labels(ledger, ws, name, "campaign", campaign_id)
         + table(
             iterations,
             [
@@ -269,6 +272,33 @@ async def experiment(ledger: Ledger, ws: str, name: str, experiment_id: str, que
     path = ("p", name, "experiments", experiment_id)
     body = await runs_section(ledger, ws, name, query, path, experiment=experiment_id)
     return page(f"Experiment {experiment_id}", body, who=who, crumbs=[(name, href("p", name))], charts=True)
+
+
+async def model_version(ledger: Ledger, ws: str, name: str, version: str, who: str) -> str:
+    """A model version: where it came from, its files, and its tags and note."""
+    record = await ledger.get_model_version(ws, name, version)
+    files = record.get("files") or []
+    body = (
+        facts(
+            [(k, v) for k, v in record.items() if k not in {"files", "workspace_id", "project_id"}],
+            caption="Model version",
+        )
+        + await _labels(ledger, ws, name, "model_version", version)
+        + table(files, ["path", "sha256", "size_bytes"], caption="Files")
+    )
+    crumbs = [(name, href("p", name)), (version, href("p", name, "model-versions", version))]
+    return page(f"Model version {version}", body, who=who, crumbs=crumbs)
+
+
+async def _labels(ledger: Ledger, ws: str, name: str, kind: EntityKind, entity_id: str) -> str:
+    """The entity's tags and note (ledger.tags), read only: bashgym run|model|campaign tag and note write them."""
+    found = await ledger.labels_of(ws, name, kind, entity_id)
+    note = found["note"]
+    tags = " ".join(f"{k}={v}" for k, v in sorted(found["tags"].items()))
+    pairs: list[tuple[str, object]] = [("tags", tags), ("note", note["text"] if note else None)]
+    if note:
+        pairs.append(("note by", f"{note['set_by']} at {note['set_at']}"))
+    return '<section class="labels">' + facts(pairs, caption="Tags and note") + "</section>"
 
 
 def _reports(name: str, reports: list[dict[str, Any]], campaign_id: str) -> str:

@@ -263,3 +263,28 @@ def test_open_live_streams_count_against_the_viewers_long_poll_slots(tmp_path: P
                         break
                 assert time.monotonic() < deadline, "the closed streams' slots never came back"
                 time.sleep(0.2)
+
+
+async def test_the_run_model_version_and_campaign_pages_show_tags_and_the_note_escaped(
+    api: httpx.AsyncClient,
+) -> None:
+    run_id = await run_with_points(api, "nightly", points=2)
+    spec = campaign_spec(campaign_id="c-tags")
+    assert (await api.post("/v1/projects/nightly/campaigns", json=spec)).status_code == 201
+    paths = {
+        f"/v1/projects/nightly/runs/{run_id}": f"/ui/p/nightly/runs/{run_id}",
+        "/v1/projects/nightly/model-versions/tiny-v1": "/ui/p/nightly/model-versions/tiny-v1",
+        "/v1/projects/nightly/campaigns/c-tags": "/ui/p/nightly/campaigns/c-tags",
+    }
+    for written in paths:
+        assert (await api.put(f"{written}/tags", json={"tags": {"team": "nlp"}})).status_code == 201
+        note = {"text": "<script>alert(1)</script> lr too high"}
+        assert (await api.put(f"{written}/note", json=note)).status_code == 201
+    async with signed_in(api, await researcher(api, "nightly")) as browser:
+        for shown in paths.values():
+            page = await browser.get(shown)
+            assert page.status_code == 200, (shown, page.text)
+            assert "Tags and note" in page.text and "team=nlp" in page.text and "lr too high" in page.text, shown
+            assert "<script>alert" not in page.text and "&lt;script&gt;" in page.text, shown
+    async with signed_in(api, await researcher(api, "elsewhere")) as stranger:
+        assert (await stranger.get("/ui/p/nightly/model-versions/tiny-v1")).status_code == 403
