@@ -32,6 +32,7 @@ VOCABULARY = (
     "bashgym.client.external",  # the specs of external jobs and plans
     "bashgym.client.likeness",  # what makes two evaluation results comparable
     "bashgym.client.environment",  # a run's measured environment: its shape, its digest, how two differ
+    "bashgym.client.tags",  # tag keys and values, notes: what the ledger stores and every adapter checks
 )
 # The API's request and response models, and notices as text: what the daemon serves and adapters read.
 CONTRACT = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from bashgym.client.errors import InvalidInput, NotFound
 from bashgym.client.specs import Actor, ProjectSpec, RunRegistration
-from bashgym.client.tags import MAX_TAGS, NoteSpec, TagsSpec, parse_tag, parse_tags
+from bashgym.client.tags import MAX_TAGS, TAG_KEY_MAX, TAG_VALUE_MAX, NoteSpec, TagsSpec, parse_tag, parse_tags
 from bashgym.ledger.store import Ledger
 from pydantic import ValidationError
 
@@ -107,10 +107,10 @@ async def test_an_entity_holds_at_most_max_tags(ledger: Ledger, actor: Actor) ->
         {"a'; DROP TABLE runs; --": "x"},
         {"": "x"},
         {"-lead": "x"},
-        {"k" * 129: "x"},
+        {"k" * (TAG_KEY_MAX + 1): "x"},
         {"api_token": "x"},
         {"team": "line\nbreak"},
-        {"team": "v" * 257},
+        {"team": "v" * (TAG_VALUE_MAX + 1)},
         {f"k{i}": "v" for i in range(MAX_TAGS + 1)},
         {},
     ],
