@@ -27,10 +27,10 @@ def build(daemon: Daemon) -> list[Tool]:
     async def tag_entity(
         project: Project,
         kind: EntityKind,
-        entity_id: Annotated[str, Field(min_length=1, max_length=200, description="the whole id")],
-        set_tags: Annotated[dict[str, str] | None, Field(description="key: value to set")] = None,
-        remove_tags: Annotated[list[str] | None, Field(description="keys to remove")] = None,
-        note: Annotated[str | None, Field(max_length=NOTE_MAX, description='the note; "" removes it')] = None,
+        entity_id: Annotated[str, Field(min_length=1, max_length=200)],
+        set_tags: dict[str, str] | None = None,
+        remove_tags: list[str] | None = None,
+        note: Annotated[str | None, Field(max_length=NOTE_MAX, description='"" removes it')] = None,
     ) -> Labels:
         try:
             path = entity_path(project, kind, entity_id)
@@ -50,6 +50,6 @@ def build(daemon: Daemon) -> list[Tool]:
         return Labels(entity_kind=kind, entity_id=entity_id, tags=record["tags"], note=text)
 
     return [
-        Tool("tag_entity", "ledger.annotate", tag_entity, "Set or remove tags (searchable: list_runs tag) and set "
-             "the note of a run, model_version or campaign (ledger.annotate).", idempotent=True),
+        Tool("tag_entity", "ledger.annotate", tag_entity, "Set or remove tags (list_runs finds them by tag) and set "
+             "the note of a run, model_version or campaign.", idempotent=True),
     ]  # fmt: skip

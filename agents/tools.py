@@ -212,9 +212,7 @@ def build(daemon: Daemon) -> list[Tool]:
         method: Annotated[str | None, Field(description="sft, dpo, grpo, ...")] = None,
         experiment: Annotated[str | None, Field(description="experiment id")] = None,
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
-        tag: Annotated[
-            list[str] | None, Field(max_length=20, description="key=value (or key) each run carries")
-        ] = None,
+        tag: Annotated[list[str] | None, Field(max_length=20, description="key=value or key")] = None,
     ) -> answers.Runs:
         runs = await get(
             f"/v1/projects/{p(project)}/runs", status=status, method=method, experiment=experiment, limit=limit, tag=tag
