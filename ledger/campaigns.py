@@ -11,7 +11,7 @@ from bashgym.client.redaction import redact_text, redact_values
 from bashgym.client.validation import canonical_json
 from bashgym.ledger.campaign_specs import CampaignSpec
 from bashgym.ledger.rows import require_project
-from bashgym.ledger.tags import tag_filter, tags_of_many
+from bashgym.ledger.tags import tagged, with_tags
 from bashgym.ledger.tx import Tx
 
 # blocked: a cascade stopped at a stage whose promotion gate did not ship (its blockers are in the reason).
@@ -136,16 +136,8 @@ def list_campaigns(
 ) -> list[dict[str, Any]]:
     """The project's campaigns, oldest first, with their tags; `tags` (key, value or None) must all be carried."""
     require_project(conn, ws, project)
-    tagged, tag_args = tag_filter("campaign", tags or [])
-    rows = conn.execute(
-        "SELECT * FROM campaigns WHERE "
-        + " AND ".join(["workspace_id = ?", "project_id = ?", *tagged])
-        + " ORDER BY created_at",
-        (ws, project, *tag_args),
-    ).fetchall()
-    campaigns = [_record(row) for row in rows]
-    held = tags_of_many(conn, ws, project, "campaign", [c["campaign_id"] for c in campaigns])
-    return [{**c, "tags": held.get(c["campaign_id"], {})} for c in campaigns]
+    rows = tagged(conn, ws, project, "campaign", tags, order="created_at")
+    return with_tags(conn, ws, project, "campaign", [_record(row) for row in rows])
 
 
 def list_schedules(conn: sqlite3.Connection) -> list[dict[str, Any]]:

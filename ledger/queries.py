@@ -14,7 +14,7 @@ from bashgym.client.errors import InvalidInput, NotFound, RuleRejected
 from bashgym.client.specs import Event
 from bashgym.ledger.rows import not_found, require_project, to_record
 from bashgym.ledger.runs import get_run_row
-from bashgym.ledger.tags import tag_filter, tags_of_many
+from bashgym.ledger.tags import tag_filter, tagged, with_tags
 
 ACTIVE_STATUSES = ("preparing", "running", "paused", "unknown")
 MAX_PAGE = 1000
@@ -238,9 +238,7 @@ def list_runs(
         f"SELECT * FROM runs WHERE {' AND '.join(clauses + tagged)} ORDER BY created_at DESC LIMIT ?",
         (*args, *tag_args, limit),
     ).fetchall()
-    runs = [to_record(row) for row in rows]
-    held = tags_of_many(conn, ws, project, "run", [run["run_id"] for run in runs])
-    return [{**run, "tags": held.get(run["run_id"], {})} for run in runs]
+    return with_tags(conn, ws, project, "run", [to_record(row) for row in rows])
 
 
 def list_model_versions(
@@ -253,16 +251,8 @@ def list_model_versions(
 ) -> list[dict[str, Any]]:
     """The project's model versions, newest first, with their tags; `tags` must all be carried."""
     require_project(conn, ws, project)
-    tagged, tag_args = tag_filter("model_version", tags or [])
-    rows = conn.execute(
-        "SELECT * FROM model_versions WHERE "
-        + " AND ".join(["workspace_id = ?", "project_id = ?", *tagged])
-        + " ORDER BY created_at DESC LIMIT ?",
-        (ws, project, *tag_args, _page_size(limit)),
-    ).fetchall()
-    versions = [to_record(row) for row in rows]
-    held = tags_of_many(conn, ws, project, "model_version", [v["model_version_id"] for v in versions])
-    return [{**v, "tags": held.get(v["model_version_id"], {})} for v in versions]
+    rows = tagged(conn, ws, project, "model_version", tags, order="created_at DESC", limit=_page_size(limit))
+    return with_tags(conn, ws, project, "model_version", [to_record(row) for row in rows])
 
 
 def runs_rewarded_by(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> list[dict[str, Any]]:

@@ -106,6 +106,37 @@ def tag_filter(kind: EntityKind, tags: list[tuple[str, str | None]]) -> tuple[li
     return clauses, args
 
 
+def tagged(
+    conn: sqlite3.Connection,
+    ws: str,
+    project: str,
+    kind: EntityKind,
+    tags: list[tuple[str, str | None]] | None,
+    *,
+    order: str,
+    limit: int | None = None,
+) -> list[sqlite3.Row]:
+    """The project's rows of the kind's table carrying every one of `tags`, in `order` (SQL named by code)."""
+    table = _ENTITIES[kind][0]
+    clauses, args = tag_filter(kind, tags or [])
+    where = " AND ".join(["workspace_id = ?", "project_id = ?", *clauses])
+    bounded = " LIMIT ?" if limit is not None else ""
+    rows: list[sqlite3.Row] = conn.execute(
+        f"SELECT * FROM {table} WHERE {where} ORDER BY {order}{bounded}",
+        (ws, project, *args, *([limit] if limit is not None else [])),
+    ).fetchall()
+    return rows
+
+
+def with_tags(
+    conn: sqlite3.Connection, ws: str, project: str, kind: EntityKind, records: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each listed record with its `tags` (an empty mapping for none), read in one query."""
+    column = _ENTITIES[kind][1]
+    held = tags_of_many(conn, ws, project, kind, [str(r[column]) for r in records])
+    return [{**r, "tags": held.get(str(r[column]), {})} for r in records]
+
+
 def write_tags(tx: Tx, ws: str, project: str, kind: EntityKind, entity_id: str, tags: dict[str, str]) -> bool:
     """Set `tags` (already validated) on the entity, with a `tags.set` event of the keys whose value changed;
     False when every one already stood so (nothing written)."""

@@ -7,20 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.daemon.test_tags_api import PROJECT, daemon_with_runs
 from tests.e2e.trust_boundaries.tenants import issue_token
-from tests.support.factories import tracking_context
-from tests.support.helpers import RunningDaemon, cli, running_daemon
-
-PROJECT = "nightly"
+from tests.support.helpers import RunningDaemon, cli
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    with running_daemon(tmp_path_factory.mktemp("tags-cli") / "home") as running:
-        with running.client() as admin:
-            for n in (1, 2):
-                context = tracking_context(project_id=PROJECT, dataset_version_id=f"traces-v{n}")
-                assert admin.post("/v1/runs", json={"method": "sft", "tracking_context": context}).status_code == 201
+    with daemon_with_runs(tmp_path_factory.mktemp("tags-cli")) as running:
         yield running
 
 

@@ -3,36 +3,36 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.trust_boundaries.tenants import issue_token
-from tests.support.factories import tracking_context
+from tests.support.factories import campaign_spec, tracking_context
 from tests.support.helpers import RunningDaemon, running_daemon
 
 PROJECT = "nightly"
-CAMPAIGN = {
-    "campaign_id": "c1",
-    "title": "T",
-    "objective": "O",
-    "suite_id": "bash-tasks-v1",
-    "starting_model_version_id": "tiny-v1",
-    "dataset_version_ids": ["traces-v1"],
-    "base_recipe": {"strategy": "sft"},
-    "budget": {"runs": 2},
-}
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    with running_daemon(tmp_path_factory.mktemp("tags") / "home") as running:
+@contextlib.contextmanager
+def daemon_with_runs(root: Path) -> Iterator[RunningDaemon]:
+    """A daemon whose project nightly holds two runs (model version tiny-v1) and campaign c1."""
+    with running_daemon(root / "home") as running:
         with running.client() as admin:
             for n in (1, 2):
                 context = tracking_context(project_id=PROJECT, dataset_version_id=f"traces-v{n}")
                 assert admin.post("/v1/runs", json={"method": "sft", "tracking_context": context}).status_code == 201
-            assert admin.post(f"/v1/projects/{PROJECT}/campaigns", json=CAMPAIGN).status_code == 201
+            spec = campaign_spec(campaign_id="c1")
+            assert admin.post(f"/v1/projects/{PROJECT}/campaigns", json=spec).status_code == 201
+        yield running
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with daemon_with_runs(tmp_path_factory.mktemp("tags")) as running:
         yield running
 
 
