@@ -16,7 +16,8 @@ is backquoted (`params.`my key``). Where each column's value comes from:
   - params.KEY: what the run's own process logged last (`run.tracked` and `run.imported` events), else the params
     it was opened with (`config.params`), else its launch config's key (a launched run's spec: `learning_rate`).
     Text that reads as a JSON number compares as a number when the value given is one.
-  - tags.KEY: the same events' tags, else `config.tags`.
+  - tags.KEY: the run's tags as ledger/tags.py keeps them (entity_tags: set by `run tag`, a tracked run's
+    set_tags, an MLflow import), one model for every run.
   - eval.KEY: the run's latest completed evaluation's metric (`eval.pass@1`); `ci_low` and `ci_high` bound its 95%
     Wilson interval over the evaluation's sample count.
 
@@ -96,18 +97,21 @@ class Column:
             return _metric_sql(self.key, self.view)
         if self.kind == "eval":
             return _eval_sql(self.key, self.view)
+        if self.kind == "tag":  # every run's tags live in entity_tags (ledger/tags.py), whoever set them
+            return (
+                "(SELECT t.value FROM entity_tags AS t WHERE t.workspace_id = r.workspace_id AND t.project_id = "
+                "r.project_id AND t.entity_kind = 'run' AND t.entity_id = r.run_id AND t.key = ?)",
+                [self.key],
+            )
         logged = (
             "(SELECT json_extract(ev.payload_json, ?) FROM events AS ev WHERE ev.workspace_id = r.workspace_id "
             "AND ev.project_id = r.project_id AND ev.run_id = r.run_id AND ev.event_type IN ('run.tracked', "
             "'run.imported') AND json_extract(ev.payload_json, ?) IS NOT NULL ORDER BY ev.cursor DESC LIMIT 1)"
         )
-        group = "params" if self.kind == "param" else "tags"
-        path = f'$.{group}."{self.key}"'
-        if self.kind == "param":
-            return f"COALESCE({logged}, json_extract(r.config_json, ?), json_extract(r.config_json, ?))", [
-                path, path, path, f'$."{self.key}"'
-            ]  # fmt: skip
-        return f"COALESCE({logged}, json_extract(r.config_json, ?))", [path, path, path]
+        path = f'$.params."{self.key}"'
+        return f"COALESCE({logged}, json_extract(r.config_json, ?), json_extract(r.config_json, ?))", [
+            path, path, path, f'$."{self.key}"'
+        ]  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,11 @@ async def list_runs(
         # status and method are checked identifiers above: quoted, they are literal values in the grammar.
         given = [filter or "", *(f"{name} = '{value}'" for name, value in (("status", status), ("method", method))
                                  if value is not None)]  # fmt: skip
+        # tag=key=value joins as tags.key = 'value' (keys are checked tag keys: backquoted, they are literal), tag=key
+        # as "has the tag": like '%' holds for any value a tag has, and not where it has none (NULL).
+        for key, value in tag_query(tag):
+            literal = "'" + (value or "").replace("'", "''") + "'"
+            given.append(f"tags.`{key}` = {literal}" if value is not None else f"tags.`{key}` like '%'")
         return json_response(
             await call.services.ledger.runs_table_page(
                 call.workspace, project, filter_text=" and ".join(g for g in given if g.strip()), sort=sort or "",

@@ -80,6 +80,14 @@ def test_a_researcher_tags_and_notes_an_entity_and_its_show_and_list_read_them(
         assert len(rows) == 1 and rows[0]["tags"] == {"team": "nlp"}, found
         none = rita.get(f"/v1/projects/{PROJECT}/{listing}", params=[("tag", "team=nlp"), ("tag", "stage")]).json()
         assert (none if isinstance(none, list) else next(iter(none.values()))) == []
+        if kind == "run":  # the runs table's grammar reads the same tags, and tag= joins its filter
+            run_id = path.rsplit("/", 1)[1]
+            for query in ({"filter": "tags.team = 'nlp'"}, {"tag": "team=nlp", "sort": "created_at"},
+                          {"tag": "team", "columns": "tags.team"}):  # fmt: skip
+                page = rita.get(f"/v1/projects/{PROJECT}/runs", params=query).json()
+                assert [r["run_id"] for r in page["runs"]] == [run_id], (query, page)
+            odd = rita.get(f"/v1/projects/{PROJECT}/runs", params={"tag": "team=x'y", "sort": "created_at"}).json()
+            assert odd["runs"] == []
         # Clean up so each kind's test starts bare.
         assert rita.delete(f"{path}/tags", params={"key": "team"}).status_code == 201
         assert rita.put(f"{path}/note", json={"text": ""}).json()["record"]["note"] is None

@@ -85,10 +85,13 @@ async def _run(ledger: Ledger, actor: Actor, config: dict[str, object], loss: li
 
 async def test_runs_table_filters_sorts_and_pages_by_the_row_value_cursor(ledger: Ledger, actor: Actor) -> None:
     a = await _run(ledger, actor, {"learning_rate": 1e-5}, [3.0, 1.0, 2.0])  # latest 2.0, best 1.0
-    b = await _run(ledger, actor, {"params": {"learning_rate": "5e-4"}, "tags": {"team": "x"}}, [0.5])
+    b = await _run(ledger, actor, {"params": {"learning_rate": "5e-4"}}, [0.5])
     c = await _run(ledger, actor, {"learning_rate": 2e-5}, [1.5, 1.2])
     d = await _run(ledger, actor, {}, None)  # no loss: sorts last either way
-    await ledger.append_run_event(actor, WS, "nightly", c, f"{c}.a1", "run.tracked", {"tags": {"team": "x"}})
+    # Tags are entity_tags whoever sets them (a tracked run's set_tags, `run tag`); a config's `tags` is not read.
+    await ledger.set_tags(actor, WS, "nightly", "run", b, {"team": "x"})
+    await ledger.set_tags(actor, WS, "nightly", "run", c, {"team": "x"})
+    await ledger.append_run_event(actor, WS, "nightly", d, f"{d}.a1", "run.tracked", {"tags": {"team": "x"}})
     await ledger.transition_run(actor, WS, "nightly", a, RunTransition(status="running"))
     await ledger.transition_run(actor, WS, "nightly", a, RunTransition(status="completed"))
 
@@ -103,7 +106,7 @@ async def test_runs_table_filters_sorts_and_pages_by_the_row_value_cursor(ledger
         "params.learning_rate": 1e-5, "tags.team": None,
     }  # fmt: skip
     assert ordered["runs"][1]["values"]["metrics.train.loss:final"] is None  # not ended: no final value yet
-    assert ordered["runs"][1]["values"]["tags.team"] == "x"  # logged after it opened (run.tracked)
+    assert ordered["runs"][1]["values"]["tags.team"] == "x"  # set after it opened
     ascending = await page(sort="metrics.train.loss asc")
     assert [r["run_id"] for r in ascending["runs"]] == [b, c, a, d]
     # Two at a time: the cursor carries the last run, the next page starts after its sort key.
