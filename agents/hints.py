@@ -104,10 +104,12 @@ COMMANDS: dict[str, Call] = {
     "doctor": Call("doctor", {}),
 }  # fmt: skip
 # The commands a hint may name that no tool does: they act on the host (start the daemon, issue tokens, restore the
-# ledger), so an agent passes them on to the person as written.
+# ledger, read an MLflow server with the person's own network and credentials), so an agent passes them on to the
+# person as written.
 HOST_COMMANDS = frozenset({
     "auth issue", "auth revoke", "authority grant", "curate", "daemon", "device add", "device bootstrap",
-    "eval canaries", "ledger restore", "logs", "project channel", "project use", "status", "ui", "up", "mcp",
+    "eval canaries", "import mlflow", "ledger restore", "logs", "project channel", "project use", "status", "ui",
+    "up", "mcp",
 })  # fmt: skip
 # A hint's keys whose text is a next step (a next action that is a dict says it under `detail`).
 HINT_KEYS = frozenset({"next_action", "hint", "hints", "next_step"})
