@@ -1,12 +1,14 @@
-"""The command index: every command path, its help and its options, as data (cli/commands.json), so the console
-script answers `bashgym --help`, `bashgym <command...> --help` and a TAB of completion without importing the command
-modules (0.5 s of imports). `make cli-index` writes it from the real parser; tests/unit/cli/test_command_index.py
-rebuilds it and compares, and compares the help and completion answers of both parsers, so it cannot drift."""
+"""The command index: every command path, its help, its options and the module that registers it, as data
+(cli/commands.json), so the console script answers `bashgym --help`, `bashgym <command...> --help` and a TAB of
+completion without importing the command modules (0.5 s of imports), and a command imports only its own module.
+`make cli-index` writes it from the real parser; tests/unit/cli/test_command_index.py rebuilds it and compares, and
+compares the help and completion answers of both parsers, so it cannot drift."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +28,20 @@ _FORMATTERS: dict[str, type[argparse.HelpFormatter]] = {
 # -- the index, from a parser ----------------------------------------------------------------------
 
 
-def describe(parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """A parser as data: what its help shows and what completion walks, its subcommands nested."""
+def describe(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A parser as data: what its help shows and what completion walks, its subcommands nested; a command's node
+    names the module that registers it (`path` is the words that reach `parser`)."""
+    from bashgym.cli.registry import MODULE_OF  # here: the quick answers never describe a parser
+
+    is_command = "handler" in parser._defaults
     return {
         "prog": parser.prog,
         "description": parser.description,
         "epilog": parser.epilog,
         "formatter": parser.formatter_class.__name__,  # type: ignore[attr-defined]
-        "is_command": "handler" in parser._defaults,
-        "actions": [_action(action) for action in parser._actions],
+        "is_command": is_command,
+        "module": MODULE_OF[path] if is_command else None,
+        "actions": [_action(action, path) for action in parser._actions],
         # Each group of options of which one may (or must) be named: the usage line shows `(--a A | --b B)`.
         "exclusive": [
             {"required": group.required, "actions": [parser._actions.index(a) for a in group._group_actions]}
@@ -43,7 +50,7 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, Any]:
     }
 
 
-def _action(action: argparse.Action) -> dict[str, Any]:
+def _action(action: argparse.Action, path: tuple[str, ...]) -> dict[str, Any]:
     described: dict[str, Any] = {
         "options": list(action.option_strings),
         "dest": action.dest,
@@ -54,7 +61,7 @@ def _action(action: argparse.Action) -> dict[str, Any]:
         helps = {choice.dest: choice.help for choice in action._choices_actions}
         described.update(metavar=action.metavar, required=action.required)
         described["commands"] = {
-            name: {"help": helps.get(name), **describe(sub)} for name, sub in action.choices.items()
+            name: {"help": helps.get(name), **describe(sub, (*path, name))} for name, sub in action.choices.items()
         }
         return described
     described.update(
@@ -88,10 +95,11 @@ def write(parser: argparse.ArgumentParser, path: Path = INDEX_PATH) -> None:
     path.write_text(json.dumps(describe(parser), indent=1, ensure_ascii=False) + "\n")
 
 
-def load(path: Path = INDEX_PATH) -> dict[str, Any] | None:
-    """The index, or None where it is missing or unreadable (the console script then builds the real parser)."""
+def load(path: Path | None = None) -> dict[str, Any] | None:
+    """The index (INDEX_PATH's), or None where it is missing or unreadable (the console script then builds the real
+    parser)."""
     try:
-        index = json.loads(path.read_text())
+        index = json.loads((path or INDEX_PATH).read_text())
     except (OSError, ValueError):
         return None
     return index if isinstance(index, dict) else None
@@ -192,6 +200,49 @@ def _add_action(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGro
         parser.add_argument(*names, dest=action["dest"], required=action["required"], **options)
     else:
         parser.add_argument(action["dest"], **options)
+
+
+# -- the module of the command a line runs ----------------------------------------------------------
+
+
+def command_modules(index: dict[str, Any], argv: list[str]) -> dict[tuple[str, ...], str] | None:
+    """The command `argv` runs and every command under it (`curate` and `curate receipt`), each with the module
+    that registers it, or None where the index cannot tell that argparse will reach a command: a group, an unknown
+    word, a help flag, an option other than a group's own flags and single values. The CLI then imports every module
+    (a usage error lists every command, as before). Words are taken as argparse takes them (no abbreviations)."""
+    node = index
+    path: tuple[str, ...] = ()
+    words = iter(argv)
+    for word in words:
+        if word.startswith("-"):
+            action = next((a for a in node["actions"] if word.split("=", 1)[0] in a["options"]), None)
+            if action is None or (action["kind"], action["nargs"]) not in (("flag", 0), ("store", None)):
+                return None
+            if action["kind"] == "flag" and "=" in word:
+                return None
+            if action["kind"] == "store" and "=" not in word:
+                value = next(words, None)
+                if value is None or value.startswith("-"):
+                    return None
+            continue
+        commands = _commands_of(node)
+        if word not in commands:
+            return None
+        node, path = commands[word], (*path, word)
+        if node["is_command"]:
+            return dict(_modules_under(node, path))
+    return None
+
+
+def _commands_of(node: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return next((a["commands"] for a in node["actions"] if a["kind"] == "parsers"), {})
+
+
+def _modules_under(node: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+    if node["is_command"]:
+        yield path, node["module"]
+    for name, sub in _commands_of(node).items():
+        yield from _modules_under(sub, (*path, name))
 
 
 # -- the default project: read before any parser is built --------------------------------------------

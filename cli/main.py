@@ -4,39 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import sys
 from typing import Any
 
-# Each command module registers its commands when imported.
-from bashgym.cli import (  # noqa: F401
-    agents,
-    auth,
-    budget,
-    campaigns,
-    completion,
-    demo,
-    devices,
-    downloads,
-    evidence,
-    imports,
-    jobs,
-    ledger,
-    lineage,
-    operator,
-    processes,
-    runs,
-    skills,
-    tags,
-    training,
-    ui,
-)
+from bashgym.cli import command_index
 from bashgym.cli.command_index import apply_default_project, default_project
 from bashgym.cli.completion_walk import complete
 from bashgym.cli.ids import resolve_prefixes
 from bashgym.cli.output import error
-from bashgym.cli.registry import COMMANDS, GROUP_HELP, Ctx, Handler
+from bashgym.cli.registry import COMMANDS, GROUP_HELP, MODULE_OF, Ctx, Handler
 from bashgym.cli.usage import Parser, UsageError, check_words
 from bashgym.cli.usage import report as report_usage
 from bashgym.client.errors import EXIT_RULE, EXIT_UNAVAILABLE, EXIT_USAGE, ApiError, BashGymError, exit_code_for_status
@@ -45,6 +24,32 @@ from bashgym.daemon.settings import load_settings, secret_values
 from bashgym.daemon.version import bashgym_version
 from pydantic import ValidationError
 
+# Each command module registers its commands when imported; a command line imports only its own (import_commands).
+COMMAND_MODULES = tuple(
+    f"bashgym.cli.{name}"
+    for name in (
+        "agents",
+        "auth",
+        "budget",
+        "campaigns",
+        "completion",
+        "demo",
+        "devices",
+        "downloads",
+        "evidence",
+        "imports",
+        "jobs",
+        "ledger",
+        "lineage",
+        "operator",
+        "processes",
+        "runs",
+        "skills",
+        "tags",
+        "training",
+        "ui",
+    )
+)
 EPILOG = """\
 first steps:
   bashgym demo                          the whole loop on a tiny model
@@ -69,8 +74,30 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def import_commands(argv: list[str] | None = None) -> None:
+    """Import the module that registers the command `argv` runs, as the command index names it (0.2-0.3 s of
+    imports fewer than all of them), or every command module: for no `argv`, a line that names no command (its usage
+    error lists them all), no index, or an index that names a module which does not register that command (a stale
+    index costs time, never a wrong command)."""
+    index = None if argv is None else command_index.load()
+    wanted = None if index is None or argv is None else command_index.command_modules(index, argv)
+    if wanted is not None and set(wanted.values()) <= set(COMMAND_MODULES):
+        for module in sorted(set(wanted.values())):
+            importlib.import_module(module)
+        if all(MODULE_OF.get(path) == module for path, module in wanted.items()):
+            return
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
+
+
 def build_parser(default_project: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser; with `default_project`, a command that needs --project takes it when none is named."""
+    import_commands()
+    return registered_parser(default_project)
+
+
+def registered_parser(default_project: str | None = None) -> argparse.ArgumentParser:
+    """The parser of the commands registered so far (build_parser imports them all first)."""
     common = _common()
     parser = Parser(
         prog="bashgym",
@@ -119,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str], environ: dict[str, str]) -> int:
     if argv[:1] == ["__complete"]:  # hidden: what the completion scripts ask (cli/completion.py)
         return complete(argv[1:], environ, build_parser(default_project(environ)))
-    parser = build_parser(default_project(environ))
+    import_commands(argv)
+    parser = registered_parser(default_project(environ))
     try:
         check_words(parser, argv)
         args = parser.parse_args(argv)

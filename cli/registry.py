@@ -69,6 +69,8 @@ class Ctx:
 Handler = Callable[[Ctx], Awaitable[int]]
 COMMANDS: dict[tuple[str, ...], tuple[Handler, Callable[[argparse.ArgumentParser], None], str]] = {}
 GROUP_HELP: dict[tuple[str, ...], str] = {}
+# The module whose import registers each command: the one module the CLI imports to run it (cli/commands.json).
+MODULE_OF: dict[tuple[str, ...], str] = {}
 
 
 def command(
@@ -79,11 +81,20 @@ def command(
     def with_args(add_args: Callable[[argparse.ArgumentParser], None]) -> Callable[[Handler], Handler]:
         def with_handler(handler: Handler) -> Handler:
             COMMANDS[path] = (handler, add_args, help)
+            MODULE_OF[path] = handler.__module__
             return handler
 
         return with_handler
 
     return with_args
+
+
+def alias(path: tuple[str, ...], source: tuple[str, ...], *, module: str, help: str | None = None) -> None:
+    """Register `bashgym <path...>` as another name of the command at `source`, from `module` (the caller's
+    `__name__`: the module the CLI imports to run it)."""
+    handler, add_args, help_text = COMMANDS[source]
+    COMMANDS[path] = (handler, add_args, help_text if help is None else help)
+    MODULE_OF[path] = module
 
 
 def command_group(*path: str, help: str) -> None:

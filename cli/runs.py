@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bashgym.cli import ledger, training  # noqa: F401  (they register the commands named here)
-from bashgym.cli.registry import COMMANDS, command_group
+from bashgym.cli.registry import COMMANDS, alias, command_group
 
 # bashgym run VERB -> the command that does it.
 RUN_VERBS = {
@@ -23,8 +23,7 @@ OLD_SPELLINGS = {("training", "list"): "list", ("training", "status"): "show"}
 
 command_group("run", help="runs: list, show, log, metrics, download, pause, resume, stop, start, plan")
 for verb, source in RUN_VERBS.items():
-    handler, add_args, help_text = COMMANDS[source]
-    COMMANDS[("run", verb)] = (handler, add_args, help_text)
+    alias(("run", verb), source, module=__name__)
 for old, verb in OLD_SPELLINGS.items():
-    handler, add_args, help_text = COMMANDS[RUN_VERBS[verb]]
-    COMMANDS[old] = (handler, add_args, f"{help_text} (the same as bashgym run {verb})")
+    help_text = COMMANDS[RUN_VERBS[verb]][2]
+    alias(old, RUN_VERBS[verb], module=__name__, help=f"{help_text} (the same as bashgym run {verb})")

@@ -1,18 +1,24 @@
 """The command index (cli/commands.json) is the real parser's, and the parser rebuilt from it gives the same help
 for the program, every group and every command, and the same completion for every command, option and option
-value."""
+value. A command line imports only the module the index names for its command, which registers it, and gets the
+same parse and the same usage errors as with every module imported; a stale index falls back to all of them."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bashgym.cli import command_index
+from bashgym.cli import command_index, main
 from bashgym.cli.completion_walk import find_want, render
-from bashgym.cli.main import build_parser
+from bashgym.cli.main import COMMAND_MODULES, build_parser, registered_parser
+from bashgym.cli.registry import COMMANDS, MODULE_OF
+from bashgym.cli.usage import UsageError, check_words
+from bashgym.cli.usage import report as report_usage
 from bashgym.client.errors import EXIT_OK, EXIT_USAGE
 
 PROJECT = "nightly"
@@ -111,3 +117,112 @@ def test_every_partial_line_completes_the_same_from_the_index(
                 assert render(answer, shell) == render(want, shell), (words, shell)
             count += 1
     assert count > 2000
+
+
+# -- a command imports its own module ----------------------------------------------------------------
+
+
+def test_importing_the_module_the_index_names_registers_each_command() -> None:
+    build_parser()
+    saved, saved_modules = dict(COMMANDS), dict(MODULE_OF)
+    registered_by: dict[tuple[str, ...], str] = {}
+    try:
+        for module in COMMAND_MODULES:
+            before = dict(COMMANDS)
+            # Its own code run again (its imports are done): the commands that importing it registers.
+            spec = importlib.util.find_spec(module)
+            assert spec is not None and spec.loader is not None
+            exec(spec.loader.get_code(module), {"__name__": module, "__file__": spec.origin})  # type: ignore[attr-defined]
+            registered_by.update({p: module for p, entry in COMMANDS.items() if before.get(p) is not entry})
+    finally:
+        COMMANDS.clear(), COMMANDS.update(saved), MODULE_OF.clear(), MODULE_OF.update(saved_modules)
+    index = command_index.load()
+    assert index is not None
+    in_index = dict(command_index._modules_under(index, ()))
+    assert registered_by == in_index == MODULE_OF
+    assert len(in_index) > 100
+
+
+def lines(path: tuple[str, ...]) -> Iterator[list[str]]:
+    """Lines that run the command at `path`, right or wrong, with the global options before and after it."""
+    yield [*path]
+    yield [*path, "--json"]
+    yield ["--json", *path, "--bogus"]
+    yield ["--api", "http://127.0.0.1:9", *path, "x", "y"]
+    yield [*path, "--project", "p", "--projet"]
+    yield ["--workspace=w", *path, "--", "-x"]
+
+
+def outcome(parser: argparse.ArgumentParser, argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
+    """What the user gets from `argv` before the handler runs: the parsed arguments, or the usage error's text."""
+    try:
+        check_words(parser, argv)
+        return vars(parser.parse_args(argv))
+    except UsageError as exc:
+        code = report_usage(exc, argv)
+        return code, capsys.readouterr()
+
+
+def test_a_parser_of_only_the_commands_modules_parses_and_refuses_as_the_whole_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = command_index.load()
+    assert index is not None
+    whole = build_parser(PROJECT)
+    every = dict(COMMANDS)
+    compared = 0
+    for path in every:
+        for argv in lines(path):
+            wanted = command_index.command_modules(index, argv)
+            assert wanted is not None and wanted[path] == MODULE_OF[path], argv
+            modules = set(wanted.values())
+            only = {p: entry for p, entry in every.items() if MODULE_OF[p] in modules}
+            monkeypatch.setattr(main, "COMMANDS", only)
+            assert outcome(registered_parser(PROJECT), argv, capsys) == outcome(whole, argv, capsys), argv
+            compared += 1
+    assert compared > 600
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["nope"],
+        ["project"],  # a group: its usage error lists its commands
+        ["projet", "list"],
+        ["project", "lst"],
+        ["project", "--help", "list"],
+        ["--version", "project", "list"],
+        ["--api", "project", "list"],  # argparse takes `project` as the URL
+        ["--api", "--json", "project", "list"],
+        ["--json=1", "project", "list"],
+        ["--", "project", "list"],
+        ["-x", "project", "list"],
+    ],
+)
+def test_a_line_that_names_no_command_imports_every_module(argv: list[str]) -> None:
+    index = command_index.load()
+    assert index is not None
+    assert command_index.command_modules(index, argv) is None
+
+
+def test_a_stale_index_imports_every_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    imported: list[str] = []
+    monkeypatch.setattr(main.importlib, "import_module", imported.append)
+    main.import_commands(["project", "list", "--json"])
+    assert imported == ["bashgym.cli.lineage"]
+
+    index = command_index.load()
+    assert index is not None
+    project = index["actions"][-1]["commands"]["project"]["actions"][-1]["commands"]
+    for module in ("bashgym.cli.auth", "os"):  # the command moved, or a module that is no command module
+        project["list"]["module"] = module
+        stale = tmp_path / "commands.json"
+        stale.write_text(json.dumps(index))
+        monkeypatch.setattr(command_index, "INDEX_PATH", stale)
+        imported.clear()
+        main.import_commands(["project", "list", "--json"])
+        assert "os" not in imported
+        assert imported[-len(COMMAND_MODULES) :] == list(COMMAND_MODULES), module
