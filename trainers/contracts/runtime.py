@@ -11,7 +11,6 @@ computes the run's environment digest from them: a caller never sends one.
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import subprocess
@@ -106,14 +105,16 @@ def _gpus(timeout_s: float) -> tuple[list[str], str | None]:
     return [row[0] for row in rows], (rows[0][1] if rows else None)
 
 
-# What git and nvidia-smi need of the environment, and nothing else: the process measuring itself may hold a
-# secret (a trainer that pushes holds HF_TOKEN; a user's script, anything), and a tool it asks needs none.
-TOOL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
-
-
 def _tool(argv: list[str], timeout_s: float) -> str | None:
-    """A tool's standard output, or None when it is missing, fails or runs past `timeout_s`."""
-    env = {name: os.environ[name] for name in TOOL_ENV if name in os.environ}
+    """A tool's standard output, or None when it is missing, fails or runs past `timeout_s`.
+
+    The tool runs by its full path with an empty environment: the process measuring itself may hold a secret (a
+    trainer that pushes holds HF_TOKEN; a user's script, anything), and git or nvidia-smi needs none of it."""
+    found = shutil.which(argv[0])
+    if found is None:
+        return None
+    argv = [found, *argv[1:]]
+    env = {"LC_ALL": "C"}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
     except (OSError, subprocess.SubprocessError):  # no such tool, or it hung: the fact is unknown, not an error
