@@ -216,7 +216,8 @@ async def compare_page(request: Request, project: str, run: Annotated[list[str] 
             )
         for run_id in chosen:
             check_identifier(run_id, field="run")
-        return await pages.compare(viewer.services.ledger, viewer.workspace, name, chosen, _who(viewer))
+        plotted = {k: request.query_params[k] for k in ("param", "metric") if request.query_params.get(k)}
+        return await pages.compare(viewer.services.ledger, viewer.workspace, name, chosen, _who(viewer), plotted)
 
     return await _serve(request, build)
 

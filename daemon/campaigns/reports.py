@@ -73,6 +73,22 @@ def listed_files(manifest: dict[str, Any]) -> list[str]:
     return [str(entry["name"]) for entry in entries if isinstance(entry, dict) and "name" in entry]
 
 
+def iteration_evidence(
+    result: dict[str, Any] | None, comparison: dict[str, Any] | None, primary_metric: str
+) -> dict[str, Any]:
+    """What an iteration's evaluation showed: its primary metric (and on the families the suite holds out), its
+    sample count, and the paired delta against the incumbent it was compared with, with that delta's 95% CI."""
+    metrics = (result or {}).get("metrics", {})
+    return {
+        "metric": metrics.get(primary_metric),
+        # The families the suite holds out, scored apart (terminal-task suites).
+        "holdout_metric": metrics.get(f"holdout.{primary_metric}"),
+        "samples": (result or {}).get("sample_count"),
+        "delta": (comparison or {}).get("delta"),
+        "ci": [(comparison or {}).get("ci_low"), (comparison or {}).get("ci_high")] if comparison else None,
+    }
+
+
 async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> dict[str, Any]:
     campaign = await ledger.get_campaign(ws, project, campaign_id)
     spec = campaign["spec"]
@@ -91,12 +107,7 @@ async def _snapshot(ledger: Ledger, ws: str, project: str, campaign_id: str) -> 
                 "change": it["recipe_change"],
                 "rationale": it["rationale"],
                 "stage": it["stage"],
-                "metric": (result or {}).get("metrics", {}).get(spec["primary_metric"]),
-                # The families the suite holds out, scored apart (terminal-task suites).
-                "holdout_metric": (result or {}).get("metrics", {}).get(f"holdout.{spec['primary_metric']}"),
-                "samples": (result or {}).get("sample_count"),
-                "delta": (comparison or {}).get("delta"),
-                "ci": [(comparison or {}).get("ci_low"), (comparison or {}).get("ci_high")] if comparison else None,
+                **iteration_evidence(result, comparison, spec["primary_metric"]),
                 "decision": it["decision"],
                 "reason_code": it["reason_code"],
                 "run_id": it["run_id"],

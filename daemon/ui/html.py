@@ -131,10 +131,15 @@ def checkbox(name: str, value: str, *, label: str) -> str:
     return f'<input type="checkbox" name="{escape(name)}" value="{escape(value)}" aria-label="{escape(label)}">'
 
 
-def chart(project: str, runs: Sequence[str], metric: str, *, live: bool = False) -> str:
+def chart(
+    project: str, runs: Sequence[str], metric: str, *, live: bool = False, starts: dict[str, float] | None = None
+) -> str:
     """A chart's place: the script fills it from the series endpoint; without JavaScript it says where the numbers
-    are."""
-    data = escape(json.dumps({"project": project, "runs": list(runs), "metric": metric, "live": live}))
+    are. `starts`: each run's start (Unix seconds), the origin of the time-since-start axis (else its first point)."""
+    spec: dict[str, object] = {"project": project, "runs": list(runs), "metric": metric, "live": live}
+    if starts:
+        spec["starts"] = starts
+    data = escape(json.dumps(spec))
     return (
         f'<figure class="chart" data-chart="{data}"><figcaption>{escape(metric)}</figcaption>'
         f"<noscript>Charts need JavaScript; the numbers are in the metrics table.</noscript></figure>"

@@ -11,10 +11,11 @@ from typing import Any
 
 from bashgym.client.states import TERMINAL
 from bashgym.client.tags import EntityKind
-from bashgym.daemon.campaigns.reports import listed_files
+from bashgym.daemon.campaigns.reports import iteration_evidence, listed_files
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
 from bashgym.daemon.evidence.sources import RUNS
+from bashgym.daemon.ui.compare_views import ALIGN_CONTROL, params_view, run_starts
 from bashgym.daemon.ui.evaluation import compare_section
 from bashgym.daemon.ui.html import chart, e, facts, href, link, page, table
 from bashgym.daemon.ui.runs_table import runs_section
@@ -173,10 +174,13 @@ async def run(ledger: Ledger, ws: str, name: str, run_id: str, who: str, *, ever
     return page(f"Run {run_id}", body, who=who, crumbs=crumbs, charts=True)
 
 
-async def compare(ledger: Ledger, ws: str, name: str, run_ids: list[str], who: str) -> str:
+async def compare(
+    ledger: Ledger, ws: str, name: str, run_ids: list[str], who: str, query: dict[str, str] | None = None
+) -> str:
     records = [await ledger.get_run(ws, name, run_id) for run_id in run_ids]
     names = sorted({m["metric"] for r in run_ids for m in await ledger.run_metrics(ws, name, r)})
-    charts = "".join(chart(name, run_ids, metric) for metric in names)
+    starts = run_starts(records)
+    charts = ALIGN_CONTROL + "".join(chart(name, run_ids, metric, starts=starts) for metric in names)
     configs = [r.get("config") or {} for r in records]
     keys = sorted({k for c in configs for k in c if k != "tracking_context"})
     rows, differs = [], set()
@@ -194,7 +198,14 @@ async def compare(ledger: Ledger, ws: str, name: str, run_ids: list[str], who: s
         links={"run_id": lambda r: href("p", name, "runs", r["run_id"])},
     )
     evaluated = await compare_section(ledger, ws, name, run_ids)  # results, comparisons with CIs, gate verdicts
-    body = status + ("<h2>Curves</h2>" + charts if charts else "<p>No metrics to overlay.</p>") + evaluated + settings
+    scatter = await params_view(ledger, ws, name, records, names, query or {})  # scatter, parallel coordinates
+    body = (
+        status
+        + ("<h2>Curves</h2>" + charts if names else "<p>No metrics to overlay.</p>")
+        + scatter
+        + evaluated
+        + settings
+    )
     return page(f"Compare {len(run_ids)} runs", body, who=who, crumbs=[(name, href("p", name))], charts=True)
 
 
@@ -235,6 +246,8 @@ async def campaign(
 ) -> str:
     record = await ledger.get_campaign(ws, name, campaign_id)
     iterations = await ledger.list_iterations(ws, name, campaign_id)
+    metric = str((record.get("spec") or {}).get("primary_metric") or "primary metric")
+    iterations = await _with_evidence(ledger, ws, name, iterations, metric)
     budget = await ledger.budget_entries(ws, name, f"campaign-{campaign_id}")
     run_link = {"run_id": lambda r: href("p", name, "runs", r["run_id"]) if r.get("run_id") else href("p", name)}
     body = (
@@ -250,6 +263,9 @@ async def campaign(
                 "stage",
                 "primary_variable",
                 "run_id",
+                metric,
+                "Δ vs incumbent",
+                "95% CI",
                 "comparison_id",
                 "decision",
                 "reason_code",
@@ -265,6 +281,31 @@ async def campaign(
     )
     crumbs = [(name, href("p", name)), ("campaigns", href("p", name, "campaigns"))]
     return page(f"Campaign {campaign_id}", body, who=who, crumbs=crumbs, charts=True)
+
+
+async def _with_evidence(
+    ledger: Ledger, ws: str, name: str, iterations: list[dict[str, Any]], metric: str
+) -> list[dict[str, Any]]:
+    """Each iteration with its result's primary metric, and the delta against the incumbent it was compared with and
+    that delta's CI (as the campaign's report reads them)."""
+    listing = await ledger.list_evaluations(ws, name)
+    results = {r["result_id"]: r for r in listing["results"]}
+    comparisons = {c["comparison_id"]: c for c in listing["comparisons"]}
+    rows = []
+    for it in iterations:
+        shown = iteration_evidence(
+            results.get(it["result_id"] or ""), comparisons.get(it["comparison_id"] or ""), metric
+        )
+        ci = shown["ci"]
+        rows.append(
+            {**it, metric: shown["metric"], "Δ vs incumbent": _signed(shown["delta"]),
+             "95% CI": f"[{_signed(ci[0])}, {_signed(ci[1])}]" if ci and None not in ci else None}
+        )  # fmt: skip
+    return rows
+
+
+def _signed(value: float | None) -> str | None:
+    return None if value is None else f"{value:+.4g}"
 
 
 async def experiment(ledger: Ledger, ws: str, name: str, experiment_id: str, query: dict[str, str], who: str) -> str:

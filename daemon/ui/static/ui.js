@@ -32,18 +32,19 @@
     return out;
   }
 
-  function xs(f, axis) {
-    // A point's x on the chosen axis; null (left out) where its time was never recorded.
+  function xs(f, axis, start) {
+    // A point's x on the chosen axis; null (left out) where its time was never recorded. The time-since-start axis
+    // counts from the run's recorded start where the page gives it, else from the run's first timed point.
     if (axis === "step") return f.steps;
     const times = f.times || [];
     if (axis === "wall") return f.steps.map((_, i) => (times[i] === null || times[i] === undefined ? null : times[i]));
-    const first = times.find((t) => t !== null && t !== undefined);
+    const first = typeof start === "number" ? start : times.find((t) => t !== null && t !== undefined);
     return f.steps.map((_, i) => (times[i] === null || times[i] === undefined ? null : times[i] - first));
   }
 
-  function align(fetched, axis) {
+  function align(fetched, axis, starts) {
     // uPlot wants one x array: the union of every run's x values, each run's values null where it has none.
-    const perRun = fetched.map((f) => xs(f, axis));
+    const perRun = fetched.map((f, r) => xs(f, axis, starts[r]));
     const all = Array.from(new Set(perRun.flat().filter((x) => x !== null))).sort((a, b) => a - b);
     const index = new Map(all.map((x, i) => [x, i]));
     const ys = fetched.map((f, r) => {
@@ -54,12 +55,12 @@
     return [all, ...ys];
   }
 
-  function stepRange(fetched, axis, from, to) {
+  function stepRange(fetched, axis, starts, from, to) {
     // The steps a zoomed x range covers, widened to the points on either side so no step inside is missed.
     if (axis === "step") return [from, to];
     let lo = null, hi = null;
-    fetched.forEach((f) => {
-      const x = xs(f, axis);
+    fetched.forEach((f, r) => {
+      const x = xs(f, axis, starts[r]);
       x.forEach((v, i) => {
         if (v === null) return;
         if (v <= from && (lo === null || f.steps[i] > lo)) lo = f.steps[i];
@@ -70,7 +71,21 @@
     return [lo === null ? Math.min(...steps) : lo, hi === null ? Math.max(...steps) : hi];
   }
 
-  const AXES = { step: "step", wall: "wall clock", elapsed: "time since first point (s)" };
+  const AXES = { step: "step", wall: "wall clock", elapsed: "time since the run's start (s)" };
+
+  function axisSize(u, values, axisIdx, cycleNum) {
+    // As wide as the longest tick label measured in the axis's font (uPlot's fixed 50 px clips "12,500" to
+    // "2,500"); on uPlot's later sizing passes the width it settled on stays, so the layout converges.
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;
+    let size = axis.ticks.size + axis.gap;
+    const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+    if (longest) {
+      u.ctx.font = axis.font[0];
+      size += u.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+    }
+    return Math.ceil(size) + 2;
+  }
 
   const streams = new Map();
   function liveStream(project, run) {
@@ -89,6 +104,7 @@
     const spec = JSON.parse(figure.dataset.chart);
     const width = Math.max(320, Math.min(figure.clientWidth || 900, 1300));
     const state = { lo: null, hi: null, weight: 0, log: false, axis: "step", fetched: null, raw: null, plot: null };
+    const starts = spec.runs.map((run) => (spec.starts || {})[run]);
     const controls = document.createElement("div");
     controls.className = "controls";
     controls.innerHTML =
@@ -117,7 +133,7 @@
 
     function shape() {
       const fetched = state.fetched;
-      state.raw = align(fetched, state.axis);
+      state.raw = align(fetched, state.axis, starts);
       const thinned = fetched.some((f) => f.decimated);
       const total = fetched.reduce((n, f) => n + f.total, 0);
       const missing = (f) => (f.times || []).filter((t) => t === null || t === undefined).length;
@@ -136,7 +152,7 @@
       const options = {
         width: width, height: 280,
         scales: { x: { time: state.axis === "wall" }, y: { distr: state.log ? 3 : 1 } },
-        axes: [{ label: AXES[state.axis] }, {}],
+        axes: [{ label: AXES[state.axis] }, { size: axisSize }],
         series: [{ label: AXES[state.axis] }, ...spec.runs.map((run, i) => ({
           label: run, stroke: COLOURS[i % COLOURS.length], width: 1.5, spanGaps: true,
         }))],
@@ -145,13 +161,14 @@
           setSelect: [(u) => {
             if (u.select.width < 3) return;
             const from = u.posToVal(u.select.left, "x"), to = u.posToVal(u.select.left + u.select.width, "x");
-            [state.lo, state.hi] = stepRange(state.fetched, state.axis, from, to);
+            [state.lo, state.hi] = stepRange(state.fetched, state.axis, starts, from, to);
             load();
           }],
         },
       };
       if (state.plot) state.plot.destroy();
       state.plot = new uPlot(options, data(), holder);
+      figure.uplot = state.plot; // for tests/e2e/ui's browser tests: the axes uPlot laid out
       // For bench/ui_bench.py: when each draw finished, on the page's own clock (no cost to anyone else).
       if (window.performance && performance.mark) performance.mark("bashgym-chart-drawn", { detail: { points: state.raw[0].length } });
       holder.firstChild.addEventListener("dblclick", () => { state.lo = state.hi = null; load(); });
@@ -174,7 +191,152 @@
     }
   }
 
-  function start() { document.querySelectorAll("figure.chart[data-chart]").forEach(setUp); }
+  // The compare page's parameter views, drawn in SVG from the figure's data (compare_views.py): a scatter of one
+  // parameter against one metric and parallel coordinates, a point or a line a run, coloured as in the curves.
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function el(parent, name, attrs, text) {
+    const node = document.createElementNS(SVG, name);
+    Object.entries(attrs).forEach(([k, v]) => node.setAttribute(k, String(v)));
+    if (text !== undefined) node.textContent = text; // text, never markup: run ids and keys come from tenants
+    parent.appendChild(node);
+    return node;
+  }
+
+  function shown(v) {
+    if (typeof v !== "number") return String(v);
+    if (v !== 0 && (Math.abs(v) < 1e-3 || Math.abs(v) >= 1e6)) return v.toExponential(2);
+    return v.toLocaleString("en-US", { maximumSignificantDigits: 4 });
+  }
+
+  function scaleOf(values, from, to) {
+    // Where a value sits between the pixels `from` and `to`: numbers linearly, or by decades where all are positive
+    // and span two or more (learning rates), text as evenly spaced categories. `ticks`: [label, pixel] pairs.
+    const present = values.filter((v) => v !== null && v !== undefined);
+    if (!present.every((v) => typeof v === "number")) {
+      const kinds = Array.from(new Set(present.map(String))).sort();
+      const at = (v) => (kinds.length < 2 ? (from + to) / 2 : from + (to - from) * kinds.indexOf(String(v)) / (kinds.length - 1));
+      return { at: at, ticks: kinds.map((k) => [k, at(k)]) };
+    }
+    const min = Math.min(...present), max = Math.max(...present);
+    const log = min > 0 && max / min >= 100;
+    const f = log ? Math.log10 : (x) => x;
+    let lo = f(min), hi = f(max);
+    const pad = lo === hi ? Math.abs(lo) * 0.1 || 1 : (hi - lo) * 0.06;
+    lo -= pad; hi += pad;
+    const at = (v) => from + (to - from) * (f(v) - lo) / (hi - lo);
+    const marks = present.length ? (log ? decades(min, max) : [0, 1, 2, 3, 4].map((i) => min + (max - min) * i / 4)) : [];
+    return { at: at, ticks: Array.from(new Set(marks.length > 1 && min === max ? [min] : marks)).map((m) => [shown(m), at(m)]) };
+  }
+
+  function decades(min, max) {
+    const out = [];
+    for (let d = Math.floor(Math.log10(min)); d <= Math.ceil(Math.log10(max)); d++) {
+      if (10 ** d >= min / 10 ** 0.3 && 10 ** d <= max * 10 ** 0.3) out.push(10 ** d);
+    }
+    return out.length ? out : [min, max];
+  }
+
+  function figureWidth(figure, most) { return Math.max(320, Math.min(figure.clientWidth || most, most)); }
+
+  function drawScatter(figure) {
+    const data = JSON.parse(figure.dataset.scatter);
+    const xv = data.values[data.param], yv = data.values[data.metric];
+    const width = figureWidth(figure, 720), height = 340, top = 16, bottom = 44;
+    const svg = el(figure, "svg", { width: width, height: height, role: "img", class: "scatter-plot",
+      "aria-label": data.param + " against " + data.metric + ", one point a run" });
+    const y = scaleOf(yv, height - bottom, top);
+    // The left margin fits the widest y label, measured once drawn (none clipped, whatever its length).
+    const labels = y.ticks.map(([text, at]) => el(svg, "text", { y: at + 4, "text-anchor": "end", class: "tick" }, text));
+    const left = 14 + Math.max(0, ...labels.map((t) => t.getBBox().width)) + 8;
+    labels.forEach((t) => t.setAttribute("x", left - 6));
+    const x = scaleOf(xv, left + 10, width - 16);
+    el(svg, "line", { x1: left, y1: height - bottom, x2: width - 8, y2: height - bottom, class: "axis" });
+    el(svg, "line", { x1: left, y1: top, x2: left, y2: height - bottom, class: "axis" });
+    x.ticks.forEach(([text, at]) => el(svg, "text", { x: at, y: height - bottom + 16, "text-anchor": "middle", class: "tick" }, text));
+    el(svg, "text", { x: (left + width) / 2, y: height - 6, "text-anchor": "middle", class: "axis-name" }, data.param);
+    el(svg, "text", { x: 2, y: top - 4, class: "axis-name" }, data.metric);
+    let missing = 0;
+    data.runs.forEach((run, i) => {
+      if (xv[i] === null || xv[i] === undefined || yv[i] === null || yv[i] === undefined) { missing++; return; }
+      const point = el(svg, "circle", { cx: x.at(xv[i]), cy: y.at(yv[i]), r: 6, fill: COLOURS[i % COLOURS.length],
+        class: "point", "data-run": run });
+      el(point, "title", {}, run + ": " + data.param + " = " + shown(xv[i]) + ", " + data.metric + " = " + shown(yv[i]));
+    });
+    legend(figure, data.runs, missing ? missing + " run(s) without both values are left off" : "");
+  }
+
+  function legend(figure, runs, note) {
+    const list = document.createElement("ul");
+    list.className = "plot-legend";
+    runs.forEach((run, i) => {
+      const item = document.createElement("li");
+      const swatch = document.createElement("span");
+      swatch.style.background = COLOURS[i % COLOURS.length];
+      item.append(swatch, run);
+      list.appendChild(item);
+    });
+    figure.appendChild(list);
+    if (note) {
+      const p = document.createElement("p");
+      p.className = "note";
+      p.textContent = note;
+      figure.appendChild(p);
+    }
+  }
+
+  function drawParallel(figure) {
+    const data = JSON.parse(figure.dataset.parallel);
+    const width = figureWidth(figure, 1100), height = 340, top = 40, bottom = 24, side = 70;
+    const svg = el(figure, "svg", { width: width, height: height, role: "img", class: "parallel-plot",
+      "aria-label": "parallel coordinates of the runs' parameters and " + data.metric });
+    const gap = data.axes.length > 1 ? (width - 2 * side) / (data.axes.length - 1) : 0;
+    const scales = data.axes.map((name, a) => {
+      const at = side + a * gap;
+      const scale = scaleOf(data.values[name], height - bottom, top);
+      el(svg, "line", { x1: at, y1: top, x2: at, y2: height - bottom, class: "axis" });
+      const title = el(svg, "text", { x: at, y: 14 + (a % 2) * 14, "text-anchor": "middle", class: "axis-name" },
+        name.length > 24 ? name.slice(0, 23) + "…" : name);
+      el(title, "title", {}, name);
+      scale.ticks.forEach(([text, y]) => el(svg, "text", { x: at + 4, y: y + 4, class: "tick" }, text));
+      return { at: at, scale: scale, values: data.values[name] };
+    });
+    data.runs.forEach((run, i) => {
+      // A run without a value on an axis breaks its line there.
+      let points = [];
+      const flush = () => {
+        if (points.length > 1) {
+          const line = el(svg, "polyline", { points: points.join(" "), stroke: COLOURS[i % COLOURS.length],
+            class: "line", "data-run": run });
+          el(line, "title", {}, run);
+        }
+        points = [];
+      };
+      scales.forEach((s) => {
+        const v = s.values[i];
+        if (v === null || v === undefined) flush(); else points.push(s.at + "," + s.scale.at(v));
+      });
+      flush();
+    });
+    legend(figure, data.runs, "");
+  }
+
+  function alignAll(control) {
+    // The compare page's one control: every chart's own x axis follows it (each can still be changed alone).
+    control.addEventListener("change", () => {
+      document.querySelectorAll("figure.chart[data-chart] .controls select").forEach((box) => {
+        box.value = control.value;
+        box.dispatchEvent(new Event("change"));
+      });
+    });
+  }
+
+  function start() {
+    document.querySelectorAll("figure.chart[data-chart]").forEach(setUp);
+    document.querySelectorAll(".align-all select").forEach(alignAll);
+    document.querySelectorAll("figure.scatter[data-scatter]").forEach(drawScatter);
+    document.querySelectorAll("figure.parallel[data-parallel]").forEach(drawParallel);
+  }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
 })();
 
