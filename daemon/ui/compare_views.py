@@ -151,7 +151,8 @@ def _number(value: object) -> object:
 # One control for every curve of the page (ui.js sets each chart's own x axis from it).
 ALIGN_CONTROL = (
     '<p class="controls align-all"><label>Align the curves by <select name="align">'
-    '<option value="step">step</option><option value="elapsed">time since each run\'s start</option>'
+    '<option value="step">step</option><option value="relstep">steps since each run\'s first</option>'
+    '<option value="elapsed">time since each run\'s start</option>'
     '<option value="wall">wall clock</option></select></label></p>'
 )
 

@@ -32,19 +32,24 @@
     return out;
   }
 
-  function xs(f, axis, start) {
+  function xs(f, axis, start, firstStep) {
     // A point's x on the chosen axis; null (left out) where its time was never recorded. The time-since-start axis
-    // counts from the run's recorded start where the page gives it, else from the run's first timed point.
+    // counts from the run's recorded start where the page gives it, else from the run's first timed point; the
+    // relative-step axis from the run's first step (a run resumed from another's checkpoint starts past 0).
     if (axis === "step") return f.steps;
+    if (axis === "relstep") {
+      const first = typeof firstStep === "number" ? firstStep : (f.steps.length ? f.steps[0] : 0);
+      return f.steps.map((s) => s - first);
+    }
     const times = f.times || [];
     if (axis === "wall") return f.steps.map((_, i) => (times[i] === null || times[i] === undefined ? null : times[i]));
     const first = typeof start === "number" ? start : times.find((t) => t !== null && t !== undefined);
     return f.steps.map((_, i) => (times[i] === null || times[i] === undefined ? null : times[i] - first));
   }
 
-  function align(fetched, axis, starts) {
+  function align(fetched, axis, starts, firsts) {
     // uPlot wants one x array: the union of every run's x values, each run's values null where it has none.
-    const perRun = fetched.map((f, r) => xs(f, axis, starts[r]));
+    const perRun = fetched.map((f, r) => xs(f, axis, starts[r], firsts[r]));
     const all = Array.from(new Set(perRun.flat().filter((x) => x !== null))).sort((a, b) => a - b);
     const index = new Map(all.map((x, i) => [x, i]));
     const ys = fetched.map((f, r) => {
@@ -55,12 +60,12 @@
     return [all, ...ys];
   }
 
-  function stepRange(fetched, axis, starts, from, to) {
+  function stepRange(fetched, axis, starts, firsts, from, to) {
     // The steps a zoomed x range covers, widened to the points on either side so no step inside is missed.
     if (axis === "step") return [from, to];
     let lo = null, hi = null;
     fetched.forEach((f, r) => {
-      const x = xs(f, axis, starts[r]);
+      const x = xs(f, axis, starts[r], firsts[r]);
       x.forEach((v, i) => {
         if (v === null) return;
         if (v <= from && (lo === null || f.steps[i] > lo)) lo = f.steps[i];
@@ -71,7 +76,9 @@
     return [lo === null ? Math.min(...steps) : lo, hi === null ? Math.max(...steps) : hi];
   }
 
-  const AXES = { step: "step", wall: "wall clock", elapsed: "time since the run's start (s)" };
+  const AXES = {
+    step: "step", relstep: "steps since the run's first", wall: "wall clock", elapsed: "time since the run's start (s)",
+  };
 
   function axisSize(u, values, axisIdx, cycleNum) {
     // As wide as the longest tick label measured in the axis's font (uPlot's fixed 50 px clips "12,500" to
@@ -105,6 +112,7 @@
     const width = Math.max(320, Math.min(figure.clientWidth || 900, 1300));
     const state = { lo: null, hi: null, weight: 0, log: false, axis: "step", fetched: null, raw: null, plot: null };
     const starts = spec.runs.map((run) => (spec.starts || {})[run]);
+    const firsts = spec.runs.map(() => undefined); // each run's first step, from its whole (unzoomed) series
     const controls = document.createElement("div");
     controls.className = "controls";
     controls.innerHTML =
@@ -128,12 +136,15 @@
         return answer.json();
       }));
       state.fetched = fetched;
+      if (state.lo === null && state.hi === null) {
+        fetched.forEach((f, r) => { if (f.steps.length) firsts[r] = f.steps[0]; });
+      }
       shape();
     }
 
     function shape() {
       const fetched = state.fetched;
-      state.raw = align(fetched, state.axis, starts);
+      state.raw = align(fetched, state.axis, starts, firsts);
       const thinned = fetched.some((f) => f.decimated);
       const total = fetched.reduce((n, f) => n + f.total, 0);
       const missing = (f) => (f.times || []).filter((t) => t === null || t === undefined).length;
@@ -161,7 +172,7 @@
           setSelect: [(u) => {
             if (u.select.width < 3) return;
             const from = u.posToVal(u.select.left, "x"), to = u.posToVal(u.select.left + u.select.width, "x");
-            [state.lo, state.hi] = stepRange(state.fetched, state.axis, starts, from, to);
+            [state.lo, state.hi] = stepRange(state.fetched, state.axis, starts, firsts, from, to);
             load();
           }],
         },

@@ -66,3 +66,5 @@ def test_compare_draws_a_point_a_run_fits_long_axis_labels_and_aligns_on_wall_ti
         assert until(lambda: "wall clock" in legend(), "the curves redrawn on the wall-clock axis")
         chart_axis = Select(browser.find_element(By.CSS_SELECTOR, "figure.chart .controls select"))
         assert chart_axis.first_selected_option.get_attribute("value") == "wall"
+        Select(browser.find_element(By.CSS_SELECTOR, ".align-all select")).select_by_value("relstep")
+        assert until(lambda: "steps since the run's first" in legend(), "the curves redrawn on relative steps")
