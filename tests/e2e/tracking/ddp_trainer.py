@@ -77,6 +77,9 @@ def main(model_dir: str, out: str, lag_s: str = "0", crash: str = "") -> None:
     held = {"rank": rank, "run_id": callback.run_id, "open": callback.run is not None}
     history = trainer.state.log_history
     (Path(out) / f"rank-{rank}.json").write_text(json.dumps({**held, "log_history": history}))
+    # As every torchrun script should: a gloo process group left for the interpreter's exit to tear down can
+    # abort the process (SIGABRT, "terminate called without an active exception"; pytorch/pytorch#190489).
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
