@@ -1,5 +1,6 @@
 """`bashgym run download`: a run's artifacts onto this machine, one, a folder of them or all, each streamed to disk
-and checked against its recorded sha256; a file already there with that digest is left as it is."""
+and checked against its recorded sha256; a file already there with that digest is left as it is. `bashgym eval
+download`: a measured result's attempts file (every sample whole), checked against the digest the result records."""
 
 from __future__ import annotations
 
@@ -58,6 +59,37 @@ async def run_download(ctx: Ctx) -> int:
     if ctx.as_json:
         return done(ctx, summary)
     return done(ctx, files, columns=["path", "status", "size_bytes", "sha256"], title=f"Run {a.run} into {out}")
+
+
+def _attempts_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("result", help="a measured evaluation result's id (bashgym eval results)")
+    parser.add_argument("--project", required=True, help="the result's project")
+    parser.add_argument("--out", type=Path, help="file to write (default: ./RESULT-attempts.jsonl)")
+
+
+@command("eval", "download", help="download a measured result's attempts file (every sample), checked by sha256")(
+    _attempts_args
+)
+async def eval_download(ctx: Ctx) -> int:
+    a = ctx.args
+    params = {"workspace": ctx.workspace}
+    view = await ctx.client.request("GET", f"/v1/projects/{a.project}/eval-results/{a.result}", params=params)
+    held = view.get("attempts_file")
+    if not held:
+        raise NotFound(
+            f"Result {a.result} has no attempts file to download: {view.get('samples_note')}",
+            hint=f"See the project's measured results with bashgym eval results --project {a.project}.",
+        )
+    target: Path = a.out or Path(f"{a.result}-attempts.jsonl")
+    status = "unchanged"
+    if not (target.is_file() and _sha256(target) == held["sha256"]):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        route = f"/v1/projects/{a.project}/eval-results/{a.result}/attempts"
+        await ctx.client.download(route, target, sha256=held["sha256"], params=params)
+        status = "downloaded"
+    summary = {"result_id": a.result, "file": str(target), "sha256": held["sha256"], "status": status,
+               "size_bytes": target.stat().st_size}  # fmt: skip
+    return done(ctx, summary, title=f"Attempts of {a.result}")
 
 
 def chosen_artifacts(run: dict[str, Any], path: str) -> list[dict[str, Any]]:

@@ -6,6 +6,10 @@ with the run's records, never joined onto a directory as given. The bytes are th
 digest (a tracked run's uploads), else the file of that recorded path in the run's own directory (a launched run's),
 which must stay inside that directory once its links are followed. Bytes that no longer hash to the record are
 refused, never served as the artifact.
+
+An evaluation's per-sample file (its evaluator's attempts.jsonl) downloads the same way, named by its result: only a
+measured result's, whose digest the daemon itself recorded (an importer's details name no file), under the authority
+that reads the result's tasks, and never while a line of it looks like a credential (the page shows those redacted).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
-from bashgym.client.errors import Conflict, NotFound
+from bashgym.client.errors import Conflict, Forbidden, NotFound
+from bashgym.client.redaction import contains_secret
 from bashgym.client.tracking import check_artifact_name
 from bashgym.daemon.blobs import CHUNK, BlobStore
 from bashgym.daemon.evidence.sources import RUNS, is_imported, is_tracked
@@ -38,6 +43,8 @@ DOWNLOAD_HEADERS = {
     "Accept-Ranges": "bytes",
 }
 RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+WITHHELD = "This suite is protected: its per-task rows and samples open only with eval.protected."
 
 
 class ArtifactChanged(Conflict):
@@ -91,6 +98,58 @@ async def open_artifact(
         source = await asyncio.to_thread(file_in_run, runs_dir / run_id, path)
     handle, size = await asyncio.to_thread(open_verified, source, record, label=f"{path!r} of run {run_id}")
     return Artifact(record, path, handle, size)
+
+
+def held_attempts(blobs: BlobStore, record: dict[str, Any]) -> tuple[str | None, str]:
+    """The digest of a result's attempts file where this daemon holds it for the result, else None; and why not."""
+    digest = str((record.get("details") or {}).get("attempts_sha256") or "")
+    if record.get("provenance") != "measured":
+        return None, "Samples are kept for measured results only; this one was imported, with its importer's figures."
+    if not SHA256.fullmatch(digest) or not blobs.has(digest):
+        return None, "This result's attempts file is not held here: no samples to show."
+    return digest, ""
+
+
+async def open_attempts(
+    ledger: Ledger, blobs: BlobStore, ws: str, project: str, result_id: str, *, may_see_protected: bool
+) -> Artifact:
+    """Result `result_id`'s attempts file, opened and verified against its recorded digest. NotFound for a result the
+    project does not hold or one without a file here; Forbidden for a protected suite's without eval.protected;
+    ArtifactChanged when the bytes changed or a line looks like a credential."""
+    record = await ledger.eval_result(ws, project, result_id)
+    if record["suite_id"] in await ledger.protected_suites(ws, project) and not may_see_protected:
+        raise Forbidden(WITHHELD, hint="Ask a project lead for eval.protected, or read the result's summary.")
+    digest, why = held_attempts(blobs, record)
+    if digest is None:
+        raise NotFound(f"Result {result_id}: {why}", hint=f"Read its figures at /v1/projects/{project}/eval-results/"
+                       f"{result_id}; a measured result of the same suite has its samples.")  # fmt: skip
+    source = blobs.path_for(digest)
+    label = f"attempts file of result {result_id}"
+    size = (await asyncio.to_thread(source.stat)).st_size
+    handle, size = await asyncio.to_thread(open_verified, source, {"sha256": digest, "size_bytes": size}, label=label)
+    if await asyncio.to_thread(_holds_credential, handle, digest):
+        handle.close()
+        raise ArtifactChanged(
+            f"The {label} holds text shaped like a credential (a sample's command or output), so it is not served "
+            "whole.",
+            hint=f"Read its samples, redacted, on the result's page (/ui/p/{project}/evaluations/{result_id}).",
+        )
+    return Artifact({"sha256": digest, "size_bytes": size}, f"{result_id}-attempts.jsonl", handle, size)
+
+
+# Digests of attempts files already scanned -> whether a line looked like a credential (content never changes).
+_SCANNED: OrderedDict[str, bool] = OrderedDict()
+
+
+def _holds_credential(handle: BinaryIO, digest: str) -> bool:
+    """Whether a line of the file looks like a credential (client/redaction.py's patterns and the secret values
+    this process holds); the handle is left at offset 0. Blocking."""
+    if digest not in _SCANNED:
+        _SCANNED[digest] = any(contains_secret(line.decode("utf-8", "replace")) for line in handle)
+        handle.seek(0)
+        while len(_SCANNED) > _VERIFIED_MAX:
+            _SCANNED.popitem(last=False)
+    return _SCANNED[digest]
 
 
 def file_in_run(run_dir: Path, path: str) -> Path:

@@ -18,7 +18,7 @@ from bashgym.client.errors import BashGymError, Forbidden, InvalidInput, NotFoun
 from bashgym.client.validation import check_identifier, check_metric_name
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, requires
-from bashgym.daemon.artifacts import download_response, open_artifact
+from bashgym.daemon.artifacts import download_response, open_artifact, open_attempts
 from bashgym.daemon.authority import Principal
 from bashgym.daemon.authority.principals import act_in_workspace, resolve_token_id
 from bashgym.daemon.campaigns.reports import report_file
@@ -431,6 +431,22 @@ async def artifact_download(request: Request, project: str, run_id: str, path: s
             services.ledger, services.blobs, services.settings.runs_dir, viewer.workspace, name, run_id, path
         )
         return download_response(artifact, dict(request.headers), extra=HEADERS)
+
+    return await _serve(request, build)
+
+
+@router.get("/ui/p/{project}/evaluations/{result_id}/attempts", include_in_schema=False)
+async def attempts_download(request: Request, project: str, result_id: str) -> Response:
+    """A measured result's attempts file downloaded from its page: the API's route with the session's authority."""
+
+    async def build(viewer: Viewer) -> Response:
+        name = viewer.require(project)
+        check_identifier(result_id, field="result")
+        attempts = await open_attempts(
+            viewer.services.ledger, viewer.services.blobs, viewer.workspace, name, result_id,
+            may_see_protected=viewer.principal.holds("eval.protected", name),
+        )  # fmt: skip
+        return download_response(attempts, dict(request.headers), extra=HEADERS)
 
     return await _serve(request, build)
 

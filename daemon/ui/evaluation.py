@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from html import escape
 from typing import Any
 
 from bashgym.client.redaction import redact_text
+from bashgym.daemon.artifacts import WITHHELD, held_attempts
 from bashgym.daemon.blobs import BlobStore
 from bashgym.daemon.evidence.gathering import gather_evidence
 from bashgym.daemon.evidence.promotion import gate
@@ -29,10 +29,8 @@ MAX_SAMPLES = 4000  # 88 tasks x 45 samples; a larger file is cut, and the page 
 MAX_ATTEMPTS_BYTES = 16 * 1024 * 1024
 MAX_TEXT_CHARS = 2000
 KS = (1, 2, 4, 8, 16)
-SHA256 = re.compile(r"[0-9a-f]{64}")
 SUMMARY = ("result_id", "suite_id", "run_id", "model_version_id", "status", "provenance", "metrics", "sample_count",
            "created_by", "created_at")  # fmt: skip
-WITHHELD = "This suite is protected: its per-task rows and samples open only with eval.protected."
 
 
 async def result_view(
@@ -49,12 +47,16 @@ async def result_view(
                 "canaries": None, "safety": None, "comparisons": comparisons}  # fmt: skip
     samples, note = await asyncio.to_thread(_read_samples, blobs, record)
     tasks = _tasks(details.get("per_task") or {}, samples)
+    digest, _ = held_attempts(blobs, record)
     return {
         "result": summary,
         "withheld": None,
         "families": _families(tasks),
         "tasks": tasks,
         "samples_note": note,
+        "attempts_file": None
+        if digest is None
+        else {"sha256": digest, "download": f"/v1/projects/{project}/eval-results/{result_id}/attempts"},
         "canaries": details.get("canaries"),
         "safety": details.get("safety"),
         "comparisons": comparisons,
@@ -124,7 +126,12 @@ def result_page(project: str, view: dict[str, Any], who: str) -> str:
         links={"task": lambda r: f"#task-{r['task_id']}"},
         caption="By task, failed first",
     )
-    body += f"<h2>Samples</h2><p>{e(view['samples_note'])}</p>" + "".join(_task_samples(t) for t in view["tasks"])
+    body += f"<h2>Samples</h2><p>{e(view['samples_note'])}</p>"
+    if view.get("attempts_file"):
+        url = href("p", project, "evaluations", result["result_id"], "attempts")
+        body += (f'<p><a href="{e(url)}" download>Download the attempts file</a> (every sample whole, as the '
+                 f"evaluator wrote it; sha256 <code>{e(view['attempts_file']['sha256'])}</code>)</p>")  # fmt: skip
+    body += "".join(_task_samples(t) for t in view["tasks"])
     body += _observations(view["canaries"], view["safety"])
     return page(f"Evaluation {result['result_id']}", body, who=who, crumbs=_crumbs(project))
 
@@ -194,11 +201,9 @@ async def compare_section(ledger: Ledger, ws: str, project: str, run_ids: list[s
 
 def _read_samples(blobs: BlobStore, record: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], str]:
     """The result's samples by task, and a line saying where they come from and what was cut."""
-    digest = str((record.get("details") or {}).get("attempts_sha256") or "")
-    if record.get("provenance") != "measured":
-        return {}, "Samples are kept for measured results only; this one was imported, with its importer's figures."
-    if not SHA256.fullmatch(digest) or not blobs.has(digest):
-        return {}, "This result's attempts file is not held here: no samples to show."
+    digest, why = held_attempts(blobs, record)
+    if digest is None:
+        return {}, why
     by_task: dict[str, list[dict[str, Any]]] = {}
     shown = 0
     with blobs.path_for(digest).open("rb") as handle:

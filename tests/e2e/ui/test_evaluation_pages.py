@@ -4,8 +4,11 @@ CIs and each run's gate verdict; read only where the session's or token's grants
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import html
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +20,7 @@ from bashgym.trainers.environments.terminal_tasks import default_suite
 
 from tests.e2e.trust_boundaries.tenants import issue_token, tenant
 from tests.support.factories import suite, tracking_context
-from tests.support.helpers import RunningDaemon, daemon_with_project
+from tests.support.helpers import RunningDaemon, cli, daemon_with_project
 
 PROJECT = "nightly"
 P = f"/v1/projects/{PROJECT}"
@@ -201,3 +204,80 @@ def test_a_protected_suites_tasks_stay_closed_to_a_reader_without_eval_protected
     with browser(daemon, viewer) as opened:
         page = opened.get(f"/ui/p/{PROJECT}/evaluations/{result_id}")
     assert page.status_code == 200 and "eval.protected" in page.text and "secret-task-7" not in page.text
+
+
+def attempts_of(gold: dict[str, Any]) -> tuple[str, str]:
+    """The gold result's id and the digest of its attempts file, as its view names them."""
+    held = gold["attempts_file"]
+    assert held and held["download"] == f"{P}/eval-results/{gold['result']['result_id']}/attempts", held
+    return gold["result"]["result_id"], held["sha256"]
+
+
+def test_a_measured_results_attempts_file_downloads_whole_or_by_range_with_its_recorded_sha256(
+    daemon: RunningDaemon, gold: dict[str, Any]
+) -> None:
+    result_id, digest = attempts_of(gold)
+    with daemon.client() as admin:
+        whole = admin.get(f"{P}/eval-results/{result_id}/attempts")
+        head = admin.get(f"{P}/eval-results/{result_id}/attempts", headers={"Range": "bytes=0-9"})
+    assert whole.status_code == 200, whole.text
+    assert hashlib.sha256(whole.content).hexdigest() == digest == whole.headers["x-content-sha256"]
+    assert whole.headers["repr-digest"] == f"sha-256=:{base64.b64encode(bytes.fromhex(digest)).decode()}:"
+    assert f'filename="{result_id}-attempts.jsonl"' in whole.headers["content-disposition"]
+    assert whole.headers["content-type"] == "application/octet-stream"
+    samples = [json.loads(line) for line in whole.content.splitlines()]
+    assert len(samples) == 2 and {s["task_id"] for s in samples} == {t["task_id"] for t in gold["tasks"]}
+    assert head.status_code == 206 and head.content == whole.content[:10], head.headers
+
+
+def test_the_evaluation_page_links_its_attempts_file_and_the_cli_downloads_it_checked(
+    daemon: RunningDaemon, gold: dict[str, Any], tmp_path: Any
+) -> None:
+    result_id, digest = attempts_of(gold)
+    link = f"/ui/p/{PROJECT}/evaluations/{result_id}/attempts"
+    with browser(daemon) as opened:
+        page = opened.get(f"/ui/p/{PROJECT}/evaluations/{result_id}")
+        assert f'href="{link}"' in page.text and digest in page.text, page.text
+        saved = opened.get(link)
+    assert saved.status_code == 200 and hashlib.sha256(saved.content).hexdigest() == digest
+    env, out = daemon.env(), tmp_path / "attempts.jsonl"
+    first = cli(env, "eval", "download", "--project", PROJECT, result_id, "--out", str(out), "--json")
+    assert first.code == 0, first.stderr
+    assert first.json()["status"] == "downloaded" and hashlib.sha256(out.read_bytes()).hexdigest() == digest
+    again = cli(env, "eval", "download", "--project", PROJECT, result_id, "--out", str(out), "--json")
+    assert again.json()["status"] == "unchanged", again.stdout
+
+
+def test_no_attempts_file_reaches_another_tenant_an_importer_or_a_reader_of_a_protected_suite(
+    daemon: RunningDaemon, gold: dict[str, Any], tmp_path: Any
+) -> None:
+    """Outsiders get nothing; an imported result naming the measured file's digest downloads nothing through it; a
+    protected suite's result answers 403 to a viewer before anything says whether a file exists."""
+    result_id, digest = attempts_of(gold)
+    outsider = issue_token(daemon, "omar", "researcher", workspace="elsewhere")
+    other_project = issue_token(daemon, "paul", "researcher", project="other")
+    for token in (outsider, other_project):
+        with tenant(daemon, token) as client:
+            answer = client.get(f"{P}/eval-results/{result_id}/attempts")
+            assert answer.status_code in {403, 404} and b"task_id" not in answer.content, answer.text
+    with browser(daemon, other_project) as opened:
+        page = opened.get(f"/ui/p/{PROJECT}/evaluations/{result_id}/attempts")
+        assert page.status_code == 403 and b"task_id" not in page.content
+    with daemon.client() as admin:
+        thief = asserted(admin, None, dict.fromkeys(TASKS, 1.0), attempts_sha256=digest)
+        stolen = admin.get(f"{P}/eval-results/{thief}/attempts")
+        assert stolen.status_code == 404 and "measured results only" in stolen.text, stolen.text
+        assert admin.get(f"{P}/eval-results/{thief}").json()["attempts_file"] is None
+        if admin.get(f"{P}/eval-suites/sealed-dl").status_code == 404:
+            assert admin.post(f"{P}/eval-suites", json=suite("sealed-dl", is_protected=True)).status_code == 201
+        body = {"suite_id": "sealed-dl", "metrics": {"pass_at_1": 0.5}, "details": {"attempts_sha256": digest}}
+        sealed = admin.post(f"{P}/eval-results", json=body).json()["record"]["result_id"]
+        assert admin.get(f"{P}/eval-results/{sealed}/attempts").status_code == 404  # held: not measured
+    viewer = issue_token(daemon, "vic", "viewer", project=PROJECT)
+    with tenant(daemon, viewer) as client:
+        assert client.get(f"{P}/eval-results/{result_id}/attempts").status_code == 200  # an open suite's: readable
+        closed = client.get(f"{P}/eval-results/{sealed}/attempts")
+        assert closed.status_code == 403 and "eval.protected" in closed.text, closed.text
+    refused = cli({**daemon.env(), "BASHGYM_TOKEN": outsider}, "eval", "download", "--project", PROJECT, result_id,
+                  "--out", str(tmp_path / "taken.jsonl"))  # fmt: skip
+    assert refused.code in {4, 5} and not (tmp_path / "taken.jsonl").exists(), refused.stderr
