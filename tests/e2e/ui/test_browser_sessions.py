@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.ui.test_browser import browser, run_with_points, shot, until  # noqa: F401 (browser: a fixture)
+from tests.support.factories import campaign_spec
 from tests.support.helpers import running_daemon
 
 pytestmark = pytest.mark.slow
@@ -38,12 +39,17 @@ def test_a_deep_link_survives_sign_in_and_the_session_a_restart_and_pages_fit_na
         browser.get(link)
         until(lambda: browser.current_url == deep, "the deep link's page after signing in")
         assert run_id in browser.title
-    with running_daemon(home) as daemon:
+    with running_daemon(home) as daemon, daemon.client() as admin:
         browser.get(f"{daemon.url}/ui/p/nightly/runs/{run_id}")
         assert run_id in browser.title, "the session did not survive the restart"
+        spec = campaign_spec(campaign_id="c-narrow", report_schedule=None, primary_metric="pass@1")
+        assert admin.post("/v1/projects/nightly/campaigns", json=spec).status_code == 201
+        proposal = {"primary_variable": "learning_rate", "value": 1e-4, "rationale": "a smaller step"}
+        assert admin.post("/v1/projects/nightly/campaigns/c-narrow/propose", json=proposal).status_code == 201
+        campaign = "/ui/p/nightly/campaigns/c-narrow"  # its iterations table has the most columns
         for width in (800, 390):
             browser.set_window_size(width, 900)
-            for page in (f"/ui/p/nightly/runs/{run_id}", "/ui/p/nightly", "/ui"):
+            for page in (f"/ui/p/nightly/runs/{run_id}", "/ui/p/nightly", "/ui", campaign):
                 browser.get(f"{daemon.url}{page}")
                 measured = browser.execute_script(MEASURE)
                 assert measured["innerWidth"] <= width, measured["innerWidth"]
@@ -51,4 +57,5 @@ def test_a_deep_link_survives_sign_in_and_the_session_a_restart_and_pages_fit_na
                 for head in measured["heads"]:
                     assert head["whiteSpace"] == "nowrap", (width, page, head)
                     assert head["height"] < 2 * head["lineHeight"] + 16, (width, page, head)  # one line, padded
-            shot(browser, tmp_path, f"run-{width}px")
+            assert "Iterations and their decisions" in browser.page_source
+            shot(browser, tmp_path, f"campaign-{width}px")
