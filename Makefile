@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow lint typecheck check cli-index bench bench-env bench-peers bench-constraints constraints clean
+.PHONY: setup demo test test-slow lint typecheck check cli-index bench bench-env bench-peers bench-report bench-constraints constraints clean
 
 # constraints.txt pins every package to the versions the suite last passed on (its header says why).
 $(STAMP): pyproject.toml constraints.txt
@@ -77,6 +77,10 @@ bench-env: $(BENCH_STAMP)
 bench-peers: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/ledger_ingest.py $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python bench/ui_bench.py
+
+# Every benchmark figure's history from bench/results.jsonl and its ratio to the previous commit's (bench/report.py).
+bench-report:
+	python3 bench/report.py $(REPORT_ARGS)
 
 # Re-resolve the benchmarks' pins at today's newest releases (their header kept), as `constraints` does for .venv.
 bench-constraints:

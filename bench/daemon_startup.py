@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import history
 import httpx
 
 BASHGYM = [sys.executable, "-c", "from bashgym.cli.main import main; main()"]
@@ -63,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    load_before = history.load_average()
     runs = []
     for i in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
@@ -84,6 +86,12 @@ def main() -> None:
         "targets": {"to_healthy_s": 1.5, "idle_rss_mb": 120},
     }
     print(json.dumps(result))
+    figures = {
+        name: history.Figure(result[name], unit="MB" if "rss" in name else "s", better="lower")
+        for name in ("first_start_to_healthy_s_median", "restart_to_healthy_s_median", "idle_rss_mb_median",
+                     "sigterm_to_exit_s_median")
+    }  # fmt: skip
+    history.record("daemon_startup", figures, settings=vars(args), load_before=load_before)
 
 
 if __name__ == "__main__":

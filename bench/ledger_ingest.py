@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import http.client
 import json
 import os
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import history
 from bashgym.client.specs import Actor, RunRegistration, RunTransition
 from bashgym.ledger.runs import register_run, transition_run
 from bashgym.ledger.store import Ledger
@@ -183,7 +185,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=1_000_000)
     args = parser.parse_args()
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), history.load_average()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ours = bashgym_ingest(root / "ingest", args.points)
@@ -218,6 +220,16 @@ def main() -> None:
         result["ratio_vs_log_metric"] = round(ours["points_per_s"] / peer["log_metric_points_per_s"], 1)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
+    ms = functools.partial(history.Figure, unit="ms", better="lower")
+    figures = {
+        "ingest_points_per_s": history.Figure(
+            result["bashgym_ingest_points_per_s"], unit="points/s", better="higher",
+            anchor=result.get("mlflow_log_batch_points_per_s"),
+            anchor_name="mlflow log_batch" if peer else None,
+        ),
+        **{name: ms(result[name]) for name in ("trend_100k_points_ms_median", *reads)},
+    }  # fmt: skip
+    history.record("ledger_ingest", figures, settings=vars(args), load_before=load_before)
 
 
 if __name__ == "__main__":

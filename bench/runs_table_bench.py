@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import history
 from bashgym.client.specs import Actor, MetricBatch, MetricPoint
 from bashgym.ledger import runs as ledger_runs
 from bashgym.ledger.store import Ledger
@@ -43,14 +44,14 @@ QUERIES = {
 }
 
 
-async def add_losses(path: Path) -> None:
-    """One train.loss point a run, 5,000 runs a transaction."""
+async def add_losses(path: Path, metric: str = "train.loss") -> None:
+    """One point of `metric` a run, 5,000 runs a transaction."""
     async with await Ledger.open(path, synchronous="NORMAL") as ledger:
         ids = await ledger.read(lambda conn: [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")])
 
         def add(tx: Tx, chunk: list[str], first: int) -> None:
             for i, run_id in enumerate(chunk, first):
-                point = MetricPoint(metric="train.loss", step=0, value=(i * 7919 % 1000) / 1000)
+                point = MetricPoint(metric=metric, step=0, value=(i * 7919 % 1000) / 1000)
                 batch = MetricBatch(run_id=run_id, attempt_id=f"{run_id}.a1", points=[point])
                 ledger_runs.ingest_metrics(tx, "default", "nightly", batch)
 
@@ -95,8 +96,13 @@ def main() -> None:
         asyncio.run(build_big_ledger(path, args.runs, 0))
         asyncio.run(add_losses(path))
         print(f"built {args.runs:,} runs with one train.loss point each in {time.perf_counter() - started:.0f} s")
+        load_before = history.load_average()
+        figures = {}
         for name, (p50, p99) in asyncio.run(measure(path, args.repeats)).items():
             print(f"{p50:9.1f} ms p50 {p99:9.1f} ms p99   {name}")
+            figures[f"{name}: p50 ms"] = history.Figure(round(p50, 2), unit="ms", better="lower")
+            figures[f"{name}: p99 ms"] = history.Figure(round(p99, 2), unit="ms", better="lower")
+        history.record("runs_table_bench", figures, settings=vars(args), load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,19 @@ Measures (issue 42 targets in brackets), each the median of its requests over on
   - the project page (HTML: health and the first runs page)
   - the curve's data: 100,000 points thinned to a 1,000-pixel chart, and a zoomed range at full resolution
   - the run page (HTML)
+  - the runs table filtered in the search grammar and sorted by a metric (HTML, issue 54):
+    `metrics.val.loss < 0.5 and status = 'completed'` by `metrics.val.loss asc`, every run holding one val.loss
+  - an evaluation's page at 88 tasks x 4 samples (HTML: families, tasks and every sample, read from its attempts file)
   - in headless Chromium (where Debian's chromium and chromium-driver are installed): the run page of 100,000 points
     from navigation to its chart drawn [< 1 s], and a live run's new point from its ingestion to the chart redrawn
     with it [the issue asks 2 s], both on the page's own clock (ui.js marks each draw)
-  MLflow peer: `runs/search` (max_results 50) and `metrics/get-history-bulk-interval` (max_results 1,000), the calls
-  its UI makes for a runs table and a chart, against `mlflow server` on its SQLite store with the same counts.
+  MLflow peer: `runs/search` (max_results 50; plain, and with the same filter and order as ours:
+  ``metrics.`val.loss` < 0.5 and attributes.status = 'FINISHED'`` by ``metrics.`val.loss` ASC``) and
+  `metrics/get-history-bulk-interval` (max_results 1,000), the calls its UI makes for a runs table and a chart,
+  against `mlflow server` on its SQLite store (its runs made one by one: --mlflow-runs of them, each with a val.loss
+  and a third FINISHED, as ours).
+
+Each run's figures are appended to bench/results.jsonl (bench/history.py; `make bench-report` prints their history).
 
 Run: python bench/ui_bench.py [--runs 100000 --points 100000] (MLflow's share: make bench-env first, then
 .venv-bench/bin/python bench/ui_bench.py; building MLflow's runs one by one takes minutes, --mlflow-runs scales it)
@@ -38,13 +46,57 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bashgym.client.specs import Actor, MetricBatch, MetricPoint
+import history
+from bashgym.client.specs import Actor, EvalResultSpec, MetricBatch, MetricPoint
+from bashgym.daemon.blobs import BlobStore
+from bashgym.daemon.evidence.evaluations import terminal_suite_spec
 from bashgym.ledger.store import Ledger
+from bashgym.trainers.environments.terminal_tasks import default_suite
 from ledger_ingest import build_big_ledger, timed_ms
+from runs_table_bench import add_losses
 
 from tests.support.helpers import eventually, running_daemon
 
 UNLIMITED_READS = {"BASHGYM_READ_RATE_PER_MINUTE": "1000000", "BASHGYM_READ_RATE_BURST": "1000000"}
+SORT_METRIC = "val.loss"  # one point a run (train.loss is the long curve of one run)
+FILTERED_SORTED = {
+    "filter": f"metrics.{SORT_METRIC} < 0.5 and status = 'completed'",
+    "sort": f"metrics.{SORT_METRIC} asc",
+}
+SAMPLES_PER_TASK = 4
+
+
+async def add_evaluation(path: Path, artifacts: Path) -> str:
+    """A result of the 88-task suite with 4 samples a task and its attempts file in the daemon's blob store, written
+    as the evaluator writes one (a benchmark's fixture in a throwaway ledger: no model was evaluated)."""
+    suite = default_suite()
+    lines, per_task = [], {}
+    for n, task in enumerate(suite.tasks):
+        passes = n % 5
+        share = min(passes, SAMPLES_PER_TASK) / SAMPLES_PER_TASK
+        per_task[task.task_id] = {"family": task.task_family, "pass@1": share}
+        for index in range(SAMPLES_PER_TASK):
+            passed = index < passes
+            attempt = {"task_id": task.task_id, "task_family": task.task_family, "attempt_index": index,
+                       "command": task.gold if passed else f"grep -c line data.txt | tee out.txt # try {index}",
+                       "passed": passed, "reward": float(passed), "verifier_status": "ok", "timed_out": False,
+                       "duration_s": 0.12, "exit_code": 0 if passed else 1, "stdout": "3\n" * 40,
+                       "stderr_tail": "" if passed else "grep: data.txt: No such file or directory\n",
+                       "isolation": "namespaces", "tamper_reasons": [], "unsafe_actions": [],
+                       "unsafe_action_count": 0, "safety_observed": "syscalls", "split": "train"}  # fmt: skip
+            lines.append(json.dumps(attempt))
+    written = path.parent / "attempts.jsonl"
+    written.write_text("".join(line + "\n" for line in lines))
+    digest, _ = await BlobStore(artifacts).put_file(written)
+    actor = Actor(actor_id="bench")
+    async with await Ledger.open(path, synchronous="NORMAL") as ledger:
+        await ledger.register_eval_suite(actor, "default", "nightly", terminal_suite_spec(suite))
+        details = {"per_task": per_task, "attempts_sha256": digest}
+        spec = EvalResultSpec(
+            suite_id=suite.suite_id, metrics={"pass@1": 0.4}, sample_count=len(lines), details=details
+        )
+        made = await ledger.record_eval_result(actor, "default", "nightly", spec, provenance="measured")
+        return str(made.record["result_id"])
 
 
 async def add_points(path: Path, points: int) -> str:
@@ -70,12 +122,12 @@ async def add_points(path: Path, points: int) -> str:
         return run_id
 
 
-def bashgym_reads(home: Path, run_id: str, deep_cursor: str) -> dict[str, float]:
+def bashgym_reads(home: Path, run_id: str, deep_cursor: str, result_id: str) -> dict[str, float]:
     with running_daemon(home, env=UNLIMITED_READS) as daemon, daemon.client() as client:
         link = client.post("/v1/ui/links").json()["url"]
         with httpx.Client(follow_redirects=False) as browser:
             signed = browser.get(link)
-            cookie = signed.headers["set-cookie"].split(";", 1)[0]
+            cookie = f"bashgym_ui={signed.cookies['bashgym_ui']}"  # the session's (a sign-in sets two cookies)
         series = f"/ui/data/p/nightly/runs/{run_id}/series"
         zoomed = {"metric": "train.loss", "points": 1000, "lo": 40_000, "hi": 41_999}
         with httpx.Client(base_url=daemon.url, headers={"Cookie": cookie}) as session:
@@ -88,7 +140,13 @@ def bashgym_reads(home: Path, run_id: str, deep_cursor: str) -> dict[str, float]
                 "series_100k_to_1000px_ms": timed_ms(session, series, {"metric": "train.loss", "points": 1000}, 20),
                 "series_zoomed_2000_points_ms": timed_ms(session, series, zoomed, 20),
                 "run_page_ms": timed_ms(session, f"/ui/p/nightly/runs/{run_id}", {}, 10),
+                "runs_page_filtered_sorted_ms": timed_ms(session, "/ui/p/nightly", FILTERED_SORTED, 10),
+                "evaluation_page_88x4_ms": timed_ms(session, f"/ui/p/nightly/evaluations/{result_id}", {}, 10),
             }
+            sorted_page = session.get("/ui/p/nightly", params=FILTERED_SORTED).text
+            assert "invalid" not in sorted_page.lower() and sorted_page.count('<a href="/ui/p/nightly/runs/') >= 50
+            evaluation = session.get(f"/ui/p/nightly/evaluations/{result_id}").text
+            assert f"{SAMPLES_PER_TASK * 88} samples from the evaluator" in evaluation, evaluation[-500:]
         medians = {name: statistics.median(samples) for name, samples in figures.items()}
         medians.update(browser_draws(daemon, link_for=lambda: client.post("/v1/ui/links").json()["url"], run_id=run_id))
     return medians
@@ -203,6 +261,10 @@ def mlflow_reads(root: Path, runs: int, points: int) -> dict[str, float] | None:
     experiment = client.create_experiment("bench", artifact_location=str(root / "artifacts"))
     run_ids = [client.create_run(experiment).info.run_id for _ in range(runs)]
     now = int(time.time() * 1000)
+    for i, made in enumerate(run_ids):  # as ours: one val.loss a run, every third run finished
+        client.log_batch(made, metrics=[Metric(SORT_METRIC, (i * 7919 % 1000) / 1000, now, 0)])
+        if i % 3 == 0:
+            client.set_terminated(made, "FINISHED")
     for first in range(0, points, 1000):
         client.log_batch(
             run_ids[0],
@@ -225,6 +287,10 @@ def mlflow_reads(root: Path, runs: int, points: int) -> dict[str, float] | None:
                 time.sleep(0.5)
         search = timed_ms_post(port, "/ajax-api/2.0/mlflow/runs/search",
                                {"experiment_ids": [experiment], "max_results": 50}, 20)  # fmt: skip
+        filtered = {"experiment_ids": [experiment], "max_results": 50,
+                    "filter": f"metrics.`{SORT_METRIC}` < 0.5 and attributes.status = 'FINISHED'",
+                    "order_by": [f"metrics.`{SORT_METRIC}` ASC"]}  # fmt: skip
+        search_filtered = timed_ms_post(port, "/ajax-api/2.0/mlflow/runs/search", filtered, 10)
         interval = {"run_ids": run_ids[0], "metric_key": "train.loss", "max_results": 1000}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}") as peer:
             history = timed_ms(peer, "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval", interval, 20)
@@ -233,6 +299,7 @@ def mlflow_reads(root: Path, runs: int, points: int) -> dict[str, float] | None:
         server.wait(timeout=30)
     return {
         "mlflow_runs_search_ms": statistics.median(search),
+        "mlflow_runs_search_filtered_sorted_ms": statistics.median(search_filtered),
         "mlflow_history_interval_ms": statistics.median(history),
     }
 
@@ -259,14 +326,16 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--mlflow-runs", type=int, default=10_000, help="MLflow creates runs one by one: minutes")
     args = parser.parse_args()
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), history.load_average()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ledger_path = root / "big" / "ledger.sqlite3"
         asyncio.run(build_big_ledger(ledger_path, args.runs, 1_000))
+        asyncio.run(add_losses(ledger_path, SORT_METRIC))
         run_id = asyncio.run(add_points(ledger_path, args.points))
+        result_id = asyncio.run(add_evaluation(ledger_path, root / "big" / "artifacts"))
         query, deep = runs_page_query_ms(ledger_path)
-        reads = bashgym_reads(root / "big", run_id, deep)
+        reads = bashgym_reads(root / "big", run_id, deep, result_id)
         peer = mlflow_reads(root / "mlflow", args.mlflow_runs, args.points)
         shutil.rmtree(root / "mlflow", ignore_errors=True)
     result: dict[str, Any] = {
@@ -283,8 +352,33 @@ def main() -> None:
         result["ratio_series_vs_mlflow_interval"] = round(
             peer["mlflow_history_interval_ms"] / reads["series_100k_to_1000px_ms"], 1
         )
+        result["ratio_filtered_sorted_vs_mlflow"] = round(
+            peer["mlflow_runs_search_filtered_sorted_ms"] / reads["runs_page_filtered_sorted_ms"], 1
+        )
     result["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
+    remember(result, settings=vars(args), load_before=load_before)
+
+
+def remember(result: dict[str, Any], *, settings: dict[str, Any], load_before: float) -> None:
+    """The figures into bench/results.jsonl, each HTTP one beside MLflow's call for the same view where it ran."""
+    anchors = {
+        "project_page_ms": "mlflow_runs_search_ms",
+        "runs_page_filtered_sorted_ms": "mlflow_runs_search_filtered_sorted_ms",
+        "series_100k_to_1000px_ms": "mlflow_history_interval_ms",
+    }
+    figures = {
+        name: history.Figure(
+            value=float(value),
+            unit="ms",
+            better="lower",
+            anchor=result.get(anchors.get(name, "")),
+            anchor_name="mlflow" if anchors.get(name) in result else None,
+        )
+        for name, value in result.items()
+        if name.endswith("_ms") and not name.startswith("mlflow_")
+    }
+    history.record("ui_bench", figures, settings=settings, load_before=load_before)
 
 
 if __name__ == "__main__":
