@@ -335,13 +335,24 @@ def get_dataset_version(conn: sqlite3.Connection, ws: str, project: str, version
     return to_record(row)
 
 
-def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:
+def run_head(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:
+    """The run's record and its attempts, without its evaluations, artifacts and summaries: what a route that only
+    writes to the run needs (a tracked run's metric batch every second reads no more)."""
     run = to_record(get_run_row(conn, ws, project, run_id))
+    run["attempts"] = [
+        to_record(r)
+        for r in conn.execute(
+            "SELECT * FROM attempts WHERE workspace_id = ? AND project_id = ? AND run_id = ? ORDER BY attempt_number",
+            (ws, project, run_id),
+        )
+    ]
+    return run
+
+
+def get_run(conn: sqlite3.Connection, ws: str, project: str, run_id: str) -> dict[str, Any]:
+    run = run_head(conn, ws, project, run_id)
     key = (ws, project, run_id)
     scope = "workspace_id = ? AND project_id = ? AND run_id = ?"
-    run["attempts"] = [
-        to_record(r) for r in conn.execute(f"SELECT * FROM attempts WHERE {scope} ORDER BY attempt_number", key)
-    ]
     run["evaluations"] = [
         to_record(r) for r in conn.execute(f"SELECT * FROM eval_results WHERE {scope} ORDER BY created_at", key)
     ]

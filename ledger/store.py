@@ -724,6 +724,8 @@ class Ledger:
     get_dataset_version = reads(queries.get_dataset_version)
 
     get_run = reads(queries.get_run)
+    run_row = reads(runs.get_run_row)  # the run's own row, no attempts or summaries: enough to say it exists
+    run_head = reads(queries.run_head)  # the run's record and attempts: enough to write to it
 
     # -- tags and notes (ledger.tags) ------------------------------------------------------------
 

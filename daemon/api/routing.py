@@ -205,7 +205,7 @@ async def refuse_daemon_records(call: Call, project: str, run_id: str, what: str
     here, they would be a caller's words in the daemon's voice (a loss curve of 200 steps for a 2-step run, which
     the gate reads as steps trained). 404 first, the same answer as for a run that does not exist."""
     assert call.services.training is not None, "the daemon always runs a training service"
-    await call.services.ledger.get_run(call.workspace, project, run_id)
+    await call.services.ledger.run_row(call.workspace, project, run_id)  # not get_run: every metric batch asks
     if await call.services.training.drives(call.workspace, run_id):
         raise Conflict(
             f"Run {run_id} is trained by this daemon, which records its {what}; nothing was changed.",

@@ -91,7 +91,7 @@ async def show_tracked_run(call: ReadCall, project: str, run_id: str) -> Respons
 @router.post(f"{RUN}/metrics", status_code=201)
 async def log_tracked_metrics(call: WriterCall, project: str, run_id: str, body: TrackedPoints) -> Response:
     service = _service_of(call.services.tracked)
-    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    run = await call.services.ledger.run_head(call.workspace, project, run_id)
     batch = MetricBatch(run_id=run_id, attempt_id=service.attempt_of(run), points=body.points)
     if body.resent:
         return written(await service.log_resent_points(call.actor, call.workspace, run, batch))
@@ -110,7 +110,7 @@ async def log_tracked_artifact(
     stored in the project's content store and recorded as the run's artifact `bashgym://runs/RUN/NAME`."""
     check_artifact_name(name)
     service = _service_of(call.services.tracked)
-    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    run = await call.services.ledger.run_head(call.workspace, project, run_id)
     await service.heard(call.actor, call.workspace, run)  # an ended run reads no body
     sha, size = await hold_upload(call, project, http.stream())
     return written(await service.log_artifact(call.actor, call.workspace, run, name, sha, size))
@@ -119,7 +119,7 @@ async def log_tracked_artifact(
 @router.post(f"{RUN}/values", status_code=201)
 async def log_tracked_values(call: WriterCall, project: str, run_id: str, body: TrackedValues) -> Response:
     service = _service_of(call.services.tracked)
-    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    run = await call.services.ledger.run_head(call.workspace, project, run_id)
     await service.log_values(call.actor, call.workspace, run, body.model_dump(mode="json"))
     return json_response(await service.show(call.workspace, project, run_id), 201)
 
@@ -127,7 +127,7 @@ async def log_tracked_values(call: WriterCall, project: str, run_id: str, body: 
 @router.post(f"{RUN}/heartbeat")
 async def tracked_heartbeat(call: WriterCall, project: str, run_id: str) -> Response:
     service = _service_of(call.services.tracked)
-    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    run = await call.services.ledger.run_head(call.workspace, project, run_id)
     await service.heard(call.actor, call.workspace, run)
     return json_response({"run_id": run_id, "status": "running"})
 
@@ -135,5 +135,5 @@ async def tracked_heartbeat(call: WriterCall, project: str, run_id: str) -> Resp
 @router.post(f"{RUN}/end")
 async def end_tracked_run(call: WriterCall, project: str, run_id: str, body: TrackedEnd) -> Response:
     service = _service_of(call.services.tracked)
-    run = await call.services.ledger.get_run(call.workspace, project, run_id)
+    run = await call.services.ledger.run_head(call.workspace, project, run_id)
     return written(await service.end(call.actor, call.workspace, run, body))

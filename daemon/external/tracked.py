@@ -82,7 +82,7 @@ class TrackedRuns(BackgroundLoop):
         written = await self.ledger.register_run(actor, ws, registration)
         project, run_id = written.record["project_id"], written.record["run_id"]
         if body.environment is not None:
-            where = (ws, project, run_id, self.attempt_of(await self.ledger.get_run(ws, project, run_id)))
+            where = (ws, project, run_id, self.attempt_of(await self.ledger.run_head(ws, project, run_id)))
             await record_environment(
                 self.ledger, actor, where, body.environment, measured_by="tracking client", planned_digest=planned
             )
@@ -105,7 +105,7 @@ class TrackedRuns(BackgroundLoop):
         """The run, if `principal` may log to it: `training.launch` in the project, on a run its actor opened, or
         on any tracked run there with `training.stop` too (as pausing a run is the caller's own, or any with stop)."""
         principal.require("training.launch", workspace_id=ws, project_id=project)
-        run = await self.ledger.get_run(ws, project, run_id)
+        run = await self.ledger.run_head(ws, project, run_id)  # each batch asks: the record, not its summaries
         if run["source_system"] != TRACKED_SURFACE:
             raise InvalidInput(
                 f"Run {run_id} is not a tracked run (it came from {run['source_system']}); nothing was changed.",
