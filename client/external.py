@@ -75,7 +75,10 @@ class PlanOptionsSpec(Spec):
     use_spot: bool = False
     cloud: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,32}$")] | None = None
     region: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$")] | None = None
-    checkpoint_store: Annotated[str, Field(pattern=r"^(s3|gs|r2|az|oci)://[A-Za-z0-9_./-]{1,500}$")] | None = None
+    # A bucket URI (SkyPilot) or a dstack volume name.
+    checkpoint_store: (
+        Annotated[str, Field(pattern=r"^((s3|gs|r2|az|oci)://[A-Za-z0-9_./-]{1,500}|[a-z][a-z0-9-]{1,40})$")] | None
+    ) = None
     max_price_per_hour: Annotated[float, Field(gt=0, le=10_000)] | None = None
     timeout_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] | None = None
 

@@ -170,6 +170,24 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Managed fine-tuning providers (OpenAI-compatible API), by name: {base_url, api_key_env}.",
     )
+    skypilot_bin: str = Field(
+        "",
+        description="Path of the `sky` executable of SkyPilot's own environment (its pins conflict with ours): "
+        "plans are checked with `sky launch --dryrun` and launched, followed and cancelled as managed jobs "
+        "through it (argument lists, never a shell). Empty: SkyPilot's library where it imports here.",
+    )
+    skypilot_api_url: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="SkyPilot API server `sky` talks to (its SKYPILOT_API_SERVER_ENDPOINT); empty: the one its "
+        "own config names.",
+    )
+    engine_outputs: dict[str, Path] = Field(
+        default_factory=dict,
+        description="Where the daemon's host reads each checkpoint store a launched SkyPilot/dstack plan writes "
+        'its outputs to: JSON {"s3://bucket/prefix": "/mnt/bucket/prefix", "dstack-volume": "/mnt/vol"} '
+        "(a bucket mount, a shared filesystem). A plan is launched only into a store named here.",
+    )
     discord_token_env: str = Field(
         "BASHGYM_DISCORD_TOKEN", description="Name of the environment variable holding the bot token."
     )
@@ -330,10 +348,10 @@ class Settings(BaseSettings):
         """Every namespace some project may read through the daemon's token."""
         return {read_grant(entry)[2] for entry in self.hf_read_namespaces}
 
-    @field_validator("providers", mode="before")
+    @field_validator("providers", "engine_outputs", mode="before")
     @classmethod
     def _providers_json(cls, value: object) -> object:
-        """BASHGYM_PROVIDERS is JSON: {"name": {"base_url": ..., "api_key_env": ...}}; bashgym.toml uses tables."""
+        """BASHGYM_PROVIDERS and BASHGYM_ENGINE_OUTPUTS are JSON objects; bashgym.toml uses tables."""
         if isinstance(value, str):
             try:
                 return json.loads(value) if value.strip() else {}

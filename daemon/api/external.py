@@ -122,16 +122,8 @@ async def plan_compute(call: LaunchCall, body: PlanSubmission, http: Request) ->
         await asyncio.to_thread(
             check_no_command_checks, request.method, files, "the plan's data", runs_in=f"the {body.engine} task"
         )
-    service = _service(call)
     answer = await submit_plan(
-        call.services.settings,
-        call.services.ledger,
-        call.actor,
-        call.workspace,
-        request,
-        body,
-        service.plan_secrets(),
-        may_exceed_budget=prepared.may_exceed_budget,
+        _service(call), call.actor, call.workspace, request, body, may_exceed_budget=prepared.may_exceed_budget
     )
     return json_response(answer, 201)
 

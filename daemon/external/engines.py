@@ -18,7 +18,6 @@ from typing import Any
 from bashgym.client.errors import RuleRejected
 from bashgym.daemon.external.plans import (
     LIBRARIES,
-    OUT_REMOTE,
     Document,
     Engine,
     PlanOptions,
@@ -97,11 +96,17 @@ def _parse(engine: Engine, document: Document, *, secrets: Mapping[str, str] | N
 
 
 def launch_plan(
-    plan: RenderedPlan, *, plan_path: Path, secrets: Mapping[str, str], home: Path | None = None
+    plan: RenderedPlan,
+    *,
+    plan_path: Path,
+    secrets: Mapping[str, str],
+    home: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Submit a written plan (write_plan) through the engine's own client; `{"engine_job_id": ...}`.
+    """Submit a written dstack plan (write_plan) through dstack's own client; `{"id": run name, "project": ...}`.
+    (SkyPilot's are launched through the operator's `sky`: skypilot.py.)
 
-    Blocking, and for SkyPilot until the cluster is up: call it in a thread. `secrets` holds the values of the
+    Blocking: call it in a thread. `secrets` holds the values of the
     names the plan declares; they go to the engine's client only. `home` is where `.dstack/config.yml` is looked
     for (default: this user's home, which dstack's client reads too).
 
@@ -118,22 +123,36 @@ def launch_plan(
             hint=f"Run it by hand once the engine is set up: {plan.command}",
         )
     wanted = {name: secrets[name] for name in plan.secret_names}
+    document = with_env(plan, env or {})
+    return _launch_dstack(document, wanted, plan_path=plan_path)
+
+
+def with_env(plan: RenderedPlan, env: Mapping[str, str]) -> Document:
+    """A copy of the plan's document with `env` in its task's environment."""
+    document = copy.deepcopy(plan.document)
     match plan.engine:
         case "skypilot":
-            return _launch_skypilot(plan, wanted)
+            document["envs"] = {**document.get("envs", {}), **env}
         case "dstack":
-            return _launch_dstack(plan, wanted, plan_path=plan_path)
+            document["env"] = [*document.get("env", []), *(f"{key}={value}" for key, value in env.items())]
+    return document
 
 
-def launch_refusal(plan: RenderedPlan, *, secrets: Mapping[str, str], home: Path) -> str | None:
-    """Why the plan cannot be launched from here, or None."""
+def launch_refusal(plan: RenderedPlan, *, secrets: Mapping[str, str], home: Path, sky_bin: str = "") -> str | None:
+    """Why the plan cannot be launched from here, or None. `sky_bin`: the operator's `sky` (skypilot.py)."""
     checked = plan.validation
     if checked.get("checked") and not checked.get("valid"):
         return f"{checked['library']} refuses it ({checked['reason']}); fix the options and render it again."
-    if importlib.util.find_spec(LIBRARIES[plan.engine]) is None:
+    if plan.engine == "skypilot" and not sky_bin:  # launched only through the operator's `sky`, never our import
         return (
-            f"{plan.engine} is not installed where the daemon runs; install it there "
-            f"(pip install {plan.engine}) and configure it, or run the plan by hand."
+            "SkyPilot is not configured here: set BASHGYM_SKYPILOT_BIN to the `sky` of SkyPilot's own environment "
+            "(and BASHGYM_SKYPILOT_API_URL to its API server, if not its default), restart the daemon, and launch "
+            "again."
+        )
+    if plan.engine == "dstack" and importlib.util.find_spec(LIBRARIES[plan.engine]) is None:
+        return (
+            "dstack is not installed where the daemon runs; install it there (pip install dstack) and configure "
+            "it, or run the plan by hand."
         )
     missing = [name for name in plan.secret_names if not secrets.get(name)]
     if missing:
@@ -141,28 +160,7 @@ def launch_refusal(plan: RenderedPlan, *, secrets: Mapping[str, str], home: Path
             f"no value for the secret(s) {', '.join(missing)} the plan names: a task gets the daemon's job token "
             "($HF_JOB_TOKEN, BASHGYM_HF_JOB_TOKEN_ENV), never its own Hub token; set it where the daemon runs."
         )
-    match plan.engine:
-        case "skypilot":
-            return _skypilot_refusal()
-        case "dstack":
-            return _dstack_refusal(home)
-
-
-def _skypilot_refusal() -> str | None:
-    import sky
-
-    # api_info asks the configured server and starts none: a daemon must not leave a SkyPilot server behind.
-    try:
-        sky.api_info()
-        clouds = sky.get(sky.enabled_clouds())
-    except Exception as exc:  # any failure to reach the server means the same to the caller: not configured
-        return (
-            f"no SkyPilot API server answers ({type(exc).__name__}: {exc}); start one with `sky api start` or log "
-            "in to a team server with `sky api login -e URL`, then run `sky check`."
-        )
-    if not clouds:
-        return "SkyPilot has no cloud or cluster enabled; set up credentials and run `sky check`."
-    return None
+    return _dstack_refusal(home) if plan.engine == "dstack" else None
 
 
 def _dstack_refusal(home: Path) -> str | None:
@@ -181,21 +179,12 @@ def _dstack_refusal(home: Path) -> str | None:
     return None
 
 
-def _launch_skypilot(plan: RenderedPlan, secrets: dict[str, str]) -> dict[str, str]:
-    import sky
-
-    task = _parse("skypilot", copy.deepcopy(plan.document), secrets=secrets)
-    request_id = sky.launch(task, cluster_name=plan.name, down=bool(plan.document["file_mounts"].get(OUT_REMOTE)))
-    job_id, _handle = sky.get(request_id)
-    return {"engine_job_id": f"{plan.name}/{job_id}", "engine_request_id": str(request_id)}
-
-
-def _launch_dstack(plan: RenderedPlan, secrets: dict[str, str], *, plan_path: Path) -> dict[str, str]:
+def _launch_dstack(document: Document, secrets: dict[str, str], *, plan_path: Path) -> dict[str, str]:
     from dstack.api import Client
 
-    configuration = _parse("dstack", copy.deepcopy(plan.document), secrets=secrets)
+    configuration = _parse("dstack", document, secrets=secrets)
     client = Client.from_config()
     run = client.runs.apply_configuration(
         configuration=configuration, configuration_path=str(plan_path), reserve_ports=False
     )
-    return {"engine_job_id": str(run.name)}
+    return {"id": str(run.name), "project": str(client.project)}

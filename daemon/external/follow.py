@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 from bashgym.client.errors import BashGymError, RuleRejected
@@ -21,13 +22,16 @@ from bashgym.client.specs import Actor, ArtifactSpec, MetricBatch, MetricPoint, 
 from bashgym.client.states import is_allowed
 from bashgym.client.validation import canonical_json
 from bashgym.daemon.evidence.gathering import gather_evidence, register_run_model
+from bashgym.daemon.external.dstack_runs import DstackUpstream
 from bashgym.daemon.external.hf_jobs import HubJobs, UpstreamError
 from bashgym.daemon.external.providers import Provider
+from bashgym.daemon.external.skypilot import SkyCli, SkyUpstream
 from bashgym.daemon.external.upstreams import (
     HubUpstream,
     ImportRefused,
     Look,
     ProviderUpstream,
+    StoreOutputs,
     Upstream,
     read_hub_run,
 )
@@ -44,11 +48,15 @@ _RUN_STATUS = {"submitted": "preparing", "unknown": "unknown", "completed": "com
 class Followers:
     """The followers of every open external job, and the run-side bookkeeping they share with submissions."""
 
-    def __init__(self, settings: Settings, ledger: Ledger, hf_token: str, keys: dict[str, str]) -> None:
+    def __init__(
+        self, settings: Settings, ledger: Ledger, hf_token: str, keys: dict[str, str], environ: dict[str, str]
+    ) -> None:
         self.settings = settings
         self.ledger = ledger
         self._hf_token = hf_token
         self._keys = keys
+        self._environ = environ
+        self.outputs = StoreOutputs(settings.engine_outputs)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._group = asyncio.TaskGroup()
 
@@ -204,7 +212,7 @@ class Followers:
         job = (await self.ledger.record_external_result(SYSTEM, job["workspace_id"], job["job_id"], result)).record
         # The model version first, then the job's end: a reader who sees the job completed finds its model.
         version = None
-        if job["surface"] == "hf-jobs":
+        if job["surface"] != "managed":  # a model BashGym trained, its files checked: a model version
             evidence = await gather_evidence(self.ledger, job["workspace_id"], job["project_id"], job["run_id"])
             version = await register_run_model(self.ledger, SYSTEM, job["workspace_id"], job["project_id"], evidence)
         job = await self.observe(
@@ -218,16 +226,20 @@ class Followers:
         return await self.ledger.get_external_job(job["workspace_id"], job["job_id"])
 
     async def _import(self, job: dict[str, Any], look: Look) -> dict[str, Any]:
-        if job["surface"] != "hf-jobs":
+        if job["surface"] == "managed":
             return await self._record_provider_model(job, look)
         run_dir = self.settings.runs_dir / job["run_id"]
-        read = await read_hub_run(self.hub(), run_dir, job, look.all_logs)
+        if job["surface"] == "hf-jobs":
+            read = await read_hub_run(self.hub(), run_dir, job, look.all_logs)
+            made = f"pushed {read.result['repo']}@{read.result['commit']}"
+        else:
+            read = await self.outputs.read_run(run_dir, job)
+            made = f"wrote {read.result['files']} checked files to {job['destination']}"
         for batch in read.metrics:
             await self.ledger.ingest_metrics(SYSTEM, job["workspace_id"], job["project_id"], batch)
         await self._register_files(job, read.artifacts)
-        what = f"{read.result['repo']}@{read.result['commit']}"
-        await self._end_run(job, "completed", f"Hugging Face Job {job['upstream_job_id']} pushed {what}")
-        return dict(read.result)
+        await self._end_run(job, "completed", f"{where(job)} job {job['upstream_job_id']} {made}")
+        return {**read.result, **(look.result or {})}
 
     async def _record_provider_model(self, job: dict[str, Any], look: Look) -> dict[str, Any]:
         model = (look.result or {}).get("fine_tuned_model")
@@ -316,8 +328,14 @@ class Followers:
         return HubJobs(self.settings.hf_endpoint, self._hf_token)
 
     def upstream(self, job: dict[str, Any]) -> Upstream:
-        if job["surface"] == "hf-jobs":
-            return HubUpstream(self.hub())
+        """How `job`'s surface is asked; RuleRejected, saying what to set, where it is not configured here."""
+        match job["surface"]:
+            case "hf-jobs":
+                return HubUpstream(self.hub())
+            case "skypilot":
+                return SkyUpstream(self.sky(job), self.outputs)
+            case "dstack":
+                return DstackUpstream(self.dstack_home(), self.outputs)
         settings = self.settings.providers.get(job["provider"])
         if settings is None:
             raise RuleRejected(
@@ -325,6 +343,27 @@ class Followers:
             )
         return ProviderUpstream(Provider(job["provider"], settings.base_url, self._keys.get(job["provider"], "")))
 
+    def sky(self, job: dict[str, Any] | None = None) -> SkyCli:
+        if not self.settings.skypilot_bin:
+            which = f"; job {job['job_id']} cannot be followed or cancelled" if job else ""
+            raise RuleRejected(
+                f"SkyPilot is not configured here (BASHGYM_SKYPILOT_BIN is empty){which}.",
+                hint="Set BASHGYM_SKYPILOT_BIN to the `sky` of SkyPilot's own environment (and "
+                "BASHGYM_SKYPILOT_API_URL to its API server, if not its default) and restart the daemon.",
+            )
+        return SkyCli(self.settings.skypilot_bin, self.settings.skypilot_api_url, self._environ)
+
+    def dstack_home(self) -> Path:
+        """Where `.dstack/config.yml` is read: the daemon user's home, as dstack's own client reads it."""
+        return Path(self._environ.get("HOME") or Path.home())
+
 
 def where(job: dict[str, Any]) -> str:
-    return "Hugging Face Jobs" if job["surface"] == "hf-jobs" else f"provider {job['provider']}"
+    match job["surface"]:
+        case "hf-jobs":
+            return "Hugging Face Jobs"
+        case "skypilot":
+            return "SkyPilot"
+        case "dstack":
+            return f"dstack project {job['lineage'].get('engine_project', '')}"
+    return f"provider {job['provider']}"

@@ -82,13 +82,12 @@ class ExternalJobs:
         self._hf_token = environ.get(settings.hf_jobs_token_env) or ""
         self._job_token = environ.get(settings.hf_job_token_env) or ""
         self._keys = {name: environ.get(p.api_key_env) or "" for name, p in settings.providers.items()}
-        self.followers = Followers(settings, ledger, self._hf_token, self._keys)
+        self.followers = Followers(settings, ledger, self._hf_token, self._keys, environ)
 
     async def __aenter__(self) -> ExternalJobs:
         await self.followers.__aenter__()
         for job in await self.ledger.open_external_jobs():
-            if job["surface"] in {"hf-jobs", "managed"}:  # a launched plan is followed with its engine's own CLI
-                self.followers.follow(job)
+            self.followers.follow(job)
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -119,7 +118,11 @@ class ExternalJobs:
             name: {"base_url": p.base_url, "api_key_env": p.api_key_env, "key_set": bool(self._keys.get(name))}
             for name, p in self.settings.providers.items()
         }
-        return {"hf_jobs": hub, "providers": providers}
+        engines = {
+            "skypilot": {"bin": self.settings.skypilot_bin, "api_url": self.settings.skypilot_api_url},
+            "outputs": {store: str(path) for store, path in self.settings.engine_outputs.items()},
+        }
+        return {"hf_jobs": hub, "providers": providers, "engines": engines}
 
     async def flavors(self) -> list[dict[str, Any]]:
         """The Hub's job hardware with its GPUs and hourly price, as the daemon's token sees it."""
@@ -505,9 +508,10 @@ class ExternalJobs:
                 f"External job {job_id} has no upstream id yet ({job['state']}); nothing can be cancelled upstream.",
                 hint="The daemon is asking the upstream about it; try again in a moment (bashgym jobs show).",
             )
+        upstream = self.followers.upstream(job)  # an engine no longer configured says what to set; nothing recorded
         await self.ledger.record_external_cancel(actor, ws, job_id)
         try:
-            await self.followers.upstream(job).cancel(job)
+            await upstream.cancel(job)
         except UpstreamError as exc:
             raise RuleRejected(
                 f"{where(job)} did not cancel job {job['upstream_job_id']}: {exc.message}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -141,16 +142,31 @@ async def read_hub_run(hub: HubJobs, run_dir: Path, job: dict[str, Any], logs: l
         await asyncio.to_thread(hub.download_run, repo, commit, run_dir, files)
     except (UpstreamError, ValueError, KeyError) as exc:
         raise ImportRefused(f"{repo}@{commit} could not be read: {exc}") from exc
+    checked = await checked_run(run_dir, job, profile, evidence, f"{repo}@{commit}")
+    result = {
+        "repo": repo,
+        "commit": commit,
+        "files": len(checked.artifacts),
+        "dataset_sha256": evidence.get("dataset_sha256"),
+    }
+    return HubRun(result, checked.artifacts, checked.metrics)
+
+
+async def checked_run(
+    run_dir: Path, job: dict[str, Any], profile: dict[str, Any], evidence: dict[str, Any], where: str
+) -> HubRun:
+    """A finished job's files in `run_dir`, taken only if its evidence names this job and the digest of the request
+    submitted, and every model file matches its sha256 in model_profile.json; its artifacts and metric batches."""
     if evidence.get("schema") != EVIDENCE_SCHEMA or evidence.get("job_id") != job["job_id"]:
-        raise ImportRefused(f"{repo}@{commit} holds the evidence of another job ({evidence.get('job_id')!r})")
+        raise ImportRefused(f"{where} holds the evidence of another job ({evidence.get('job_id')!r})")
     if evidence.get("request_digest") != job["request_digest"]:
-        raise ImportRefused(f"{repo}@{commit} was trained from another request than the one submitted")
+        raise ImportRefused(f"{where} was trained from another request than the one submitted")
     specs = []
     for entry in profile["files"]:
         path = run_dir / entry["path"]
         digest, size = await asyncio.to_thread(file_digest, path)
         if digest != entry["sha256"]:
-            raise ImportRefused(f"{entry['path']} in {repo}@{commit} does not match its recorded sha256")
+            raise ImportRefused(f"{entry['path']} in {where} does not match its recorded sha256")
         specs.append(
             ArtifactSpec(
                 run_id=job["run_id"],
@@ -163,5 +179,81 @@ async def read_hub_run(hub: HubJobs, run_dir: Path, job: dict[str, Any], logs: l
         )
     follower = MetricsFollower(run_dir / METRICS_FILE, f"{job['run_id']}.a1", job["run_id"])
     batches, _, _ = await asyncio.to_thread(follower.read_batches)
-    result = {"repo": repo, "commit": commit, "files": len(specs), "dataset_sha256": evidence.get("dataset_sha256")}
-    return HubRun(result, specs, batches)
+    return HubRun({}, specs, batches)
+
+
+class StoreOutputs:
+    """A launched plan's outputs, read where the operator says the daemon's host sees its checkpoint store
+    (settings `engine_outputs`: store prefix -> local folder, a bucket mount or a shared filesystem)."""
+
+    def __init__(self, mounts: dict[str, Path]) -> None:
+        self.mounts = mounts
+
+    def folder(self, store: str) -> Path | None:
+        """The local folder of `store`, inside its mount (a tenant's store path never leaves it), or None."""
+        for prefix in sorted(self.mounts, key=len, reverse=True):
+            rest = store.removeprefix(prefix)
+            if rest == store or (rest and not rest.startswith("/") and not prefix.endswith("/")):
+                continue
+            root = self.mounts[prefix].resolve()
+            found = (root / rest.strip("/")).resolve()
+            return found if found.is_relative_to(root) else None
+        return None
+
+    def run_folder(self, job: dict[str, Any]) -> Path:
+        """Where the job's trainer writes its run (`--workdir` /bashgym/out, run/ under it)."""
+        folder = self.folder(job["destination"])
+        if folder is None:
+            raise ImportRefused(
+                f"the daemon reads no checkpoint store {job['destination']!r} (BASHGYM_ENGINE_OUTPUTS names "
+                f"{', '.join(self.mounts) or 'none'}); its outputs cannot be imported"
+            )
+        return folder / "run"
+
+    async def new_metrics(self, job: dict[str, Any], seen: dict[str, Any]) -> list[tuple[int, dict[str, float]]]:
+        """Points the trainer appended to metrics.jsonl since the last look. A run folder older than the job is an
+        earlier job's (the trainer empties it when it starts): nothing is read from it."""
+        try:
+            run = self.run_folder(job)
+            started = (run / "request.json").stat().st_mtime
+        except (ImportRefused, OSError):
+            return []
+        if started < float(job["lineage"].get("launched_epoch") or 0):
+            return []
+        follower = MetricsFollower(run / METRICS_FILE, f"{job['run_id']}.a1", job["run_id"])
+        follower.offset = int(seen.get("metrics_offset", 0))
+        _, records, offset = await asyncio.to_thread(follower.read_batches)
+        seen["metrics_offset"] = offset
+        return records
+
+    async def read_run(self, run_dir: Path, job: dict[str, Any]) -> HubRun:
+        """The finished run from the store, copied into the run's directory and checked like a pushed one."""
+        source = self.run_folder(job)
+        where = f"{job['destination']} (run/)"
+        try:
+            profile = json.loads((source / PROFILE_FILE).read_text())
+            evidence = json.loads((source / EVIDENCE_FILE).read_text())
+            names = [str(entry["path"]) for entry in profile["files"]]
+            await asyncio.to_thread(_copy_files, source, run_dir, [*names, PROFILE_FILE, EVIDENCE_FILE, METRICS_FILE])
+        except (OSError, ValueError, KeyError) as exc:
+            raise ImportRefused(f"{where} could not be read: {exc}") from exc
+        checked = await checked_run(run_dir, job, profile, evidence, where)
+        result = {
+            "store": job["destination"],
+            "files": len(checked.artifacts),
+            "dataset_sha256": evidence.get("dataset_sha256"),
+        }
+        return HubRun(result, checked.artifacts, checked.metrics)
+
+
+def _copy_files(source: Path, dest: Path, names: list[str]) -> None:
+    root = source.resolve()
+    for name in names:
+        path = (source / name).resolve()
+        if not path.is_relative_to(root):  # model_profile.json names files of its own run only
+            raise ValueError(f"{name} is outside the run's folder")
+        if not path.exists() and name == METRICS_FILE:
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
