@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -235,6 +236,16 @@ async def inprocess_daemon(
         headers = {"Authorization": f"Bearer {admin}"}
         async with httpx.AsyncClient(transport=transport, base_url="http://daemon", headers=headers) as api:
             yield api
+
+
+async def wait_external_job(api: httpx.AsyncClient, job: dict[str, Any], states: set[str]) -> dict[str, Any]:
+    """The external job as shown once its state is one of `states` (30 s at most)."""
+    async with asyncio.timeout(30):
+        while True:
+            shown = (await api.get(f"/v1/projects/{job['project_id']}/jobs/{job['job_id']}")).json()
+            if shown["state"] in states:
+                return shown
+            await asyncio.sleep(0.05)
 
 
 def eventually(what: str, probe: Callable[[], Any], timeout_s: float = 30.0, every_s: float = 0.1) -> Any:

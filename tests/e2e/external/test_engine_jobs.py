@@ -6,7 +6,6 @@ Plus the refusals: an unconfigured engine says what to set, and a tenant without
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from bashgym.ledger.store import Ledger
 
 from tests.support.factories import sft_data, training_request
 from tests.support.helpers import inprocess_daemon
+from tests.support.helpers import wait_external_job as wait_job
 from tests.support.sky_standin import SkyStandIn
 
 pytestmark = pytest.mark.anyio
@@ -50,15 +50,6 @@ def plan(tmp_path: Path, **options: Any) -> dict[str, Any]:
     request = {k: v for k, v in request.items() if k in keep}
     chosen = {"accelerators": "H100:2", "checkpoint_store": STORE, "timeout_minutes": 90, **options}
     return {"engine": "skypilot", "request": request, "options": chosen, "launch": True}
-
-
-async def wait_job(api: httpx.AsyncClient, job: dict[str, Any], states: set[str]) -> dict[str, Any]:
-    async with asyncio.timeout(30):
-        while True:
-            shown = (await api.get(f"/v1/projects/{job['project_id']}/jobs/{job['job_id']}")).json()
-            if shown["state"] in states:
-                return shown
-            await asyncio.sleep(0.05)
 
 
 async def budget_rows(ledger: Ledger, run_id: str) -> dict[str, float]:

@@ -4,7 +4,6 @@ the result, cancellation with its actor, failures, and a provider that answers 4
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from bashgym.ledger.store import Ledger
 from tests.support.factories import sft_data, training_request
 from tests.support.finetune_standin import FineTuneStandIn
 from tests.support.helpers import inprocess_daemon, wait_for_status
+from tests.support.helpers import wait_external_job as wait_job
 
 pytestmark = pytest.mark.anyio
 KEY = "sk-provider-secret-value"
@@ -42,15 +42,6 @@ def submission(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     request = training_request(tmp_path, sft_data(tmp_path, rows=4), base_model=MODEL)
     request = {k: v for k, v in request.items() if k in {"method", "base_model", "dataset_path", "tracking_context"}}
     return {"request": request, "hyperparameters": {"n_epochs": 2}, "cost_ceiling_usd": 25.0, **overrides}
-
-
-async def wait_job(api: httpx.AsyncClient, job: dict[str, Any], states: set[str]) -> dict[str, Any]:
-    async with asyncio.timeout(30):
-        while True:
-            shown = (await api.get(f"/v1/projects/{job['project_id']}/jobs/{job['job_id']}")).json()
-            if shown["state"] in states:
-                return shown
-            await asyncio.sleep(0.05)
 
 
 async def observations(api: httpx.AsyncClient, job: dict[str, Any]) -> list[dict[str, Any]]:
