@@ -285,9 +285,12 @@ def _plan_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--use-spot", action="store_true", help="spot instances")
     parser.add_argument("--cloud", help="cloud (SkyPilot infra, dstack backend)")
     parser.add_argument("--region", help="region in that cloud")
-    parser.add_argument("--checkpoint-store", help="bucket URI (SkyPilot) where outputs are kept")
+    parser.add_argument(
+        "--checkpoint-store",
+        help="bucket URI (SkyPilot) or volume name (dstack) for outputs; a launch needs one the daemon reads",
+    )
     parser.add_argument("--max-price-per-hour", type=float, help="most an hour of the machine may cost, USD")
-    parser.add_argument("--timeout-minutes", type=int, help="longest the task may run")
+    parser.add_argument("--timeout-minutes", type=int, help="longest the task may run (a launch needs it)")
     parser.add_argument("--launch", action="store_true", help="submit through the engine's client where configured")
     parser.add_argument("--out", type=Path, help="write the plan file here too")
 
