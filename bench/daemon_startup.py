@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    load_before = history.load_average()
+    start = history.begin()
     runs = []
     for i in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +91,7 @@ def main() -> None:
         for name in ("first_start_to_healthy_s_median", "restart_to_healthy_s_median", "idle_rss_mb_median",
                      "sigterm_to_exit_s_median")
     }  # fmt: skip
-    history.record("daemon_startup", figures, settings=vars(args), load_before=load_before)
+    history.record("daemon_startup", figures, settings=vars(args), start=start)
 
 
 if __name__ == "__main__":

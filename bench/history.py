@@ -51,6 +51,21 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+@dataclass(frozen=True)
+class Start:
+    """What a benchmark measures, taken as it starts: the commit checked out then (a checkout during a long run must
+    not relabel its figures) and the load before it."""
+
+    commit: str | None
+    dirty: bool
+    load: float
+
+
+def begin() -> Start:
+    head, dirty = commit()
+    return Start(head, dirty, load_average())
+
+
 def commit() -> tuple[str | None, bool]:
     """The commit checked out in this repository, and whether the tree differs from it (tracked files)."""
     try:
@@ -94,21 +109,20 @@ def record(
     figures: dict[str, Figure],
     *,
     settings: dict[str, Any],
-    load_before: float,
+    start: Start,
     path: Path | None = None,
 ) -> dict[str, Any] | None:
     """Append one run's figures (see the module's docstring); answer the line written, None when recording is off."""
     target = path or results_path()
     if target is None:
         return None
-    head, dirty = commit()
     line = {
         "benchmark": benchmark,
         "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": head,
-        "dirty": dirty,
+        "commit": start.commit,
+        "dirty": start.dirty,
         "machine": machine(),
-        "load": {"before": load_before, "after": load_average()},
+        "load": {"before": start.load, "after": load_average()},
         "settings": settings,
         "figures": {name: asdict(figure) for name, figure in figures.items()},
     }

@@ -185,7 +185,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=1_000_000)
     args = parser.parse_args()
-    started, load_before = time.perf_counter(), history.load_average()
+    started, start = time.perf_counter(), history.begin()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ours = bashgym_ingest(root / "ingest", args.points)
@@ -229,7 +229,7 @@ def main() -> None:
         ),
         **{name: ms(result[name]) for name in ("trend_100k_points_ms_median", *reads)},
     }  # fmt: skip
-    history.record("ledger_ingest", figures, settings=vars(args), load_before=load_before)
+    history.record("ledger_ingest", figures, settings=vars(args), start=start)
 
 
 if __name__ == "__main__":

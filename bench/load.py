@@ -711,7 +711,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
     args = parser.parse_args()
-    started, load_before = time.perf_counter(), history.load_average()
+    started, start = time.perf_counter(), history.begin()
     result = asyncio.run(bench(args.clients, args.seconds, args.think_ms, args.wait_s, args.seed))
     result["wall_s"] = round(time.perf_counter() - started, 1)
     result["targets"] = {"errors": 0, "lost": 0, "duplicated": 0, "read_p99_ms": TARGET_READ_P99_MS}
@@ -719,11 +719,11 @@ def main() -> None:
         print(json.dumps(result))
     else:
         report(result)
-    remember(result, settings={k: v for k, v in vars(args).items() if k != "json"}, load_before=load_before)
+    remember(result, settings={k: v for k, v in vars(args).items() if k != "json"}, start=start)
     sys.exit(0 if is_clean(result) else 1)
 
 
-def remember(result: dict[str, Any], *, settings: dict[str, Any], load_before: float) -> None:
+def remember(result: dict[str, Any], *, settings: dict[str, Any], start: history.Start) -> None:
     """The headline figures into bench/results.jsonl (bench/history.py)."""
     ms = functools.partial(history.Figure, unit="ms", better="lower")
     figures = {
@@ -739,7 +739,7 @@ def remember(result: dict[str, Any], *, settings: dict[str, Any], load_before: f
             figures[f"{route}_p50_ms"] = ms(result["routes"][route]["p50_ms"])
             figures[f"{route}_p99_ms"] = ms(result["routes"][route]["p99_ms"])
     history.record("load", {k: f for k, f in figures.items() if f.value is not None}, settings=settings,
-                   load_before=load_before)  # fmt: skip
+                   start=start)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -326,7 +326,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--mlflow-runs", type=int, default=10_000, help="MLflow creates runs one by one: minutes")
     args = parser.parse_args()
-    started, load_before = time.perf_counter(), history.load_average()
+    started, start = time.perf_counter(), history.begin()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ledger_path = root / "big" / "ledger.sqlite3"
@@ -357,10 +357,10 @@ def main() -> None:
         )
     result["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
-    remember(result, settings=vars(args), load_before=load_before)
+    remember(result, settings=vars(args), start=start)
 
 
-def remember(result: dict[str, Any], *, settings: dict[str, Any], load_before: float) -> None:
+def remember(result: dict[str, Any], *, settings: dict[str, Any], start: history.Start) -> None:
     """The figures into bench/results.jsonl, each HTTP one beside MLflow's call for the same view where it ran."""
     anchors = {
         "project_page_ms": "mlflow_runs_search_ms",
@@ -378,7 +378,7 @@ def remember(result: dict[str, Any], *, settings: dict[str, Any], load_before: f
         for name, value in result.items()
         if name.endswith("_ms") and not name.startswith("mlflow_")
     }
-    history.record("ui_bench", figures, settings=settings, load_before=load_before)
+    history.record("ui_bench", figures, settings=settings, start=start)
 
 
 if __name__ == "__main__":

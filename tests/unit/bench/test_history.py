@@ -39,15 +39,18 @@ def test_a_run_is_appended_with_its_commit_machine_load_settings_and_anchor(
     target = tmp_path / "results.jsonl"
     monkeypatch.setenv("BASHGYM_BENCH_RESULTS", str(target))
     figure = history.Figure(3.5, unit="ms", better="lower", anchor=255.0, anchor_name="mlflow")
-    history.record("ui_bench", {"project_page_ms": figure}, settings={"runs": 100_000}, load_before=0.3)
-    history.record("ui_bench", {"project_page_ms": figure}, settings={"runs": 100_000}, load_before=0.3)
+    start = history.Start(commit="c0ffee" * 6 + "c0ff", dirty=False, load=0.3)
+    history.record("ui_bench", {"project_page_ms": figure}, settings={"runs": 100_000}, start=start)
+    history.record("ui_bench", {"project_page_ms": figure}, settings={"runs": 100_000}, start=start)
     written = history.read(target)
     assert len(written) == 2 and written[0]["figures"]["project_page_ms"]["anchor"] == 255.0
     first = written[0]
-    assert len(first["commit"]) == 40 and isinstance(first["dirty"], bool) and first["machine"]["cpus"] >= 1
+    assert (first["commit"], first["dirty"]) == (start.commit, False) and first["machine"]["cpus"] >= 1
+    begun = history.begin()  # this checkout's commit, as a benchmark takes it when it starts
+    assert begun.commit is not None and len(begun.commit) == 40 and isinstance(begun.dirty, bool)
     assert first["settings"] == {"runs": 100_000} and first["load"]["before"] == 0.3
     monkeypatch.setenv("BASHGYM_BENCH_RESULTS", "off")
-    assert history.record("ui_bench", {"project_page_ms": figure}, settings={}, load_before=0.0) is None
+    assert history.record("ui_bench", {"project_page_ms": figure}, settings={}, start=start) is None
     assert len(history.read(target)) == 2
 
 
