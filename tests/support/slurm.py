@@ -1,0 +1,519 @@
+"""A real single-node Slurm cluster on loopback for the tests (issue 55, item 2).
+
+`start_slurm_cluster(root)` starts, under `root` and nowhere else: munged (its own key and socket), MariaDB and
+slurmdbd (accounting, so `sacct` answers), slurmctld and one slurmd, each a plain child process on free ports of
+127.0.0.1, then waits until `sinfo` shows the node idle. Clients reach it through `SLURM_CONF` (`cluster.env`).
+Leaving the context cancels the cluster's jobs and stops every daemon it started, in reverse order.
+
+Debian's packages: `apt-get install slurm-wlm munge mariadb-server slurmdbd` (.ci/run installs them). Without
+slurmctld, slurmd or munged the `slurm_cluster` fixture skips, saying so; without mariadbd or slurmdbd the
+cluster starts without accounting (`cluster.has_accounting` is False, `sacct` fails) and tests that need
+`sacct` skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+INSTALL_HINT = "apt-get install -y --no-install-recommends slurm-wlm munge mariadb-server slurmdbd (as .ci/run does)"
+SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
+NODE_NAME = "bgnode"
+PARTITION = "debug"
+CLUSTER_NAME = "bashgym"
+MAX_TIME_MIN = 10  # the partition's MaxTime: a job asking for more is refused, one asking less can time out
+GPUS = 2  # counted GRES only (no device file): jobs ask for them and sacct's AllocTRES bills them
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+T = TypeVar("T")
+
+
+class SlurmStartError(RuntimeError):
+    """A daemon of the test cluster did not come up; the message holds the logs' tails."""
+
+
+def find_binary(name: str) -> str | None:
+    """`name` on PATH, or in an sbin directory a non-root PATH may lack."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for directory in SBIN_DIRS:
+        candidate = Path(directory) / name
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def missing_binaries(*, accounting: bool) -> list[str]:
+    """The programs the cluster needs that this machine lacks."""
+    needed = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel"]
+    if accounting:
+        needed += ["mariadbd", "mariadb-install-db", "slurmdbd", "sacct"]
+    return [name for name in needed if find_binary(name) is None]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1 right now (held together so none repeats)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last `lines` lines of a log, or a note that it is not there."""
+    if not path.exists():
+        return f"({path} was not written)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Daemon:
+    """One daemon of the cluster, a child process in its own session, logging to `log`."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM its process group, then SIGKILL what is left after `timeout_s`."""
+        with contextlib.suppress(ProcessLookupError):  # already gone: nothing to stop
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=timeout_s)
+        with contextlib.suppress(ProcessLookupError):  # a child it left in its group, if any
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@dataclass
+class SlurmCluster:
+    """A running single-node cluster; `env` is what a Slurm client needs to reach it."""
+
+    root: Path
+    conf_path: Path
+    node_name: str
+    partition: str
+    cluster_name: str
+    shared_dir: Path  # the directory jobs run in and write to, seen by the daemon's host as well
+    cpus: int
+    gpus: int
+    has_accounting: bool
+    env: dict[str, str]
+    daemons: list[Daemon] = field(default_factory=list)
+
+    def run(self, *args: str, check: bool = True, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command (`sbatch`, `squeue`, `sacct`, ...) against this cluster."""
+        program = find_binary(args[0]) or args[0]
+        done = subprocess.run(
+            [program, *args[1:]], env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout_s
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited {done.returncode}: {done.stderr.strip()}\n{self.logs()}")
+        return done
+
+    def submit(self, *args: str) -> str:
+        """`sbatch --parsable` with `args` (in `shared_dir`); the job's id."""
+        done = self.run("sbatch", "--parsable", f"--chdir={self.shared_dir}", *args)
+        return done.stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job -o` as a dict (JobState, Reason, ExitCode, RunTime, ...); empty once forgotten."""
+        done = self.run("scontrol", "show", "job", "-o", job_id, check=False)
+        if done.returncode != 0:
+            return {}
+        return parse_scontrol(done.stdout)
+
+    def accounting(self, job_id: str) -> dict[str, str]:
+        """The job's own `sacct` row (not its steps): State, ExitCode, Elapsed, ElapsedRaw, AllocTRES, ..."""
+        fields = ["JobID", "JobName", "State", "ExitCode", "Elapsed", "ElapsedRaw", "AllocTRES", "Reason", "Comment"]
+        done = self.run("sacct", "-j", job_id, "-X", "-n", "-P", "--format=" + ",".join(fields))
+        rows = [line.split("|") for line in done.stdout.splitlines() if line.strip()]
+        return dict(zip(fields, rows[-1], strict=True)) if rows else {}
+
+    def wait_for_job(self, job_id: str, states: set[str], timeout_s: float = 30) -> dict[str, str]:
+        """Poll `scontrol show job` until the job's JobState is one of `states`; its fields then."""
+        return wait_until(
+            f"job {job_id} in {sorted(states)}",
+            lambda: only_in(self.job(job_id), "JobState", states),
+            timeout_s=timeout_s,
+            describe=lambda: f"scontrol shows {self.job(job_id) or 'nothing'}\n{self.logs()}",
+        )
+
+    def wait_for_accounting(self, job_id: str, states: set[str], timeout_s: float = 30) -> dict[str, str]:
+        """Poll `sacct` until the job's State (its first word: `CANCELLED by 0`) is one of `states`."""
+        return wait_until(
+            f"sacct to show job {job_id} in {sorted(states)}",
+            lambda: only_in(self.accounting(job_id), "State", states),
+            timeout_s=timeout_s,
+            describe=lambda: f"sacct shows {self.accounting(job_id) or 'nothing'}\n{self.logs()}",
+        )
+
+    def logs(self, lines: int = 15) -> str:
+        """The tail of every daemon's log, for a failure message."""
+        return "\n".join(f"--- {daemon.name} ({daemon.log}):\n{tail(daemon.log, lines)}" for daemon in self.daemons)
+
+
+def only_in(fields: dict[str, str], key: str, states: set[str]) -> dict[str, str] | None:
+    """`fields` when its `key`'s first word (sacct writes `CANCELLED by 0`) is one of `states`, else None."""
+    words = fields.get(key, "").split()
+    return fields if words and words[0] in states else None
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """`Key=Value Key=Value ...` (one line of `scontrol show -o`) as a dict; a value may hold spaces only in the
+    last field of the few that can (Command, WorkDir), which tests do not read."""
+    fields: dict[str, str] = {}
+    for word in text.split():
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def wait_until(
+    what: str, probe: Callable[[], T | None], *, timeout_s: float, describe: Callable[[], str], every_s: float = 0.2
+) -> T:
+    """Poll `probe` until it answers something truthy and answer that; after `timeout_s`, fail with `describe()`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}: {describe()}")
+
+
+def node_memory_mb() -> int:
+    """This machine's memory in MiB, as slurmd would count it (MemTotal)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) // 1024
+    return 1024
+
+
+def slurm_conf(root: Path, *, ports: dict[str, int], cpus: int, gpus: int, accounting: bool) -> str:
+    """The cluster's slurm.conf: loopback ports, state under `root`, no cgroups, quick scheduling."""
+    lines = [
+        f"ClusterName={CLUSTER_NAME}",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={ports['slurmctld']}",
+        f"SlurmdPort={ports['slurmd']}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool'}",
+        f"SlurmctldPidFile={root / 'run' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'run' / 'slurmd.pid'}",
+        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        # No cgroups here (CI's container has none to give): processes are tracked by their parent ids.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "MpiDefault=none",
+        "SwitchType=switch/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        # The node is what slurm.conf says, whatever this machine has: N tasks fit on one node of few cores.
+        "SlurmdParameters=config_overrides",
+        "SchedulerType=sched/builtin",
+        "SchedulerParameters=defer_batch=0",
+        "ReturnToService=2",
+        "MinJobAge=3600",  # scontrol keeps an ended job an hour: a test reads its end state there too
+        "KillWait=2",
+        "OverTimeLimit=0",
+        "InactiveLimit=0",
+        "JobRequeue=1",
+        "MessageTimeout=10",
+        "SlurmctldTimeout=60",
+        "SlurmdTimeout=60",
+        "GresTypes=gpu",
+    ]
+    if accounting:
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={ports['slurmdbd']}",
+            f"AccountingStoragePass={root / 'munge' / 'munge.socket'}",  # with slurmdbd: the munge socket to use
+            "AccountingStorageTRES=gres/gpu",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=30",
+        ]
+    gres = f" Gres=gpu:{gpus}" if gpus else ""
+    memory_mb = min(node_memory_mb(), 8192)
+    lines += [
+        f"NodeName={NODE_NAME} NodeAddr=127.0.0.1 CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} "
+        f"ThreadsPerCore=1 RealMemory={memory_mb}{gres} State=UNKNOWN",
+        f"PartitionName={PARTITION} Nodes={NODE_NAME} Default=YES MaxTime={MAX_TIME_MIN} State=UP",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def gres_conf(root: Path, gpus: int) -> str:
+    """gres.conf: `gpus` GPUs Slurm counts and bills, each an empty file under `root` (slurmd drops a GPU that
+    has no device file). They are no devices: a job asking for one gets CUDA_VISIBLE_DEVICES and nothing more."""
+    if not gpus:
+        return ""
+    devices = root / "dev"
+    devices.mkdir(exist_ok=True)
+    for index in range(gpus):
+        (devices / f"gpu{index}").touch()
+    return f"NodeName={NODE_NAME} Name=gpu File={devices}/gpu[0-{gpus - 1}]\n"
+
+
+def slurmdbd_conf(root: Path, *, ports: dict[str, int]) -> str:
+    """slurmdbd.conf: MariaDB on loopback with no grant tables (a throwaway database nobody else reaches)."""
+    return "\n".join(
+        [
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+            "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
+            f"DbdPort={ports['slurmdbd']}",
+            "SlurmUser=root",
+            f"LogFile={root / 'log' / 'slurmdbd.log'}",
+            f"PidFile={root / 'run' / 'slurmdbd.pid'}",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={ports['mariadb']}",
+            "StorageUser=root",
+            "StorageLoc=slurm_acct_db",
+            "",
+        ]
+    )
+
+
+class _Starter:
+    """Starts the cluster's daemons one by one, each waited for, all stopped on the way out."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.env = env
+        self.daemons: list[Daemon] = []
+
+    def spawn(self, name: str, *argv: str) -> Daemon:
+        log = self.root / "log" / f"{name}.out"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [find_binary(argv[0]) or argv[0], *argv[1:]],
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() signals the daemon and what it forked
+            )
+        daemon = Daemon(name, proc, log)
+        self.daemons.append(daemon)
+        return daemon
+
+    def await_ready(self, daemon: Daemon, what: str, probe: Callable[[], object], *, logs: list[Path]) -> None:
+        """Wait for `probe` while `daemon` lives; on a death or a timeout, fail with its logs' tails."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if probe():
+                return
+            if daemon.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        status = "timed out" if daemon.proc.poll() is None else f"exited {daemon.proc.returncode}"
+        shown = "\n".join(f"--- {path}:\n{tail(path)}" for path in [daemon.log, *logs])
+        raise SlurmStartError(
+            f"the test Slurm cluster's {daemon.name} {status} before {what} "
+            f"(after at most {START_TIMEOUT_S:.0f} s):\n{shown}"
+        )
+
+    def stop_all(self) -> None:
+        for daemon in reversed(self.daemons):
+            daemon.stop()
+
+
+def accepts(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port`."""
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_munge(starter: _Starter) -> None:
+    """munged with a fresh key of its own; the cluster's daemons and clients use its socket."""
+    munge = starter.root / "munge"
+    key = munge / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    daemon = starter.spawn(
+        "munged",
+        "munged",
+        "--foreground",
+        "--force",  # as root, and under a /tmp whose parents munged finds too open
+        f"--socket={munge / 'munge.socket'}",
+        f"--key-file={key}",
+        f"--pid-file={munge / 'munged.pid'}",
+        f"--log-file={munge / 'munged.log'}",
+        f"--seed-file={munge / 'munged.seed'}",
+    )
+    starter.await_ready(daemon, "its socket appeared", (munge / "munge.socket").exists, logs=[munge / "munged.log"])
+
+
+def start_accounting(starter: _Starter, ports: dict[str, int]) -> None:
+    """MariaDB on a fresh data directory, then slurmdbd over it."""
+    db = starter.root / "db"
+    install = subprocess.run(
+        [
+            find_binary("mariadb-install-db") or "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={db / 'data'}",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--user=root",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+    )
+    if install.returncode != 0:
+        raise SlurmStartError(f"mariadb-install-db exited {install.returncode}: {install.stdout}{install.stderr}")
+    mariadb = starter.spawn(
+        "mariadbd",
+        "mariadbd",
+        "--no-defaults",
+        f"--datadir={db / 'data'}",
+        f"--socket={db / 'mariadb.sock'}",
+        f"--port={ports['mariadb']}",
+        "--bind-address=127.0.0.1",
+        "--user=root",
+        "--skip-grant-tables",  # nobody else reaches this loopback database, and it dies with the test session
+        f"--log-error={db / 'error.log'}",
+        f"--pid-file={db / 'mariadbd.pid'}",
+    )
+    starter.await_ready(mariadb, f"it listened on {ports['mariadb']}", lambda: accepts(ports["mariadb"]), logs=[])
+    slurmdbd = starter.spawn("slurmdbd", "slurmdbd", "-D")
+    starter.await_ready(
+        slurmdbd,
+        f"it listened on {ports['slurmdbd']}",
+        lambda: accepts(ports["slurmdbd"]),
+        logs=[starter.root / "log" / "slurmdbd.log", db / "error.log"],
+    )
+
+
+def node_is_idle(cluster: SlurmCluster) -> bool:
+    """Whether sinfo shows the cluster's node idle (ready for a job)."""
+    done = cluster.run("sinfo", "-h", "-N", "-o", "%T", check=False, timeout_s=10)
+    return done.returncode == 0 and done.stdout.strip() == "idle"
+
+
+@contextlib.contextmanager
+def start_slurm_cluster(
+    root: Path, *, accounting: bool | None = None, cpus: int | None = None, gpus: int = GPUS
+) -> Iterator[SlurmCluster]:
+    """A single-node Slurm cluster under `root`, stopped (jobs, then daemons) on the way out.
+
+    accounting: None starts slurmdbd where MariaDB and slurmdbd are installed; False never; True requires it.
+    cpus: the node's CPUs (default this machine's, at least 2, so a 2-task job fits).
+    """
+    if accounting is None:
+        accounting = not missing_binaries(accounting=True)
+    if missing := missing_binaries(accounting=accounting):
+        raise SlurmStartError(f"{', '.join(missing)} not found: install them with {INSTALL_HINT}")
+    for part in ("munge", "db", "state", "spool", "run", "log", "shared"):
+        (root / part).mkdir(parents=True, exist_ok=True)
+    (root / "munge").chmod(0o700)
+    ports = dict(zip(["slurmctld", "slurmd", "slurmdbd", "mariadb"], free_ports(4), strict=True))
+    conf_path = root / "slurm.conf"
+    node_cpus = cpus or max(os.cpu_count() or 1, 2)
+    conf_path.write_text(slurm_conf(root, ports=ports, cpus=node_cpus, gpus=gpus, accounting=accounting))
+    (root / "gres.conf").write_text(gres_conf(root, gpus))
+    (root / "slurmdbd.conf").write_text(slurmdbd_conf(root, ports=ports))
+    (root / "slurmdbd.conf").chmod(0o600)  # slurmdbd refuses a readable one
+    env = {"SLURM_CONF": str(conf_path)}
+    starter = _Starter(root, env)
+    cluster = SlurmCluster(
+        root=root,
+        conf_path=conf_path,
+        node_name=NODE_NAME,
+        partition=PARTITION,
+        cluster_name=CLUSTER_NAME,
+        shared_dir=root / "shared",
+        cpus=node_cpus,
+        gpus=gpus,
+        has_accounting=accounting,
+        env=env,
+        daemons=starter.daemons,
+    )
+    try:
+        start_munge(starter)
+        if accounting:
+            start_accounting(starter, ports)
+        ctld = starter.spawn("slurmctld", "slurmctld", "-D", "-i", "-f", str(conf_path))
+        ctld_log = root / "log" / "slurmctld.log"
+        starter.await_ready(
+            ctld, f"it listened on {ports['slurmctld']}", lambda: accepts(ports["slurmctld"]), logs=[ctld_log]
+        )
+        slurmd = starter.spawn("slurmd", "slurmd", "-D", "-N", NODE_NAME, "-f", str(conf_path))
+        starter.await_ready(
+            slurmd,
+            f"sinfo showed {NODE_NAME} idle",
+            lambda: node_is_idle(cluster),
+            logs=[root / "log" / "slurmd.log", ctld_log],
+        )
+        yield cluster
+    finally:
+        with contextlib.suppress(Exception):  # a cluster that never started has nothing to cancel
+            cancel_all(cluster)
+        starter.stop_all()
+
+
+def cancel_all(cluster: SlurmCluster, timeout_s: float = 15) -> None:
+    """Cancel every job of the cluster and wait until none runs: no job outlives the cluster."""
+    cluster.run("scancel", "--full", "--user=root", check=False, timeout_s=10)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = cluster.run("squeue", "-h", "-o", "%i", check=False, timeout_s=10)
+        if done.returncode != 0 or not done.stdout.strip():
+            return
+        time.sleep(0.2)
+
+
+def our_processes(root: Path) -> list[str]:
+    """The processes still running whose command line names `root` (every daemon of a cluster there does)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone while we looked
+            continue
+        if str(root) in argv:
+            found.append(f"{proc.name} {argv.strip()}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """The session's single-node Slurm cluster (skips where Slurm or munge is not installed)."""
+    if missing := missing_binaries(accounting=False):
+        pytest.skip(f"Slurm's test cluster needs {', '.join(missing)}: install them with {INSTALL_HINT}")
+    with start_slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
