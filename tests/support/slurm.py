@@ -39,6 +39,8 @@ GPUS = 2  # counted GRES only (no device file): jobs ask for them and sacct's Al
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 T = TypeVar("T")
+# What the tests read from sacct: ElapsedRaw (seconds) times the GPUs in AllocTRES is a job's GPU time.
+SACCT_FIELDS = ["JobID", "JobName", "State", "ExitCode", "Elapsed", "ElapsedRaw", "AllocTRES", "Reason", "Comment"]
 
 
 class SlurmStartError(RuntimeError):
@@ -144,11 +146,14 @@ class SlurmCluster:
         return parse_scontrol(done.stdout)
 
     def accounting(self, job_id: str) -> dict[str, str]:
-        """The job's own `sacct` row (not its steps): State, ExitCode, Elapsed, ElapsedRaw, AllocTRES, ..."""
-        fields = ["JobID", "JobName", "State", "ExitCode", "Elapsed", "ElapsedRaw", "AllocTRES", "Reason", "Comment"]
-        done = self.run("sacct", "-j", job_id, "-X", "-n", "-P", "--format=" + ",".join(fields))
-        rows = [line.split("|") for line in done.stdout.splitlines() if line.strip()]
-        return dict(zip(fields, rows[-1], strict=True)) if rows else {}
+        """The job's own `sacct` row (not its steps), its latest attempt: State, ExitCode, ElapsedRaw, AllocTRES..."""
+        attempts = self.attempts(job_id)
+        return attempts[-1] if attempts else {}
+
+    def attempts(self, job_id: str) -> list[dict[str, str]]:
+        """`sacct -D`: a row for each attempt of the job, the requeued ones (State REQUEUED) first."""
+        done = self.run("sacct", "-j", job_id, "-X", "-D", "-n", "-P", "--format=" + ",".join(SACCT_FIELDS))
+        return [dict(zip(SACCT_FIELDS, line.split("|"), strict=True)) for line in done.stdout.splitlines() if line]
 
     def wait_for_job(self, job_id: str, states: set[str], timeout_s: float = 30) -> dict[str, str]:
         """Poll `scontrol show job` until the job's JobState is one of `states`; its fields then."""
@@ -489,18 +494,21 @@ def cancel_all(cluster: SlurmCluster, timeout_s: float = 15) -> None:
         time.sleep(0.2)
 
 
-def our_processes(root: Path) -> list[str]:
-    """The processes still running whose command line names `root` (every daemon of a cluster there does)."""
+def our_processes(root: Path) -> list[tuple[str, str]]:
+    """(name, command line) of each process still running that names `root` in its command line (every daemon
+    of a cluster there does) or its environment (slurmstepd and the jobs inherit SLURM_CONF)."""
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone while we looked
+            argv = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
+            name = (proc / "comm").read_text().strip()
+        except OSError:  # gone while we looked, or a zombie's environment
             continue
-        if str(root) in argv:
-            found.append(f"{proc.name} {argv.strip()}")
+        if str(root).encode() in argv + environ:
+            found.append((name, argv.replace(b"\0", b" ").decode(errors="replace").strip()))
     return found
 
 
