@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml constraints.txt
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
 		{ [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium chromium-driver; } || \
 		echo "no chromium and chromium-driver here: the web view's browser tests (make test-slow) skip" >&2
+	@# The Slurm tests start a cluster of their own (tests/support/slurm.py) from Debian's packages: installed here too.
+	@(PATH=$$PATH:/usr/sbin; for tool in slurmctld slurmd munged slurmdbd mariadbd sacct; do \
+		command -v "$$tool" >/dev/null || exit 1; done) || \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -q && \
+		apt-get install -y -q --no-install-recommends slurm-wlm munge slurmdbd mariadb-server-core; } || \
+		echo "no slurm-wlm, munge, slurmdbd and mariadb-server-core here: the Slurm tests skip" >&2
 	touch $(STAMP)
 
 setup: $(STAMP)
