@@ -14,6 +14,7 @@ cluster starts without accounting (`cluster.has_accounting` is False, `sacct` fa
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -35,9 +36,11 @@ NODE_NAME = "bgnode"
 PARTITION = "debug"
 CLUSTER_NAME = "bashgym"
 MAX_TIME_MIN = 10  # the partition's MaxTime: a job asking for more is refused, one asking less can time out
+CRED_EXPIRE_S = 10
 GPUS = 2  # counted GRES only (no device file): jobs ask for them and sacct's AllocTRES bills them
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
 # What the tests read from sacct: ElapsedRaw (seconds) times the GPUs in AllocTRES is a job's GPU time.
 SACCT_FIELDS = ["JobID", "JobName", "State", "ExitCode", "Elapsed", "ElapsedRaw", "AllocTRES", "Reason", "Comment"]
@@ -92,7 +95,13 @@ class Daemon:
 
     name: str
     proc: subprocess.Popen[bytes]
-    log: Path
+    log: Path  # its stdout and stderr
+    files: list[Path] = field(default_factory=list)  # the log files it writes itself
+
+    def describe(self, lines: int = 15) -> str:
+        """Its state and the tails of its logs, for a failure message."""
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        return "\n".join(f"--- {self.name} ({state}), {path}:\n{tail(path, lines)}" for path in [self.log, *self.files])
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM its process group, then SIGKILL what is left after `timeout_s`."""
@@ -175,7 +184,7 @@ class SlurmCluster:
 
     def logs(self, lines: int = 15) -> str:
         """The tail of every daemon's log, for a failure message."""
-        return "\n".join(f"--- {daemon.name} ({daemon.log}):\n{tail(daemon.log, lines)}" for daemon in self.daemons)
+        return "\n".join(daemon.describe(lines) for daemon in self.daemons)
 
 
 def only_in(fields: dict[str, str], key: str, states: set[str]) -> dict[str, str] | None:
@@ -196,7 +205,12 @@ def parse_scontrol(text: str) -> dict[str, str]:
 
 
 def wait_until(
-    what: str, probe: Callable[[], T | None], *, timeout_s: float, describe: Callable[[], str], every_s: float = 0.2
+    what: str,
+    probe: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    describe: Callable[[], str] | None = None,
+    every_s: float = 0.2,
 ) -> T:
     """Poll `probe` until it answers something truthy and answer that; after `timeout_s`, fail with `describe()`."""
     deadline = time.monotonic() + timeout_s
@@ -205,7 +219,7 @@ def wait_until(
         if found:
             return found
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}: {describe()}")
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}: {describe() if describe else ''}")
 
 
 def node_memory_mb() -> int:
@@ -227,7 +241,9 @@ def slurm_conf(root: Path, *, ports: dict[str, int], cpus: int, gpus: int, accou
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        # cred_expire: a requeued job waits this long plus a second before it may start again (120 s by default),
+        # and a job's launch credential lives this long: short for the tests, not so short a busy slurmd misses it.
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'},cred_expire={CRED_EXPIRE_S}",
         f"StateSaveLocation={root / 'state'}",
         f"SlurmdSpoolDir={root / 'spool'}",
         f"SlurmctldPidFile={root / 'run' / 'slurmctld.pid'}",
@@ -246,7 +262,8 @@ def slurm_conf(root: Path, *, ports: dict[str, int], cpus: int, gpus: int, accou
         # The node is what slurm.conf says, whatever this machine has: N tasks fit on one node of few cores.
         "SlurmdParameters=config_overrides",
         "SchedulerType=sched/builtin",
-        "SchedulerParameters=batch_sched_delay=0",  # a job starts as it arrives
+        # A job starts as it arrives, or within a second of becoming eligible (a requeued one, a --begin).
+        "SchedulerParameters=batch_sched_delay=0,sched_interval=1",
         "ReturnToService=2",
         "MinJobAge=3600",  # scontrol keeps an ended job an hour: a test reads its end state there too
         "KillWait=2",
@@ -265,6 +282,7 @@ def slurm_conf(root: Path, *, ports: dict[str, int], cpus: int, gpus: int, accou
             f"AccountingStoragePort={ports['slurmdbd']}",
             f"AccountingStoragePass={root / 'munge' / 'munge.socket'}",  # with slurmdbd: the munge socket to use
             "AccountingStorageTRES=gres/gpu",
+            "AccountingStoreFlags=job_comment",  # sacct keeps the run id a job's --comment carries
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",
         ]
@@ -320,7 +338,7 @@ class _Starter:
         self.env = env
         self.daemons: list[Daemon] = []
 
-    def spawn(self, name: str, *argv: str) -> Daemon:
+    def spawn(self, name: str, *argv: str, files: list[Path]) -> Daemon:
         log = self.root / "log" / f"{name}.out"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -330,30 +348,36 @@ class _Starter:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stop() signals the daemon and what it forked
+                preexec_fn=die_with_parent,
             )
-        daemon = Daemon(name, proc, log)
+        daemon = Daemon(name, proc, log, files)
         self.daemons.append(daemon)
         return daemon
 
-    def await_ready(self, daemon: Daemon, what: str, probe: Callable[[], object], *, logs: list[Path]) -> None:
-        """Wait for `probe` while `daemon` lives; on a death or a timeout, fail with its logs' tails."""
+    def await_ready(self, daemon: Daemon, what: str, probe: Callable[[], object]) -> None:
+        """Wait for `probe` while every daemon started lives; on a death or a timeout, fail with all their logs."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if probe():
                 return
-            if daemon.proc.poll() is not None:
+            if any(started.proc.poll() is not None for started in self.daemons):
                 break
             time.sleep(0.1)
-        status = "timed out" if daemon.proc.poll() is None else f"exited {daemon.proc.returncode}"
-        shown = "\n".join(f"--- {path}:\n{tail(path)}" for path in [daemon.log, *logs])
-        raise SlurmStartError(
-            f"the test Slurm cluster's {daemon.name} {status} before {what} "
-            f"(after at most {START_TIMEOUT_S:.0f} s):\n{shown}"
-        )
+        dead = [started.name for started in self.daemons if started.proc.poll() is not None]
+        status = f"{', '.join(dead)} exited" if dead else f"timed out after {START_TIMEOUT_S:.0f} s"
+        shown = "\n".join(started.describe() for started in self.daemons)
+        raise SlurmStartError(f"the test Slurm cluster did not start: {status} before {daemon.name} {what}:\n{shown}")
 
     def stop_all(self) -> None:
         for daemon in reversed(self.daemons):
             daemon.stop()
+
+
+def die_with_parent() -> None:
+    """In the daemon's process before it runs: SIGTERM it when the test process dies, even by SIGKILL (a test
+    run killed at its timeout must leave no daemon behind). Linux's PR_SET_PDEATHSIG; elsewhere nothing."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the context's own stop is all there is
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def accepts(port: int) -> bool:
@@ -379,8 +403,9 @@ def start_munge(starter: _Starter) -> None:
         f"--pid-file={munge / 'munged.pid'}",
         f"--log-file={munge / 'munged.log'}",
         f"--seed-file={munge / 'munged.seed'}",
+        files=[],  # --foreground: it logs to its stderr too
     )
-    starter.await_ready(daemon, "its socket appeared", (munge / "munge.socket").exists, logs=[munge / "munged.log"])
+    starter.await_ready(daemon, "made its socket", (munge / "munge.socket").exists)
 
 
 def start_accounting(starter: _Starter, ports: dict[str, int]) -> None:
@@ -405,20 +430,20 @@ def start_accounting(starter: _Starter, ports: dict[str, int]) -> None:
         "--innodb-doublewrite=0",
         f"--log-error={db / 'error.log'}",
         f"--pid-file={db / 'mariadbd.pid'}",
+        files=[db / "error.log"],
     )
-    starter.await_ready(mariadb, f"it listened on {ports['mariadb']}", lambda: accepts(ports["mariadb"]), logs=[])
-    slurmdbd = starter.spawn("slurmdbd", "slurmdbd", "-D")
-    starter.await_ready(
-        slurmdbd,
-        f"it listened on {ports['slurmdbd']}",
-        lambda: accepts(ports["slurmdbd"]),
-        logs=[starter.root / "log" / "slurmdbd.log", db / "error.log"],
-    )
+    starter.await_ready(mariadb, f"listened on {ports['mariadb']}", lambda: accepts(ports["mariadb"]))
+    # -D: slurmctld, slurmd and slurmdbd in the foreground write their log to stderr as well.
+    slurmdbd = starter.spawn("slurmdbd", "slurmdbd", "-D", files=[])
+    starter.await_ready(slurmdbd, f"listened on {ports['slurmdbd']}", lambda: accepts(ports["slurmdbd"]))
 
 
 def node_is_idle(cluster: SlurmCluster) -> bool:
     """Whether sinfo shows the cluster's node idle (ready for a job)."""
-    done = cluster.run("sinfo", "-h", "-N", "-o", "%T", check=False, timeout_s=10)
+    try:
+        done = cluster.run("sinfo", "-h", "-N", "-o", "%T", check=False, timeout_s=5)
+    except subprocess.TimeoutExpired:  # a controller that does not answer yet (or is not ours): not ready
+        return False
     return done.returncode == 0 and done.stdout.strip() == "idle"
 
 
@@ -438,49 +463,65 @@ def start_slurm_cluster(
     for part in ("munge", "db", "state", "spool", "run", "log", "shared"):
         (root / part).mkdir(parents=True, exist_ok=True)
     (root / "munge").chmod(0o755)  # munged wants its socket's directory open to all; the key stays 0600
-    ports = dict(zip(["slurmctld", "slurmd", "slurmdbd", "mariadb"], free_ports(4), strict=True))
-    conf_path = root / "slurm.conf"
-    node_cpus = cpus or max(os.cpu_count() or 1, 2)
-    conf_path.write_text(slurm_conf(root, ports=ports, cpus=node_cpus, gpus=gpus, accounting=accounting))
-    (root / "gres.conf").write_text(gres_conf(root, gpus))
-    (root / "slurmdbd.conf").write_text(slurmdbd_conf(root, ports=ports))
-    (root / "slurmdbd.conf").chmod(0o600)  # slurmdbd refuses a readable one
-    env = {"SLURM_CONF": str(conf_path)}
-    starter = _Starter(root, env)
+    starter = _Starter(root, {"SLURM_CONF": str(root / "slurm.conf")})
     cluster = SlurmCluster(
         root=root,
-        conf_path=conf_path,
+        conf_path=root / "slurm.conf",
         node_name=NODE_NAME,
         partition=PARTITION,
         cluster_name=CLUSTER_NAME,
         shared_dir=root / "shared",
-        cpus=node_cpus,
+        cpus=cpus or max(os.cpu_count() or 1, 2),
         gpus=gpus,
         has_accounting=accounting,
-        env=env,
+        env=starter.env,
         daemons=starter.daemons,
     )
     try:
-        start_munge(starter)
-        if accounting:
-            start_accounting(starter, ports)
-        ctld = starter.spawn("slurmctld", "slurmctld", "-D", "-i", "-f", str(conf_path))
-        ctld_log = root / "log" / "slurmctld.log"
-        starter.await_ready(
-            ctld, f"it listened on {ports['slurmctld']}", lambda: accepts(ports["slurmctld"]), logs=[ctld_log]
-        )
-        slurmd = starter.spawn("slurmd", "slurmd", "-D", "-N", NODE_NAME, "-f", str(conf_path))
-        starter.await_ready(
-            slurmd,
-            f"sinfo showed {NODE_NAME} idle",
-            lambda: node_is_idle(cluster),
-            logs=[root / "log" / "slurmd.log", ctld_log],
-        )
+        start_daemons(starter, cluster)
         yield cluster
     finally:
         with contextlib.suppress(Exception):  # a cluster that never started has nothing to cancel
             cancel_all(cluster)
         starter.stop_all()
+
+
+def start_daemons(starter: _Starter, cluster: SlurmCluster, *, tries: int = 3) -> None:
+    """Write the configuration on free ports and start every daemon; on new ports again where another process
+    took one between our look and the daemon's bind (a free port is only free until someone binds it)."""
+    for attempt in range(1, tries + 1):
+        ports = dict(zip(["slurmctld", "slurmd", "slurmdbd", "mariadb"], free_ports(4), strict=True))
+        write_configs(cluster, ports)
+        try:
+            start_munge(starter)
+            if cluster.has_accounting:
+                start_accounting(starter, ports)
+            start_slurm(starter, cluster, ports)
+            return
+        except SlurmStartError as error:
+            if "already in use" not in str(error) or attempt == tries:
+                raise
+            starter.stop_all()
+            starter.daemons.clear()
+
+
+def write_configs(cluster: SlurmCluster, ports: dict[str, int]) -> None:
+    """slurm.conf, gres.conf and slurmdbd.conf under the cluster's root."""
+    root = cluster.root
+    conf = slurm_conf(root, ports=ports, cpus=cluster.cpus, gpus=cluster.gpus, accounting=cluster.has_accounting)
+    cluster.conf_path.write_text(conf)
+    (root / "gres.conf").write_text(gres_conf(root, cluster.gpus))
+    (root / "slurmdbd.conf").write_text(slurmdbd_conf(root, ports=ports))
+    (root / "slurmdbd.conf").chmod(0o600)  # slurmdbd refuses a readable one
+
+
+def start_slurm(starter: _Starter, cluster: SlurmCluster, ports: dict[str, int]) -> None:
+    """slurmctld, then slurmd, until sinfo shows the node idle."""
+    conf = str(cluster.conf_path)
+    ctld = starter.spawn("slurmctld", "slurmctld", "-D", "-i", "-f", conf, files=[])
+    starter.await_ready(ctld, f"listened on {ports['slurmctld']}", lambda: accepts(ports["slurmctld"]))
+    slurmd = starter.spawn("slurmd", "slurmd", "-D", "-N", cluster.node_name, "-f", conf, files=[])
+    starter.await_ready(slurmd, f"showed {cluster.node_name} idle in sinfo", lambda: node_is_idle(cluster))
 
 
 def cancel_all(cluster: SlurmCluster, timeout_s: float = 15) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import SlurmCluster, our_processes, slurm_cluster, start_slurm_cluster, wait_until
+from tests.support.slurm import SlurmCluster, only_in, our_processes, slurm_cluster, start_slurm_cluster, wait_until
 
 __all__ = ["slurm_cluster"]  # the session's cluster, shared with the lane's tests
 pytestmark = pytest.mark.timeout(90)
@@ -31,7 +31,11 @@ def test_a_job_completes_with_its_output_and_its_gpus_billed(cluster: SlurmClust
     )
 
     job = cluster.wait_for_job(job_id, ENDED)
-    row = cluster.wait_for_accounting(job_id, ENDED)
+    # sacct first shows the job as `allocation`, with no comment, until slurmctld sends it the job's record (a few
+    # seconds after it ended); its state, exit code and allocation are right before that.
+    row = wait_until(
+        "sacct to hold the job's name", lambda: only_in(cluster.accounting(job_id), "JobName", {"hello"}), timeout_s=30
+    )
 
     assert (job["JobState"], job["ExitCode"], job["NodeList"], job["Comment"]) == (
         "COMPLETED",
@@ -40,7 +44,7 @@ def test_a_job_completes_with_its_output_and_its_gpus_billed(cluster: SlurmClust
         "run-7f3a",
     )
     assert (cluster.shared_dir / f"hello-{job_id}.out").read_text() == f"hi {job_id}\n"
-    assert (row["State"], row["ExitCode"], row["JobName"]) == ("COMPLETED", "0:0", "hello")
+    assert (row["State"], row["ExitCode"], row["Comment"]) == ("COMPLETED", "0:0", "run-7f3a")
     assert "gres/gpu=1" in row["AllocTRES"].split(","), row
     assert int(row["ElapsedRaw"]) >= 0
 
@@ -63,7 +67,8 @@ def test_a_running_job_cancelled_is_cancelled(cluster: SlurmCluster) -> None:
 
     job = cluster.wait_for_job(job_id, ENDED)
     row = cluster.wait_for_accounting(job_id, ENDED)
-    assert (job["JobState"], job["ExitCode"]) == ("CANCELLED", "0:15")
+    # SIGTERM either kills the job's shell (0:15) or the shell exits with 128 + 15: the state is what to read.
+    assert (job["JobState"], job["ExitCode"] in {"0:15", "143:0"}) == ("CANCELLED", True), job
     assert row["State"] == "CANCELLED by 0"  # by the uid that cancelled it (root)
 
 
@@ -73,13 +78,15 @@ def test_a_held_job_pends_with_its_reason_until_released(cluster: SlurmCluster) 
     job = cluster.wait_for_job(job_id, {"PENDING"})
     queued = cluster.run("squeue", "-h", "-j", job_id, "-o", "%T|%r").stdout.strip()
     assert (job["Reason"], queued) == ("JobHeldUser", "PENDING|JobHeldUser")
-    # sacct knows the job is pending, not why: its Reason column stays None. squeue and scontrol give the reason.
-    assert cluster.wait_for_accounting(job_id, {"PENDING"})["Reason"] == "None"
+    # sacct knows the job is pending; its Reason column says None until slurmctld updates the job's record there,
+    # so the reason is squeue's and scontrol's.
+    cluster.wait_for_accounting(job_id, {"PENDING"})
 
     cluster.run("scontrol", "release", job_id)
     assert cluster.wait_for_job(job_id, ENDED)["JobState"] == "COMPLETED"
 
 
+@pytest.mark.slow  # 12 s: Slurm holds a requeued job back 11 s
 def test_a_requeued_job_runs_again_as_a_second_attempt(cluster: SlurmCluster) -> None:
     marker = cluster.shared_dir / "attempts.txt"
     job_id = cluster.submit("--wrap", f"echo ${{SLURM_RESTART_COUNT:-0}} >> {marker}; sleep 120")
@@ -87,11 +94,11 @@ def test_a_requeued_job_runs_again_as_a_second_attempt(cluster: SlurmCluster) ->
 
     cluster.run("scontrol", "requeue", job_id)
 
-    # Slurm holds a requeued job back (Reason BeginTime) for a while; the test moves its start to now.
-    requeued = cluster.wait_for_job(job_id, {"PENDING"})
-    assert (requeued["Reason"], requeued["Restarts"]) == ("BeginTime", "1")
-    cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-    again = cluster.wait_for_job(job_id, {"RUNNING"})
+    # Slurm holds a requeued job back for cred_expire and a second (tests/support/slurm.py sets 10 s), then runs it.
+    held = wait_until(
+        f"job {job_id} pending, requeued", lambda: only_in(cluster.job(job_id), "Reason", {"BeginTime"}), timeout_s=10
+    )
+    again = cluster.wait_for_job(job_id, {"RUNNING"}, timeout_s=30)
     cluster.wait_for_accounting(job_id, {"RUNNING"})  # the second attempt, a moment after scontrol's
     attempts = cluster.attempts(job_id)
     lines = wait_until(
@@ -101,7 +108,7 @@ def test_a_requeued_job_runs_again_as_a_second_attempt(cluster: SlurmCluster) ->
         describe=marker.read_text,
     )
     cluster.run("scancel", job_id)
-    assert again["Restarts"] == "1"
+    assert (held["JobState"], held["Restarts"], again["Restarts"]) == ("PENDING", "1", "1")
     assert [row["State"] for row in attempts] == ["REQUEUED", "RUNNING"]
     assert lines == ["0", "1"]  # the job's own count of its attempts, $SLURM_RESTART_COUNT
 
