@@ -28,6 +28,8 @@ from typing import TypeVar
 
 import pytest
 
+from tests.support.helpers import eventually
+
 INSTALL_HINT = (
     "apt-get install -y --no-install-recommends slurm-wlm munge mariadb-server-core slurmdbd (as .ci/run does)"
 )
@@ -166,20 +168,20 @@ class SlurmCluster:
 
     def wait_for_job(self, job_id: str, states: set[str], timeout_s: float = 30) -> dict[str, str]:
         """Poll `scontrol show job` until the job's JobState is one of `states`; its fields then."""
-        return wait_until(
-            f"job {job_id} in {sorted(states)}",
-            lambda: only_in(self.job(job_id), "JobState", states),
-            timeout_s=timeout_s,
-            describe=lambda: f"scontrol shows {self.job(job_id) or 'nothing'}\n{self.logs()}",
-        )
+        return self._wait_for("scontrol", lambda: self.job(job_id), "JobState", states, timeout_s)
 
     def wait_for_accounting(self, job_id: str, states: set[str], timeout_s: float = 30) -> dict[str, str]:
         """Poll `sacct` until the job's State (its first word: `CANCELLED by 0`) is one of `states`."""
+        return self._wait_for("sacct", lambda: self.accounting(job_id), "State", states, timeout_s)
+
+    def _wait_for(
+        self, source: str, read: Callable[[], dict[str, str]], key: str, states: set[str], timeout_s: float
+    ) -> dict[str, str]:
         return wait_until(
-            f"sacct to show job {job_id} in {sorted(states)}",
-            lambda: only_in(self.accounting(job_id), "State", states),
+            f"{source} to show {key} in {sorted(states)}",
+            lambda: only_in(read(), key, states),
             timeout_s=timeout_s,
-            describe=lambda: f"sacct shows {self.accounting(job_id) or 'nothing'}\n{self.logs()}",
+            describe=lambda: f"{source} shows {read() or 'nothing'}\n{self.logs()}",
         )
 
     def logs(self, lines: int = 15) -> str:
@@ -205,21 +207,14 @@ def parse_scontrol(text: str) -> dict[str, str]:
 
 
 def wait_until(
-    what: str,
-    probe: Callable[[], T | None],
-    *,
-    timeout_s: float,
-    describe: Callable[[], str] | None = None,
-    every_s: float = 0.2,
+    what: str, probe: Callable[[], T | None], *, timeout_s: float, describe: Callable[[], str] | None = None
 ) -> T:
-    """Poll `probe` until it answers something truthy and answer that; after `timeout_s`, fail with `describe()`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}: {describe() if describe else ''}")
+    """`eventually`, its failure saying what `describe()` finds then (a job's fields, the daemons' logs)."""
+    try:
+        found: T = eventually(what, probe, timeout_s=timeout_s, every_s=0.2)
+    except AssertionError as error:
+        raise AssertionError(f"{error} ({timeout_s:.0f} s): {describe() if describe else ''}") from None
+    return found
 
 
 def node_memory_mb() -> int:
