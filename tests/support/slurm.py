@@ -292,14 +292,16 @@ def slurm_conf(root: Path, *, ports: dict[str, int], cpus: int, gpus: int, accou
 
 
 def gres_conf(root: Path, gpus: int) -> str:
-    """gres.conf: `gpus` GPUs Slurm counts and bills, each an empty file under `root` (slurmd drops a GPU that
-    has no device file). They are no devices: a job asking for one gets CUDA_VISIBLE_DEVICES and nothing more."""
+    """gres.conf: `gpus` GPUs Slurm counts and bills, each a link to /dev/null under `root` (slurmd drops a GPU
+    that has no device file). They are no devices: a job asking for one gets CUDA_VISIBLE_DEVICES, nothing more."""
     if not gpus:
         return ""
     devices = root / "dev"
     devices.mkdir(exist_ok=True)
     for index in range(gpus):
-        (devices / f"gpu{index}").touch()
+        device = devices / f"gpu{index}"
+        if not device.is_symlink():  # written again when the start is retried on new ports
+            device.symlink_to(os.devnull)  # a character device, as slurmd wants
     return f"NodeName={NODE_NAME} Name=gpu File={devices}/gpu[0-{gpus - 1}]\n"
 
 
