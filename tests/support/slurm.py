@@ -552,7 +552,8 @@ def our_processes(root: Path) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """The session's single-node Slurm cluster (skips where Slurm or munge is not installed)."""
+    """The session's single-node Slurm cluster (skips where Slurm or munge is not installed). Offer it from a
+    conftest.py (tests/e2e/slurm/ has one): imported into each test module, it would start a cluster per module."""
     if missing := missing_binaries(accounting=False):
         pytest.skip(f"Slurm's test cluster needs {', '.join(missing)}: install them with {INSTALL_HINT}")
     with start_slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:

@@ -1,7 +1,7 @@
 """The test Slurm cluster (tests/support/slurm.py) is a real one: jobs run, fail with their exit code, wait with
 the reason Slurm gives, are cancelled, requeued and time out as on a team's cluster, and `scontrol` and `sacct`
-say so, as the Slurm lane reads them (issue 55, item 2). The lane's tests start the same session cluster with
-the `slurm_cluster` fixture."""
+say so, as the Slurm lane reads them (issue 55, item 2). Every test file here shares the session's cluster, the
+`slurm_cluster` fixture of this directory's conftest.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import SlurmCluster, only_in, our_processes, slurm_cluster, start_slurm_cluster, wait_until
+from tests.support.slurm import SlurmCluster, only_in, our_processes, start_slurm_cluster, wait_until
 
-__all__ = ["slurm_cluster"]  # the session's cluster, shared with the lane's tests
 pytestmark = pytest.mark.timeout(90)
 
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
