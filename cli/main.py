@@ -32,6 +32,7 @@ COMMAND_MODULES = tuple(
         "auth",
         "budget",
         "campaigns",
+        "clusters",
         "completion",
         "demo",
         "devices",

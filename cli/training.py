@@ -102,8 +102,8 @@ def _request_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compute-target",
-        help="local (the default), ssh:<device_id>, ssh-group:<group_id> or cloud:nemo-customizer; left out, "
-        '--config may name the target ({"use_remote_ssh": true, "device_id": ...})',
+        help="local (the default), ssh:<device_id>, ssh-group:<group_id>, slurm:<cluster_id> or "
+        'cloud:nemo-customizer; left out, --config may name the target ({"use_remote_ssh": true, "device_id": ...})',
     )
     parser.add_argument(
         "--config", type=input_file, help="JSON file of method fields (never method, model, data, target)"

@@ -411,6 +411,50 @@ class DeviceGroupSpec(Spec):
         return members
 
 
+# A Slurm partition, account, QoS or GRES type as sbatch takes it: letters, digits and _ . - only, so a value never
+# carries an option, a space or a shell character to the command line (it travels as one argv entry anyway).
+SlurmName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+# A shared directory: absolute, without `..`, quotes, whitespace or shell characters (it is written into a script).
+SharedDir = Annotated[str, Field(min_length=2, max_length=1000, pattern=r"^/[^'\"`$\\\s;&|<>*?]*$")]
+
+
+class ClusterSpec(Spec):
+    """A Slurm cluster runs can be submitted to: on the daemon's host (`local`: the Slurm client commands there) or
+    through a login node reached as a registered SSH device (`ssh`)."""
+
+    cluster_id: Identifier
+    kind: Literal["slurm"] = "slurm"
+    access: Literal["local", "ssh"] = "local"
+    login_device_id: Identifier | None = None
+    partition: SlurmName
+    account: SlurmName | None = None
+    qos: SlurmName | None = None
+    gpu_type: SlurmName | None = None
+    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 0
+    max_nodes: Annotated[int, Field(ge=1, le=64)] = 1
+    time_limit_min: Annotated[int, Field(ge=1, le=60 * 24 * 30)]
+    shared_dir: SharedDir
+    # The Python with bashgym installed on the compute nodes (an environment the cluster's admin provides).
+    python: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^'\"`$\\\s;&|<>]+$")] = "python3"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _access_from_login_device(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("login_device_id") and "access" not in data:
+            data = {**data, "access": "ssh"}
+        return data
+
+    @model_validator(mode="after")
+    def _login_device_with_ssh_only(self) -> ClusterSpec:
+        if self.access == "ssh" and not self.login_device_id:
+            raise ValueError("access `ssh` reaches the login node as a registered device: set login_device_id")
+        if self.access == "local" and self.login_device_id:
+            raise ValueError("login_device_id is set with access `local`; a login device means access `ssh`")
+        if ".." in self.shared_dir.split("/"):
+            raise ValueError(f"shared_dir {self.shared_dir!r} climbs out with `..`; name the directory itself")
+        return self
+
+
 class PreflightVerdict(Spec):
     """What a preflight found on a device, and whether it may take runs."""
 

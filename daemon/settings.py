@@ -256,6 +256,17 @@ class Settings(BaseSettings):
         None,
         description="The only directory device keys and known_hosts files are read from (default $BASHGYM_HOME/keys).",
     )
+    slurm_shared_root: Path | None = Field(
+        None,
+        description="The only directory a `local` Slurm cluster's shared_dir may be in (where run directories are "
+        "staged for the compute nodes); unset: clusters reached on the daemon's host are refused.",
+    )
+    slurm_conf: Path | None = Field(
+        None,
+        description="The slurm.conf the daemon's Slurm client commands read (their SLURM_CONF); unset: the "
+        "commands' own default (/etc/slurm/slurm.conf or DNS SRV records).",
+    )
+    slurm_poll_s: float = Field(5.0, gt=0, description="Seconds between polls of a run's Slurm job.")
     allow_private_device_hosts: bool = Field(
         False, description="Let devices point at this machine or its link (loopback, link-local addresses)."
     )
@@ -294,7 +305,9 @@ class Settings(BaseSettings):
         # would parse `BASHGYM_DATA_ROOTS=` (empty) as JSON and refuse the start.
         return (init_settings,)
 
-    @field_validator("backup_dir", "ssh_keys_dir", "uds", "trackio_dir", mode="before")
+    @field_validator(
+        "backup_dir", "ssh_keys_dir", "uds", "trackio_dir", "slurm_shared_root", "slurm_conf", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

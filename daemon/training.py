@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -29,13 +30,16 @@ from bashgym.daemon.lanes.group import GroupSupervisor
 from bashgym.daemon.lanes.nemo import PAUSE_REFUSED, NemoCustomizer, NemoError
 from bashgym.daemon.lanes.nemo_data import NemoDataset, customizer_dataset, job_body, job_hyperparameters
 from bashgym.daemon.lanes.remote import LaneState, NemoSupervisor, SshSupervisor
-from bashgym.daemon.lanes.ssh import Device
+from bashgym.daemon.lanes.slurm import SlurmSupervisor
+from bashgym.daemon.lanes.slurm_files import LocalCommands, LocalRunFiles, SshCommands, SshRunFiles
+from bashgym.daemon.lanes.slurm_jobs import Cluster
+from bashgym.daemon.lanes.ssh import Device, RemoteRun
 from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, is_trainer_alive, spawned_pid
 from bashgym.daemon.launch.authorise import check_no_credentials
 from bashgym.daemon.launch.check import LaunchChecks
 from bashgym.daemon.launch.register import register_run, reserve_launch, started
 from bashgym.daemon.launch.trackers import trainer_environment
-from bashgym.daemon.settings import Settings
+from bashgym.daemon.settings import Settings, child_environment
 from bashgym.ledger.store import Ledger
 from bashgym.ledger.tx import new_id
 from bashgym.trainers.contracts.request import TrainingRequest
@@ -111,7 +115,7 @@ class TrainingService:
         except NotFound as exc:
             await self._settle(handle, actor, "unknown", f"{exc.message} The daemon cannot follow the run.")
             return
-        if isinstance(supervisor, SshSupervisor):
+        if isinstance(supervisor, SshSupervisor | SlurmSupervisor):
             self._tasks[handle.run_id] = self._group.create_task(self._supervise(supervisor, supervisor.reattach()))
         else:
             self._tasks[handle.run_id] = self._group.create_task(
@@ -266,6 +270,8 @@ class TrainingService:
                 await lane.update(lane="ssh", device_id=device.device_id)
             if request.device_group is not None:
                 await lane.update(lane="ssh-group", group_id=request.device_group)
+            if request.slurm_cluster is not None:
+                await lane.update(lane="slurm", cluster_id=request.slurm_cluster)
             if job is not None and uploaded is not None:
                 await lane.update(
                     lane="nemo", job_id=job["id"], output_model=job.get("output_model"), dataset=uploaded.record()
@@ -280,6 +286,14 @@ class TrainingService:
             for run_id, supervisor in self._active.items()
             if isinstance(supervisor, SshSupervisor)
             and device_id in {d.device_id for d in getattr(supervisor, "devices", [supervisor.device])}
+        ]
+
+    def runs_on_cluster(self, cluster_id: str) -> list[str]:
+        """Ids of the active runs submitted to Slurm cluster `cluster_id`; its removal waits for them."""
+        return [
+            run_id
+            for run_id, supervisor in self._active.items()
+            if isinstance(supervisor, SlurmSupervisor) and supervisor.cluster.cluster_id == cluster_id
         ]
 
     def runs_on_group(self, group_id: str) -> list[str]:
@@ -369,6 +383,8 @@ class TrainingService:
         if lane.lane == "ssh":
             device = Device.from_record(await self.ledger.get_device(handle.workspace, str(lane.data["device_id"])))
             return SshSupervisor(handle, self.ledger, system, device, self.settings.grace_s, self.settings.ssh_poll_s)
+        if lane.lane == "slurm":
+            return await self._slurm_supervisor(handle, system, str(lane.data["cluster_id"]))
         if lane.lane == "ssh-group":
             group = await self.ledger.get_device_group(handle.workspace, str(lane.data["group_id"]))
             devices = [Device.from_record(await self.ledger.get_device(handle.workspace, m)) for m in group["members"]]
@@ -379,14 +395,39 @@ class TrainingService:
             handle, self.ledger, system, self._nemo, self.settings.nemo_poll_s, self.settings.nemo_gpus
         )
 
+    async def _slurm_supervisor(self, handle: RunHandle, system: Actor, cluster_id: str) -> SlurmSupervisor:
+        """The run's job on a Slurm cluster: its commands run here (access `local`) or on the login node (`ssh`)."""
+        cluster = Cluster.from_record(await self.ledger.get_cluster(handle.workspace, cluster_id))
+        files: LocalRunFiles | SshRunFiles
+        commands: LocalCommands | SshCommands
+        if cluster.access == "ssh":
+            record = await self.ledger.get_device(handle.workspace, str(cluster.login_device_id))
+            login = dataclasses.replace(Device.from_record(record), work_dir=cluster.shared_dir)
+            remote = RemoteRun(login, handle.run_id, handle.run_dir)
+            files, commands = SshRunFiles(remote), SshCommands(remote)
+        else:
+            files = LocalRunFiles(Path(cluster.run_dir(handle.run_id)), handle.run_dir)
+            commands = LocalCommands(child_environment(self.settings, self._environ), self.settings.slurm_conf)
+        return SlurmSupervisor(
+            handle,
+            self.ledger,
+            system,
+            cluster,
+            commands=commands,
+            files=files,
+            grace_s=self.settings.grace_s,
+            poll_s=self.settings.slurm_poll_s,
+            failpoint=self.settings.failpoint,
+        )
+
     def _slots_for(self, supervisor: Supervisor) -> contextlib.AbstractAsyncContextManager[Any] | None:
         if isinstance(supervisor, GroupSupervisor):
             return self._group_slots(supervisor.devices)
         if isinstance(supervisor, SshSupervisor):
             device = supervisor.device
             return self._device_slots.setdefault(device.device_id, asyncio.Semaphore(device.slots))
-        if isinstance(supervisor, NemoSupervisor):
-            return None  # the service queues its own jobs
+        if isinstance(supervisor, NemoSupervisor | SlurmSupervisor):
+            return None  # the service (Slurm: the cluster's scheduler) queues its own jobs
         return self._slots
 
     @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from bashgym.client.errors import Conflict, NotFound
 from bashgym.client.specs import DeviceSpec, PreflightVerdict
 from bashgym.client.validation import canonical_json
 from bashgym.ledger.access import WORKSPACE_SCOPE
+from bashgym.ledger.clusters import clusters_through_device
 from bashgym.ledger.device_groups import groups_with_member, store_verdict
 from bashgym.ledger.tx import Tx
 
@@ -64,6 +65,11 @@ def remove_device(tx: Tx, ws: str, device_id: str) -> tuple[dict[str, Any], bool
         raise Conflict(
             f"Device {device_id} is a member of device group {', '.join(groups)}.",
             hint=f"Remove the group first (bashgym device group remove {groups[0]}), then the device.",
+        )
+    if clusters := clusters_through_device(tx.conn, ws, device_id):
+        raise Conflict(
+            f"Device {device_id} is the login node of cluster {', '.join(clusters)}.",
+            hint=f"Remove the cluster first (bashgym cluster remove {clusters[0]}), then the device.",
         )
     tx.conn.execute("DELETE FROM devices WHERE workspace_id = ? AND device_id = ?", (ws, device_id))
     tx.append_event(

@@ -272,6 +272,8 @@ EVENT_TYPES: dict[str, type[_Payload]] = {
     "device_group.registered": EntityRegistered,
     "device_group.removed": EntityRegistered,
     "device_group.preflight": DeviceGroupPreflight,
+    "cluster.registered": EntityRegistered,
+    "cluster.removed": EntityRegistered,
     "runcard.created": EntityRegistered,
     "campaign.created": EntityRegistered,
     "campaign.iteration_added": EntityRegistered,

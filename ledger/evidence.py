@@ -312,16 +312,18 @@ def add_budget_entry(tx: Tx, ws: str, project: str, spec: BudgetEntrySpec) -> tu
     return to_record(row), replayed
 
 
-def settle_reservation(tx: Tx, ws: str, project: str, run_id: str, status: str, gpus: int) -> None:
+def settle_reservation(
+    tx: Tx, ws: str, project: str, run_id: str, status: str, gpus: int, *, gpu_hours: float | None = None
+) -> None:
     """Release a run's launch reservation (`<run>.reserve`) and settle the hours it held its compute times its
-    GPUs, in the transaction that records its end: no end is left unsettled. Nothing without a reservation,
-    nothing twice."""
+    GPUs (or `gpu_hours`, as its scheduler measured them), in the transaction that records its end: no end is left
+    unsettled. Nothing without a reservation, nothing twice."""
     key = {"workspace_id": ws, "project_id": project}
     if tx.fetch_one("budget_entries", {**key, "entry_id": f"{run_id}.reserve"}) is None:
         return
     if tx.fetch_one("budget_entries", {**key, "entry_id": f"{run_id}.settle"}) is not None:
         return
-    hours = run_hours(tx.conn, ws, project, run_id) * gpus
+    hours = run_hours(tx.conn, ws, project, run_id) * gpus if gpu_hours is None else gpu_hours
     for kind, amount in (("release", 0.0), ("settle", hours)):
         spec = BudgetEntrySpec(
             entry_id=f"{run_id}.{kind}", kind=kind, runs=1, gpu_hours=amount, run_id=run_id, reason=f"run {status}"

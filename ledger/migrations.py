@@ -27,6 +27,7 @@ from bashgym.ledger.schema import (
     v16,
     v17,
     v18,
+    v19,
 )
 
 
@@ -63,6 +64,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "evidence_provenance", v16.SQL),
     Migration(17, "web_view_sessions", v17.SQL),
     Migration(18, "entity_tags_and_notes", v18.SQL),
+    Migration(19, "slurm_clusters", v19.SQL),
 )
 
 _RECORD_TABLE = """

@@ -27,6 +27,7 @@ from bashgym.ledger import (
     browse,
     campaigns,
     channels,
+    clusters,
     device_groups,
     devices,
     eval_views,
@@ -294,15 +295,25 @@ class Ledger:
         return await self.write(actor, fn)
 
     async def transition_run(
-        self, actor: Actor, ws: str, project: str, run_id: str, spec: RunTransition, *, settle_gpus: int | None = None
+        self,
+        actor: Actor,
+        ws: str,
+        project: str,
+        run_id: str,
+        spec: RunTransition,
+        *,
+        settle_gpus: int | None = None,
+        gpu_hours: float | None = None,
     ) -> WriteResult:
         """settle_gpus: at an end, settle the run's launch reservation in the same transaction, charging its
-        hours times these GPUs (evidence.settle_reservation). The daemon passes it; the ledger API does not."""
+        hours times these GPUs (evidence.settle_reservation); gpu_hours, where the compute's own accounting measured
+        them (a Slurm job's elapsed time times its GPUs), is charged instead. The daemon passes them; the ledger API
+        does not."""
 
         def fn(tx: Tx) -> tuple[dict[str, Any], bool]:
             record, replayed = runs.transition_run(tx, ws, project, run_id, spec)
             if settle_gpus is not None and not replayed and spec.status in TERMINAL:
-                evidence.settle_reservation(tx, ws, project, run_id, spec.status, settle_gpus)
+                evidence.settle_reservation(tx, ws, project, run_id, spec.status, settle_gpus, gpu_hours=gpu_hours)
             return record, replayed
 
         return await self._put(actor, fn)
@@ -488,6 +499,16 @@ class Ledger:
     get_device_group = reads(device_groups.get_device_group)
 
     list_device_groups = reads(device_groups.list_device_groups)
+
+    # -- Slurm clusters --------------------------------------------------------------------------
+
+    add_cluster = puts(clusters.add_cluster)
+
+    remove_cluster = puts(clusters.remove_cluster)
+
+    get_cluster = reads(clusters.get_cluster)
+
+    list_clusters = reads(clusters.list_clusters)
 
     # -- the web view's reads (browse.py) ----------------------------------------------------------------------------
     runs_page = reads(browse.runs_page)

@@ -50,6 +50,8 @@ async def check_lane(
         return Device.from_record(record)
     if request.lane == "ssh-group":
         await check_group(ledger, settings, workspace, request)
+    elif request.lane == "slurm":
+        await check_cluster(ledger, settings, workspace, request)
     elif request.lane == "nemo":
         await check_nemo(settings, request)
     elif request.lane == "local":
@@ -63,6 +65,26 @@ async def _found(lookup: Any) -> dict[str, Any]:
         return dict(await lookup)
     except NotFound as exc:
         raise RuleRejected(exc.message, hint=exc.hint) from exc
+
+
+async def check_cluster(ledger: Ledger, settings: Settings, workspace: str, request: TrainingRequest) -> None:
+    """A Slurm cluster takes a run it can place: registered, reachable as it was registered (its login device, or
+    this host's shared root still holding its shared directory), and no more nodes than it allows."""
+    cluster_id = request.slurm_cluster or ""
+    cluster = await _found(ledger.get_cluster(workspace, cluster_id))
+    if cluster["access"] == "ssh":
+        await check_device_reach(settings, await _found(ledger.get_device(workspace, cluster["login_device_id"])))
+    elif settings.slurm_shared_root is None:
+        raise RuleRejected(
+            f"Cluster {cluster_id} is reached on the daemon's host, and BASHGYM_SLURM_SHARED_ROOT is not set.",
+            hint="The operator sets it to the directory holding the cluster's shared directory, then restarts.",
+        )
+    if request.num_machines > cluster["max_nodes"]:
+        raise RuleRejected(
+            f"num_machines {request.num_machines} is more than cluster {cluster_id} allows ({cluster['max_nodes']} "
+            "nodes).",
+            hint=f"Set num_machines {cluster['max_nodes']} or fewer.",
+        )
 
 
 def require_ready(record: dict[str, Any], what: str, command: str) -> None:

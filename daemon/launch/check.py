@@ -21,6 +21,7 @@ from bashgym.daemon.blobs import BlobStore, file_digest
 from bashgym.daemon.lanes.admission import check_lane, trainer_python_facts
 from bashgym.daemon.lanes.nemo import LANE_CAPABILITIES
 from bashgym.daemon.lanes.nemo_data import job_hyperparameters
+from bashgym.daemon.lanes.slurm_jobs import slurm_plan
 from bashgym.daemon.lanes.ssh import Device
 from bashgym.daemon.launch.authorise import check_unisolated_checks, has_command_checks
 from bashgym.daemon.launch.confine import Reach, model_files
@@ -198,6 +199,10 @@ class LaunchChecks:
                 "checked_at": group["preflight_at"],
                 **group["preflight"],
             }
+        if request.lane == "slurm":
+            cluster = await self.ledger.get_cluster(workspace, request.slurm_cluster or "")
+            facts = slurm_plan(cluster, run_id="<run_id>", nodes=request.num_machines)
+            return {"lane": "slurm", "ready": True, "reasons": [], "facts": facts}
         facts = {"slots": self.settings.local_slots, "busy": self._busy(), "gpus": self.settings.local_gpus}
         return {"lane": "local", "ready": True, "reasons": [], "facts": facts}
 
@@ -259,6 +264,9 @@ class LaunchChecks:
     ) -> dict[str, dict[str, Any]]:
         """The last preflight's facts of each device the run trains on (an SSH device, or a group's members)."""
         names = [device.device_id] if device is not None else []
+        if request.lane == "slurm":
+            # Its compute nodes were never preflighted: their sandbox level is unknown.
+            return {f"cluster {request.slurm_cluster}": {}}
         if request.lane == "ssh-group":
             names = list((await self.ledger.get_device_group(workspace, request.device_group or ""))["members"])
         found: dict[str, dict[str, Any]] = {}

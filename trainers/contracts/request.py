@@ -121,6 +121,14 @@ def parse_compute_target(target: str) -> tuple[str, str | None]:
                 "(bashgym device group list)."
             )
         return "ssh-group", group
+    if target.startswith("slurm:"):
+        cluster = target[len("slurm:") :]
+        if not _DEVICE_ID.match(cluster):
+            raise InvalidRequest(
+                f"`{target}` does not name a cluster; use slurm:<cluster_id> with a registered id "
+                "(bashgym cluster list)."
+            )
+        return "slurm", cluster
     head, _, rest = target.lower().partition(":")
     if head == "cloud" and rest:
         # `cloud:<name>` names the lane it means: say that lane's refusal, not bare cloud's.
@@ -131,8 +139,8 @@ def parse_compute_target(target: str) -> tuple[str, str | None]:
         if head == prefix or head.startswith(prefix):
             raise InvalidRequest(f"compute_target `{target}` is refused. {reason}")
     raise InvalidRequest(
-        f"compute_target `{target}` is not a lane; use `local`, `ssh:<device_id>`, `ssh-group:<group_id>` or "
-        "`cloud:nemo-customizer`."
+        f"compute_target `{target}` is not a lane; use `local`, `ssh:<device_id>`, `ssh-group:<group_id>`, "
+        "`slurm:<cluster_id>` or `cloud:nemo-customizer`."
     )
 
 
@@ -354,10 +362,11 @@ class TrainingRequest(BaseModel):
                 f"num_processes {self.num_processes} does not split evenly over num_machines {self.num_machines}; "
                 "num_processes counts every process on every machine (accelerate's meaning), so make it a multiple."
             )
-        if self.num_machines > 1 and lane != "ssh-group":
+        if self.num_machines > 1 and lane not in {"ssh-group", "slurm"}:
             raise InvalidRequest(
                 f"num_machines {self.num_machines} needs compute_target `ssh-group:<group_id>`, a device group with "
-                "one member per machine (bashgym device group create)."
+                "one member per machine (bashgym device group create), or `slurm:<cluster_id>`, whose nodes Slurm "
+                "allocates."
             )
         if lane == "nemo" and (self.is_distributed or self.mixed_precision != "auto"):
             raise InvalidRequest(
@@ -389,6 +398,11 @@ class TrainingRequest(BaseModel):
     def device_group(self) -> str | None:
         lane, name = parse_compute_target(self.compute_target)
         return name if lane == "ssh-group" else None
+
+    @property
+    def slurm_cluster(self) -> str | None:
+        lane, name = parse_compute_target(self.compute_target)
+        return name if lane == "slurm" else None
 
 
 CLI_ONLY_FIELDS = frozenset(
