@@ -270,7 +270,12 @@ class SlurmSupervisor(Supervisor):
         warned = code == PAUSE_EXIT and not self._is_pausing and await self.files.has(TIME_LIMIT_MARK)
         if state == "TIMEOUT" or warned:
             limit = f"{where} reached its time limit of {self.cluster.time_limit_min} min"
-            await self._transition("failed", reason=f"time limit: {limit}", error_summary=f"{limit}; Slurm ended it.")
+            if warned:
+                limit = (
+                    f"{where} was about to reach its time limit of {self.cluster.time_limit_min} min; the trainer "
+                    f"saved a checkpoint in {self.cluster.run_dir(self.handle.run_id)} and stopped"
+                )
+            await self._transition("failed", reason=f"time limit: {limit}", error_summary=f"{limit}.")
             return "failed"
         if state in LOST_STATES:
             await self._transition("failed", reason=f"{where}: {LOST_STATES[state]}", error_summary=LOST_STATES[state])
@@ -323,18 +328,16 @@ class SlurmSupervisor(Supervisor):
         await self._scancel("--signal=USR1")
 
     async def stop(self) -> None:
-        """Ask the trainer to stop (SIGTERM to the job's steps: it saves its state and exits), then cancel the job
-        after grace_s; a pending job is cancelled at once. Waits until the follower has recorded the end."""
+        """Cancel the job as Slurm does (`scancel`: SIGTERM to its steps and batch shell, SIGKILL after the
+        cluster's KillWait; the trainer saves its state and exits on SIGTERM), then SIGKILL what is left after
+        grace_s. Waits until the follower has recorded the end."""
         self._is_stopping = True
-        if self.job is None or self.job.is_waiting:
-            await self._scancel()
-        else:
-            await self._scancel("--signal=TERM")
+        await self._scancel()
         try:
             async with asyncio.timeout(self.grace_s):
                 await self._done.wait()
         except TimeoutError:
-            await self._scancel()
+            await self._scancel("--signal=KILL", "--full")
             await self._done.wait()
 
     async def _scancel(self, *options: str) -> None:

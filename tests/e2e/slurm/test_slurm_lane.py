@@ -1,0 +1,231 @@
+"""The Slurm lane end to end against a real single-node Slurm (tests/support/slurm.py): a daemon on a free port
+submits the tiny model's SFT as a batch job, follows it from pending to completion, brings its artifacts home
+verified and settles its GPU-hours from Slurm's accounting; a stop is Slurm's cancel; a job killed by its time
+limit fails the run saying so; a daemon killed after `sbatch` finds its job again at its restart."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bashgym.trainers.tiny import build_tiny
+
+from tests.support.factories import sft_data, tracking_context, training_request
+from tests.support.helpers import RunningDaemon, running_daemon
+from tests.support.slurm import SlurmCluster, slurm_cluster
+
+__all__ = ["slurm_cluster"]  # the session's cluster, shared with the harness's tests
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+TERMINAL = {"completed", "failed", "cancelled", "unknown"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def daemon_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
+    """The operator's settings: where local clusters' shared directories may be, and the cluster's slurm.conf."""
+    return {
+        "BASHGYM_SLURM_SHARED_ROOT": str(cluster.shared_dir),
+        "BASHGYM_SLURM_CONF": cluster.env["SLURM_CONF"],
+        "BASHGYM_SLURM_POLL_S": "0.5",
+        "BASHGYM_GRACE_S": "20",
+        **extra,
+    }
+
+
+def register(client: httpx.Client, cluster: SlurmCluster, cluster_id: str, time_limit_min: int = 5) -> None:
+    body = {
+        "cluster_id": cluster_id,
+        "kind": "slurm",
+        "partition": cluster.partition,
+        "gpus_per_node": 1,
+        "time_limit_min": time_limit_min,
+        "shared_dir": str(cluster.shared_dir),
+        "python": sys.executable,  # this checkout's bashgym, as the nodes' environment
+    }
+    added = client.post("/v1/clusters", json=body)
+    assert added.status_code in {200, 201}, added.text
+
+
+@pytest.fixture(scope="module")
+def daemon(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    with running_daemon(tmp_path_factory.mktemp("home"), env=daemon_env(slurm_cluster)) as running:
+        with running.client() as admin:
+            register(admin, slurm_cluster, "hpc")
+            register(admin, slurm_cluster, "short", time_limit_min=1)
+        yield running
+
+
+def start(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    started = client.post("/v1/training/start", json=body)
+    assert started.status_code == 201, started.text
+    return dict(started.json())
+
+
+def wait_for(client: httpx.Client, run_id: str, statuses: set[str], timeout_s: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/v1/projects/nightly/runs/{run_id}").json()
+        if run["status"] in statuses:
+            return dict(run)
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} did not reach {statuses}: {run['status']}")
+
+
+def remote_logs(client: httpx.Client, run_id: str) -> list[str]:
+    page = client.get("/v1/projects/nightly/events", params={"type": "run.remote_log", "limit": 1000}).json()
+    return [e["payload"]["message"] for e in page["events"] if e["run_id"] == run_id]
+
+
+def wait_for_log(client: httpx.Client, run_id: str, text: str, timeout_s: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        logs = remote_logs(client, run_id)
+        if any(text in line for line in logs):
+            return logs
+        time.sleep(0.3)
+    raise AssertionError(f"no remote log of run {run_id} says {text!r}: {remote_logs(client, run_id)}")
+
+
+def lane_of(daemon: RunningDaemon, run_id: str) -> dict[str, Any]:
+    return dict(json.loads((daemon.home / "runs" / run_id / "lane.json").read_text()))
+
+
+def settled_gpu_hours(daemon: RunningDaemon, run_id: str) -> float:
+    with sqlite3.connect(f"file:{daemon.home / 'ledger.sqlite3'}?mode=ro", uri=True) as conn:
+        row = conn.execute("SELECT gpu_hours FROM budget_entries WHERE entry_id = ?", (f"{run_id}.settle",)).fetchone()
+    assert row is not None, f"run {run_id} has no settle entry"
+    return float(row[0])
+
+
+def test_a_run_is_one_job_from_pending_to_verified_artifacts_and_settled_gpu_hours(
+    daemon: RunningDaemon, slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
+) -> None:
+    # The node is taken, so the run's job waits and says why; then it runs.
+    blocker = slurm_cluster.submit("--exclusive", "--job-name=blocker", "--wrap", "sleep 60")
+    slurm_cluster.wait_for_job(blocker, {"RUNNING"})
+    with daemon.client() as client:
+        run = start(client, training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc"))
+        run_id = run["run_id"]
+        assert run["lane"] == "slurm"
+        logs = wait_for_log(client, run_id, "is pending (")
+        assert client.get(f"/v1/projects/nightly/runs/{run_id}").json()["status"] == "preparing"
+        slurm_cluster.run("scancel", blocker)
+        ended = wait_for(client, run_id, TERMINAL)
+        assert ended["status"] == "completed", ended["attempts"][-1]
+        logs = remote_logs(client, run_id)
+        job_id = lane_of(daemon, run_id)["job_id"]
+        assert logs[0].startswith(f"submitted Slurm job {job_id} to partition {slurm_cluster.partition}")
+        assert any(f"Slurm job {job_id} is pending (" in line for line in logs)
+        assert any(line.startswith(f"Slurm job {job_id} is running on {slurm_cluster.node_name}") for line in logs)
+
+    assert ended["metric_summary"]["train.loss"]["count"] == 4, "the metrics came back through the shared directory"
+    assert "adapter" in {a["kind"] for a in ended["artifacts"]}
+    run_dir = daemon.home / "runs" / run_id
+    for artifact in ended["artifacts"]:
+        path = run_dir / artifact["uri"].removeprefix(f"bashgym://runs/{run_id}/")
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == artifact["sha256"], path
+    assert (run_dir / "training.log").stat().st_size > 0, "the job's log is mirrored home"
+    assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash\n#SBATCH --job-name=bashgym-")
+    assert not (slurm_cluster.shared_dir / run_id).exists(), "a completed run leaves nothing in the shared directory"
+
+    job = slurm_cluster.job(job_id)
+    assert (job["JobState"], job["ExitCode"]) == ("COMPLETED", "0:0")
+    assert job["Comment"] == f"bashgym:{run_id}:{run_id}.a1:1"
+    if slurm_cluster.has_accounting:
+        accounted = slurm_cluster.wait_for_accounting(job_id, {"COMPLETED"})
+        assert "gres/gpu=1" in accounted["AllocTRES"]
+        assert settled_gpu_hours(daemon, run_id) == pytest.approx(int(accounted["ElapsedRaw"]) / 3600, abs=2 / 3600)
+    assert settled_gpu_hours(daemon, run_id) > 0, "elapsed time x the one GPU allocated"
+
+
+def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slurms_cancel(
+    daemon: RunningDaemon, slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
+) -> None:
+    body = training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc", max_steps=100000, save_steps=1000)
+    with daemon.client() as client:
+        run_id = start(client, body)["run_id"]
+        wait_for(client, run_id, {"running"})
+        first_job = lane_of(daemon, run_id)["job_id"]
+        assert client.post(f"/v1/projects/nightly/runs/{run_id}/pause").status_code == 202
+        paused = wait_for(client, run_id, {"paused", *TERMINAL}, timeout_s=60)
+        assert paused["status"] == "paused", paused["attempts"][-1]
+        assert slurm_cluster.job(first_job)["JobState"] != "RUNNING", "a paused run holds no allocation"
+        assert list((slurm_cluster.shared_dir / run_id).glob("checkpoint-*")), "the trainer checkpointed first"
+
+        assert client.post(f"/v1/projects/nightly/runs/{run_id}/resume").status_code == 202
+        wait_for_log(client, run_id, "submitted Slurm job", timeout_s=30)
+        wait_for(client, run_id, {"running"})
+        lane = lane_of(daemon, run_id)
+        assert lane["job_id"] != first_job and lane["jobs"] == [first_job, lane["job_id"]]
+        script = (daemon.home / "runs" / run_id / "job.sbatch").read_text()
+        assert "resume=--resume" in script and f"--comment=bashgym:{run_id}:{run_id}.a1:2" in script
+
+        stopped = client.post(f"/v1/projects/nightly/runs/{run_id}/stop")
+        assert stopped.status_code in {200, 202}, stopped.text
+        ended = wait_for(client, run_id, TERMINAL, timeout_s=60)
+    assert ended["status"] == "cancelled", ended["attempts"][-1]
+    assert "stopped by" in ended["attempts"][-1]["status_reason"]
+    assert slurm_cluster.job(lane["job_id"])["JobState"] == "CANCELLED", "Slurm saw the cancel"
+    assert not slurm_cluster.run("squeue", "--noheader", f"--name=bashgym-{run_id}").stdout.strip(), "no orphan"
+    assert settled_gpu_hours(daemon, run_id) > 0, "both jobs' time, charged once at the end"
+
+
+def test_a_job_killed_by_its_time_limit_fails_the_run_saying_so(
+    daemon: RunningDaemon, slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
+) -> None:
+    context = tracking_context(environment_id="slurm-short")  # an environment is one compute target
+    body = training_request(
+        tiny, sft_data(tmp_path), compute_target="slurm:short", max_steps=100000, save_steps=1000,
+        tracking_context=context,
+    )  # fmt: skip
+    with daemon.client() as client:
+        run_id = start(client, body)["run_id"]
+        ended = wait_for(client, run_id, TERMINAL, timeout_s=150)
+    assert ended["status"] == "failed", ended
+    job_id = lane_of(daemon, run_id)["job_id"]
+    reason = ended["attempts"][-1]["status_reason"]
+    # Killed at the limit (TIMEOUT), or checkpointed on Slurm's warning ahead of it (the warning comes up to a
+    # minute early): either way the run failed for its time limit.
+    assert reason.startswith(f"time limit: Slurm job {job_id} "), ended
+    assert "its time limit of 1 min" in reason, reason
+    state = slurm_cluster.job(job_id)["JobState"]
+    assert state in {"TIMEOUT", "FAILED"}, state
+    assert "--time=1" in (daemon.home / "runs" / run_id / "job.sbatch").read_text()
+
+
+def test_a_daemon_killed_after_sbatch_finds_its_job_and_never_submits_twice(
+    slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    with running_daemon(home, env=daemon_env(slurm_cluster, BASHGYM_FAILPOINT="training.slurm.submitted")) as first:
+        with first.client() as client:
+            register(client, slurm_cluster, "hpc")
+            run_id = start(client, training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc"))["run_id"]
+        assert first.proc.wait(timeout=60) == -9, "the failpoint killed the daemon right after sbatch"
+    assert lane_of_home(home, run_id)["submitting"] is True and lane_of_home(home, run_id)["job_id"] is None
+    jobs = slurm_cluster.run("squeue", "--noheader", "--states=all", f"--name=bashgym-{run_id}", "--format=%i")
+    submitted = jobs.stdout.split()
+    assert len(submitted) == 1, jobs.stdout
+
+    with running_daemon(home, env=daemon_env(slurm_cluster)) as second, second.client() as client:
+        ended = wait_for(client, run_id, TERMINAL)
+        logs = remote_logs(client, run_id)
+    assert ended["status"] == "completed", ended
+    assert f"found Slurm job {submitted[0]} submitted before the daemon restarted" in " ".join(logs)
+    again = slurm_cluster.run("squeue", "--noheader", "--states=all", f"--name=bashgym-{run_id}", "--format=%i")
+    assert again.stdout.split() == submitted, "one job for the run, never a second submission"
+
+
+def lane_of_home(home: Path, run_id: str) -> dict[str, Any]:
+    return dict(json.loads((home / "runs" / run_id / "lane.json").read_text()))
