@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     # The process's one read of the environment; the Hub token is looked up there by name.
     environ = dict(os.environ)
     from bashgym.trainers.contracts.topology import LAUNCHER_PID_ENV, RankInfo, exit_rank
-    from bashgym.trainers.signals import ControlFlags, end_with_parent
+    from bashgym.trainers.signals import TERM_PAUSES_ENV, ControlFlags, end_with_parent
 
     rank = RankInfo.from_env(environ)
     if environ.get(LAUNCHER_PID_ENV, "").isdigit():
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         protocol.close()  # only the main process speaks to the supervisor
         protocol = None
     # Signals first: torch takes seconds to import, and a stop sent meanwhile must still end `cancelled`.
-    flags = ControlFlags()
+    flags = ControlFlags(term_pauses=environ.get(TERM_PAUSES_ENV) == "1")
     flags.install()
     from bashgym.trainers import failpoints
     from bashgym.trainers.contracts.rundir import EXIT_CANCELLED, EXIT_PAUSED, RunDirectory

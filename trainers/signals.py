@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
+TERM_PAUSES_ENV = "BASHGYM_TERM_PAUSES"  # "1": SIGTERM pauses (a Slurm job's batch script sets it)
+
 
 @dataclass
 class ControlFlags:
@@ -17,11 +19,16 @@ class ControlFlags:
     pause: bool = False
     stop: bool = False
     acted_on: Literal["pause", "stop"] | None = None
+    # Under a scheduler (the Slurm lane, TERM_PAUSES_ENV), SIGTERM comes before a preemption, a requeue or the time
+    # limit as well as a cancel: the trainer then keeps its checkpoint, and the scheduler's verdict says how the run
+    # ended.
+    term_pauses: bool = False
 
     def install(self) -> None:
-        """SIGUSR1 asks to pause (checkpoint, then exit); SIGTERM asks to stop (status cancelled)."""
+        """SIGUSR1 asks to pause (checkpoint, then exit); SIGTERM asks to stop (status cancelled), or to pause
+        where `term_pauses`."""
         signal.signal(signal.SIGUSR1, self._on_pause)
-        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGTERM, self._on_pause if self.term_pauses else self._on_stop)
 
     def _on_pause(self, signum: int, frame: Any) -> None:
         self.pause = True

@@ -9,6 +9,7 @@ the job to Slurm and follows it again at its next start (`lane.json` keeps the j
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from bashgym.client.specs import Actor, RunTransition
@@ -73,6 +74,7 @@ class SlurmSupervisor(Supervisor):
         self.failpoint = failpoint
         self.job: JobState | None = None
         self._is_pausing = False
+        self._is_queued = False  # a new attempt (a requeued job) waits queued until Slurm places it
         self._done = asyncio.Event()
 
     @property
@@ -247,14 +249,33 @@ class SlurmSupervisor(Supervisor):
             return
         await self.lane.update(observed=said)
         where = f"Slurm job {job.job_id}"
-        if job.restarts > int(self.lane.data.get("restarts", 0)):
+        # Once the old allocation is gone (COMPLETING: its trainer may still write its last lines, which are its
+        # attempt's): those lines first, then the new attempt.
+        if job.restarts > int(self.lane.data.get("restarts", 0)) and job.state != "COMPLETING":
+            await self._mirror()
             await self.lane.update(restarts=job.restarts)
-            await self._remote_log(f"{where} was requeued (restart {job.restarts}); it resumes from its checkpoint")
+            await self._requeued(f"{where} was requeued by Slurm (restart {job.restarts})")
         if job.is_waiting:
             await self._remote_log(f"{where} is {job.state.lower()}" + (f" ({job.reason})" if job.reason else ""))
+            if self._is_queued:
+                self._is_queued = False
+                await self._transition("preparing", reason=f"{where} is waiting for its allocation")
         elif job.state == "RUNNING":
             await self._remote_log(f"{where} is running" + (f" on {job.nodes}" if job.nodes else ""))
             await self._mark_running(f"{where} is running")
+
+    async def _requeued(self, why: str) -> None:
+        """A requeued job (preempted, a node lost) runs again from its last checkpoint: that is a new attempt of
+        the run, as a lost trainer's resume is. The steps the old attempt recorded stay its own."""
+        h = self.handle
+        await self._remote_log(f"{why}; it goes on from its last checkpoint as a new attempt")
+        await self._transition("unknown", reason=f"{why}; its trainer was stopped")
+        attempt_id = await self.ledger.supersede_attempt(
+            self.actor, h.workspace, h.project, h.run_id, f"{why}; the run went on as a new attempt"
+        )
+        self.handle = dataclasses.replace(h, attempt_id=attempt_id)
+        self.metrics.attempt_id = attempt_id  # from the same offset: the new attempt's lines follow the old one's
+        self._is_running, self._is_queued = False, True
 
     async def _remote_log(self, message: str) -> None:
         await self._append("run.remote_log", {"message": message[:2000], "reported_at": ""})
@@ -280,7 +301,7 @@ class SlurmSupervisor(Supervisor):
         if state in LOST_STATES:
             await self._transition("failed", reason=f"{where}: {LOST_STATES[state]}", error_summary=LOST_STATES[state])
             return "failed"
-        if state == "CANCELLED" and code in {None, 76, 143, 137}:
+        if state == "CANCELLED":  # whatever the trainer managed to say before the job was cancelled
             by = f"stopped by {self.stopped_by}" if self.stopped_by else "cancelled in Slurm (scancel outside BashGym)"
             await self._transition("cancelled", reason=f"{by}; {where} was cancelled")
             return "cancelled"

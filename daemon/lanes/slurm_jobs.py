@@ -117,6 +117,7 @@ def render_script(
     (SIGUSR1 to the batch shell) to it so it checkpoints, and records the trainer's exit code beside its files.
     A requeued job (preempted, or a node failed) starts again from its last checkpoint. No secret appears in it."""
     run_dir = cluster.run_dir(run_id)
+    started = f"started-{submission}"
     header = "\n".join(
         f"#SBATCH {option}"
         for option in sbatch_options(cluster, run_id=run_id, attempt_id=attempt_id, submission=submission, nodes=nodes)
@@ -130,7 +131,12 @@ set -u
 cd {shlex.quote(run_dir)} || exit 1
 rm -f exit_code
 resume={"--resume" if resume else '""'}
-if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then resume=--resume; fi  # requeued: go on from the last checkpoint
+# Requeued (preempted, a node lost): this submission ran here before, so it goes on from its last checkpoint.
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] || [ -e {started} ]; then resume=--resume; fi
+touch {started}
+# Slurm sends SIGTERM before a preemption, a requeue and the time limit as well as on scancel: the trainer
+# checkpoints and keeps its checkpoints; Slurm's verdict on the job says how the run ended.
+export BASHGYM_TERM_PAUSES=1
 step=""
 warned() {{ date +%s > time_limit_warned; [ -n "$step" ] && kill -USR1 "$step"; }}
 trap warned USR1

@@ -66,6 +66,19 @@ def daemon(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
         yield running
 
 
+@pytest.fixture(scope="module")
+def time_limited_run(daemon: RunningDaemon, tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run on the cluster of a 1-minute limit that trains longer, started with the module: the minute it takes
+    passes while the other tests run."""
+    context = tracking_context(environment_id="slurm-short")  # an environment is one compute target
+    body = training_request(
+        tiny, sft_data(tmp_path_factory.mktemp("short")), compute_target="slurm:short", max_steps=100000,
+        save_steps=1000, tracking_context=context,
+    )  # fmt: skip
+    with daemon.client() as client:
+        return str(start(client, body)["run_id"])
+
+
 def start(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     started = client.post("/v1/training/start", json=body)
     assert started.status_code == 201, started.text
@@ -108,19 +121,24 @@ def settled_gpu_hours(daemon: RunningDaemon, run_id: str) -> float:
     return float(row[0])
 
 
+@pytest.mark.usefixtures("time_limited_run")  # started first: its minute runs meanwhile
 def test_a_run_is_one_job_from_pending_to_verified_artifacts_and_settled_gpu_hours(
     daemon: RunningDaemon, slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
 ) -> None:
-    # The node is taken, so the run's job waits and says why; then it runs.
-    blocker = slurm_cluster.submit("--exclusive", "--job-name=blocker", "--wrap", "sleep 60")
-    slurm_cluster.wait_for_job(blocker, {"RUNNING"})
+    # The node takes no new job (drained, as an admin does for maintenance), so the run's job waits and says why;
+    # then it runs. Jobs already running there (the time-limit test's) go on.
+    node = slurm_cluster.node_name
+    slurm_cluster.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=bashgym-test")
+    try:
+        with daemon.client() as client:
+            run = start(client, training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc"))
+            run_id = run["run_id"]
+            assert run["lane"] == "slurm"
+            wait_for_log(client, run_id, "is pending (")
+            assert client.get(f"/v1/projects/nightly/runs/{run_id}").json()["status"] == "preparing"
+    finally:
+        slurm_cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
     with daemon.client() as client:
-        run = start(client, training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc"))
-        run_id = run["run_id"]
-        assert run["lane"] == "slurm"
-        logs = wait_for_log(client, run_id, "is pending (")
-        assert client.get(f"/v1/projects/nightly/runs/{run_id}").json()["status"] == "preparing"
-        slurm_cluster.run("scancel", blocker)
         ended = wait_for(client, run_id, TERMINAL)
         assert ended["status"] == "completed", ended["attempts"][-1]
         logs = remote_logs(client, run_id)
@@ -149,13 +167,14 @@ def test_a_run_is_one_job_from_pending_to_verified_artifacts_and_settled_gpu_hou
     assert settled_gpu_hours(daemon, run_id) > 0, "elapsed time x the one GPU allocated"
 
 
+@pytest.mark.usefixtures("time_limited_run")  # started first: its minute runs meanwhile
 def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slurms_cancel(
     daemon: RunningDaemon, slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
 ) -> None:
-    body = training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc", max_steps=100000, save_steps=1000)
+    body = training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc", max_steps=100000, save_steps=5)
     with daemon.client() as client:
         run_id = start(client, body)["run_id"]
-        wait_for(client, run_id, {"running"})
+        wait_until_checkpoint(slurm_cluster.shared_dir / run_id)  # a trainer that answers SIGUSR1 by now
         first_job = lane_of(daemon, run_id)["job_id"]
         assert client.post(f"/v1/projects/nightly/runs/{run_id}/pause").status_code == 202
         paused = wait_for(client, run_id, {"paused", *TERMINAL}, timeout_s=60)
@@ -170,6 +189,9 @@ def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slu
         assert lane["job_id"] != first_job and lane["jobs"] == [first_job, lane["job_id"]]
         script = (daemon.home / "runs" / run_id / "job.sbatch").read_text()
         assert "resume=--resume" in script and f"--comment=bashgym:{run_id}:{run_id}.a1:2" in script
+        starts = wait_for_starts(daemon, run_id, 2)
+        assert starts[1]["resumed_from"] == "checkpoint-" + str(starts[1]["resumed_from"]).split("-")[-1], starts
+        assert str(starts[1]["resumed_from"]).startswith("checkpoint-"), "the new job went on from the pause's"
 
         stopped = client.post(f"/v1/projects/nightly/runs/{run_id}/stop")
         assert stopped.status_code in {200, 202}, stopped.text
@@ -181,16 +203,59 @@ def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slu
     assert settled_gpu_hours(daemon, run_id) > 0, "both jobs' time, charged once at the end"
 
 
-def test_a_job_killed_by_its_time_limit_fails_the_run_saying_so(
+@pytest.mark.usefixtures("time_limited_run")  # started first: its minute runs meanwhile
+def test_a_requeued_job_goes_on_from_its_checkpoint_as_a_new_attempt(
     daemon: RunningDaemon, slurm_cluster: SlurmCluster, tiny: Path, tmp_path: Path
 ) -> None:
-    context = tracking_context(environment_id="slurm-short")  # an environment is one compute target
-    body = training_request(
-        tiny, sft_data(tmp_path), compute_target="slurm:short", max_steps=100000, save_steps=1000,
-        tracking_context=context,
-    )  # fmt: skip
+    body = training_request(tiny, sft_data(tmp_path), compute_target="slurm:hpc", max_steps=24, save_steps=4)
     with daemon.client() as client:
         run_id = start(client, body)["run_id"]
+        wait_for(client, run_id, {"running"})
+        wait_until_checkpoint(slurm_cluster.shared_dir / run_id)
+        job_id = lane_of(daemon, run_id)["job_id"]
+        slurm_cluster.run("scontrol", "requeue", job_id)  # what a preemption with requeue does
+        # Slurm holds a requeued job back (BeginTime, about two minutes); the test lets it start at once.
+        slurm_cluster.wait_for_job(job_id, {"PENDING"})
+        slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        ended = wait_for(client, run_id, {"completed", "failed", "cancelled"}, timeout_s=240)  # not `unknown` between
+        logs = remote_logs(client, run_id)
+    assert ended["status"] == "completed", ended["attempts"][-1]
+    assert [a["status"] for a in ended["attempts"]] == ["failed", "completed"], ended["attempts"]
+    assert f"Slurm job {job_id} was requeued by Slurm (restart 1)" in ended["attempts"][0]["status_reason"]
+    assert any("goes on from its last checkpoint as a new attempt" in line for line in logs)
+    assert lane_of(daemon, run_id)["jobs"] == [job_id], "the same job, requeued: nothing submitted again"
+    starts = trainer_starts(daemon, run_id)
+    assert len(starts) == 2 and str(starts[1]["resumed_from"]).startswith("checkpoint-"), starts
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+
+
+def wait_until_checkpoint(run_dir: Path, timeout_s: float = 120) -> None:
+    """Until the trainer has completed a checkpoint (its marker is written last)."""
+    deadline = time.monotonic() + timeout_s
+    while not list(run_dir.glob("checkpoint-*/checkpoint_complete.json")):
+        assert time.monotonic() < deadline, f"no complete checkpoint in {run_dir}"
+        time.sleep(0.3)
+
+
+def trainer_starts(daemon: RunningDaemon, run_id: str) -> list[dict[str, Any]]:
+    """The `started` lines of the run's trainers, as mirrored home: each says what it resumed from."""
+    protocol = (daemon.home / "runs" / run_id / "protocol.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in protocol if '"event": "started"' in line]
+
+
+def wait_for_starts(daemon: RunningDaemon, run_id: str, count: int, timeout_s: float = 90) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while len(starts := trainer_starts(daemon, run_id)) < count:
+        assert time.monotonic() < deadline, f"run {run_id}'s trainer started {len(starts)} times, not {count}"
+        time.sleep(0.3)
+    return starts
+
+
+def test_a_job_killed_by_its_time_limit_fails_the_run_saying_so(
+    daemon: RunningDaemon, slurm_cluster: SlurmCluster, time_limited_run: str
+) -> None:
+    run_id = time_limited_run
+    with daemon.client() as client:
         ended = wait_for(client, run_id, TERMINAL, timeout_s=150)
     assert ended["status"] == "failed", ended
     job_id = lane_of(daemon, run_id)["job_id"]

@@ -109,7 +109,7 @@ def test_a_resumed_or_requeued_job_goes_on_from_its_checkpoint() -> None:
     resumed = render_script(cluster(), run_id="r", attempt_id="r.a1", submission=2, nodes=1, distributed=False,
                             resume=True)  # fmt: skip
     assert 'resume=""' in fresh and "resume=--resume" in resumed
-    assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then resume=--resume; fi' in fresh
+    assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || [ -e started-1 ]; then resume=--resume; fi' in fresh
 
 
 def test_scontrol_lines_are_read_into_job_states() -> None:
