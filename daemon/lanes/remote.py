@@ -49,7 +49,31 @@ class LaneState:
         await asyncio.to_thread(_write_json, self.path, self.data)
 
 
-class SshSupervisor(Supervisor):
+class MirroringSupervisor(Supervisor):
+    """A trainer elsewhere whose protocol arrives in a mirrored protocol.jsonl, read from the offset lane.json
+    keeps (the SSH lane, the Slurm lane)."""
+
+    lane: LaneState
+
+    async def _process_protocol(self) -> None:
+        """Apply protocol lines past the recorded offset; the offset is saved so a restart repeats none."""
+        offset = int(self.lane.data.get("protocol_offset", 0))
+        data = await asyncio.to_thread(read_from, self.handle.run_dir / "protocol.jsonl", offset)
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            return
+        for raw in data[:end].splitlines():
+            await self._on_line(raw)
+        await self.lane.update(protocol_offset=offset + end)
+
+    async def _unknown(self, why: str) -> str:
+        await self._transition(
+            "unknown", reason=f"{why}. The daemon cannot prove how the run ended; it re-checks at its next start."
+        )
+        return "unknown"
+
+
+class SshSupervisor(MirroringSupervisor):
     """A trainer on an SSH device: upload, detached launch, mirror by offsets, signals, verified download."""
 
     stops_with_daemon = False
@@ -173,17 +197,6 @@ class SshSupervisor(Supervisor):
             return True, None
         return False, None
 
-    async def _process_protocol(self) -> None:
-        """Apply protocol lines past the recorded offset; the offset is saved so a restart repeats none."""
-        offset = int(self.lane.data.get("protocol_offset", 0))
-        data = await asyncio.to_thread(read_from, self.handle.run_dir / "protocol.jsonl", offset)
-        end = data.rfind(b"\n") + 1
-        if end == 0:
-            return
-        for raw in data[:end].splitlines():
-            await self._on_line(raw)
-        await self.lane.update(protocol_offset=offset + end)
-
     async def _collect_outputs(self) -> None:
         await self.remote.download_artifacts()
         await self.remote.remove()  # everything the policy keeps is home and verified
@@ -191,12 +204,6 @@ class SshSupervisor(Supervisor):
     async def _fail_before_launch(self, exc: DeviceUnavailable) -> str:
         await self._transition("failed", reason="the device could not take the run", error_summary=exc.message)
         return "failed"
-
-    async def _unknown(self, why: str) -> str:
-        await self._transition(
-            "unknown", reason=f"{why}. The daemon cannot prove how the run ended; it re-checks at its next start."
-        )
-        return "unknown"
 
     async def pause(self) -> None:
         await self._signal_group("USR1")

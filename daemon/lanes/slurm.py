@@ -16,7 +16,7 @@ from bashgym.client.specs import Actor, RunTransition
 from bashgym.client.states import TERMINAL
 from bashgym.daemon.background import until_stored
 from bashgym.daemon.failpoints import reach
-from bashgym.daemon.lanes.remote import MAX_LOST_POLLS, LaneState, read_from, remote_request
+from bashgym.daemon.lanes.remote import MAX_LOST_POLLS, LaneState, MirroringSupervisor, remote_request
 from bashgym.daemon.lanes.slurm_files import RunFiles, SlurmCommands, SlurmUnavailable
 from bashgym.daemon.lanes.slurm_jobs import (
     LOST_STATES,
@@ -37,7 +37,7 @@ from bashgym.daemon.lanes.slurm_jobs import (
     render_script,
 )
 from bashgym.daemon.lanes.ssh import asyncssh
-from bashgym.daemon.lanes.supervisor import RunHandle, Supervisor, read_request
+from bashgym.daemon.lanes.supervisor import RunHandle, read_request
 from bashgym.ledger.store import Ledger
 
 log = logging.getLogger("bashgym.slurm")
@@ -47,7 +47,7 @@ TIME_LIMIT_MARK = "time_limit_warned"  # written by the batch script when Slurm 
 PAUSE_EXIT = 75  # trainers/contracts/rundir.py: the trainer checkpointed and exited on SIGUSR1
 
 
-class SlurmSupervisor(Supervisor):
+class SlurmSupervisor(MirroringSupervisor):
     """One run as one Slurm batch job: stage, submit once, follow, mirror, cancel, settle from Slurm's accounting."""
 
     stops_with_daemon = False
@@ -231,16 +231,6 @@ class SlurmSupervisor(Supervisor):
         await self._process_protocol()
         await self._ingest_metrics()
 
-    async def _process_protocol(self) -> None:
-        offset = int(self.lane.data.get("protocol_offset", 0))
-        data = await asyncio.to_thread(read_from, self.handle.run_dir / "protocol.jsonl", offset)
-        end = data.rfind(b"\n") + 1
-        if end == 0:
-            return
-        for raw in data[:end].splitlines():
-            await self._on_line(raw)
-        await self.lane.update(protocol_offset=offset + end)
-
     async def _observe(self, job: JobState) -> None:
         """Say what Slurm says: why a job waits (each new reason once), that it runs, that it was requeued."""
         seen = str(self.lane.data.get("observed", ""))
@@ -335,12 +325,6 @@ class SlurmSupervisor(Supervisor):
         await self.ledger.transition_run(
             self.actor, h.workspace, h.project, h.run_id, spec, settle_gpus=self.gpus, gpu_hours=hours
         )
-
-    async def _unknown(self, why: str) -> str:
-        await self._transition(
-            "unknown", reason=f"{why}. The daemon cannot prove how the run ended; it re-checks at its next start."
-        )
-        return "unknown"
 
     async def pause(self) -> None:
         """The trainer checkpoints and exits (SIGUSR1 to the job's steps); the job ends with it, and resume submits

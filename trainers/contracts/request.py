@@ -64,6 +64,16 @@ REFUSED_TARGETS: dict[str, str] = {
 }
 
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Lanes that name a registered thing: the target's prefix, its lane, and what to send when the name is malformed.
+_NAMED_LANES = (
+    ("ssh:", "ssh", "a device; use ssh:<device_id> with a registered id (bashgym device list)"),
+    (
+        "ssh-group:",
+        "ssh-group",
+        "a device group; use ssh-group:<group_id> with a registered group (bashgym device group list)",
+    ),
+    ("slurm:", "slurm", "a cluster; use slurm:<cluster_id> with a registered id (bashgym cluster list)"),
+)
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 # A speed setting: "auto" lets the trainer decide from the machine and the data; true or false forces it.
 Toggle = Literal["auto"] | bool
@@ -106,29 +116,12 @@ def parse_compute_target(target: str) -> tuple[str, str | None]:
         return "local", None
     if target == "cloud:nemo-customizer":
         return "nemo", None
-    if target.startswith("ssh:"):
-        device = target[len("ssh:") :]
-        if not _DEVICE_ID.match(device):
-            raise InvalidRequest(
-                f"`{target}` does not name a device; use ssh:<device_id> with a registered id (bashgym device list)."
-            )
-        return "ssh", device
-    if target.startswith("ssh-group:"):
-        group = target[len("ssh-group:") :]
-        if not _DEVICE_ID.match(group):
-            raise InvalidRequest(
-                f"`{target}` does not name a device group; use ssh-group:<group_id> with a registered group "
-                "(bashgym device group list)."
-            )
-        return "ssh-group", group
-    if target.startswith("slurm:"):
-        cluster = target[len("slurm:") :]
-        if not _DEVICE_ID.match(cluster):
-            raise InvalidRequest(
-                f"`{target}` does not name a cluster; use slurm:<cluster_id> with a registered id "
-                "(bashgym cluster list)."
-            )
-        return "slurm", cluster
+    for prefix, lane, names in _NAMED_LANES:
+        if target.startswith(prefix):
+            name = target[len(prefix) :]
+            if not _DEVICE_ID.match(name):
+                raise InvalidRequest(f"`{target}` does not name {names}.")
+            return lane, name
     head, _, rest = target.lower().partition(":")
     if head == "cloud" and rest:
         # `cloud:<name>` names the lane it means: say that lane's refusal, not bare cloud's.
