@@ -95,6 +95,7 @@ async def open_harness(ledger: Ledger, tmp_path: Path) -> AsyncIterator[Harness]
         backup_dir=tmp_path,
         ssh_keys_dir=tmp_path,
         allow_private_device_hosts=True,
+        slurm_shared_root=tmp_path,
     )
     training = TrainingService(settings, ledger)
     external = ExternalJobs(settings, ledger, {})
@@ -665,6 +666,20 @@ async def case_device_group_preflight(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/device-groups/{await _group(h)}/preflight", {}  # its members refuse: "not ready" is recorded
 
 
+def _cluster_spec(h: Harness) -> dict[str, Any]:
+    return {"cluster_id": f"cl{next(_counter)}", "partition": "debug", "time_limit_min": 5, "shared_dir": str(h.tmp)}
+
+
+async def case_cluster_add(h: Harness) -> tuple[str, dict[str, Any]]:
+    return "/v1/clusters", {"json": _cluster_spec(h)}
+
+
+async def case_cluster_remove(h: Harness) -> tuple[str, dict[str, Any]]:
+    spec = _cluster_spec(h)
+    await h.admin_call("POST", "/v1/clusters", json=spec)
+    return f"/v1/clusters/{spec['cluster_id']}", {}
+
+
 async def case_budget_change(h: Harness) -> tuple[str, dict[str, Any]]:
     return f"/v1/projects/{await _project(h)}/budget/limit", {"json": {"gpu_hours": 10, "runs": 5, "reason": "Q4"}}
 
@@ -730,6 +745,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/device-groups"): case_device_group_add,
     ("DELETE", "/v1/device-groups/{group_id}"): case_device_group_remove,
     ("POST", "/v1/device-groups/{group_id}/preflight"): case_device_group_preflight,
+    ("POST", "/v1/clusters"): case_cluster_add,
+    ("DELETE", "/v1/clusters/{cluster_id}"): case_cluster_remove,
     ("POST", "/v1/projects/{project}/evaluations"): case_evaluation_start,
     ("POST", "/v1/projects/{project}/evaluations/compare"): case_evaluation_compare,
     ("POST", "/v1/projects/{project}/runs/{run_id}/runcards"): case_runcard_create,
