@@ -168,6 +168,8 @@ def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slu
         run_id = start(client, body)["run_id"]
         wait_until_checkpoint(slurm_cluster.shared_dir / run_id)  # a trainer that answers SIGUSR1 by now
         first_job = lane_of(daemon, run_id)["job_id"]
+        busy = client.delete("/v1/clusters/hpc")
+        assert busy.status_code == 409 and f"Cluster hpc has active runs: {run_id}" in busy.text, busy.text
         assert client.post(f"/v1/projects/nightly/runs/{run_id}/pause").status_code == 202
         paused = wait_for(client, run_id, {"paused", *TERMINAL}, timeout_s=60)
         assert paused["status"] == "paused", paused["attempts"][-1]
@@ -228,7 +230,8 @@ def wait_until_checkpoint(run_dir: Path, timeout_s: float = 120) -> None:
 
 def trainer_starts(daemon: RunningDaemon, run_id: str) -> list[dict[str, Any]]:
     """The `started` lines of the run's trainers, as mirrored home: each says what it resumed from."""
-    protocol = (daemon.home / "runs" / run_id / "protocol.jsonl").read_text().splitlines()
+    # Complete lines only: the mirror copies what the job wrote so far, which may end mid-line.
+    protocol = (daemon.home / "runs" / run_id / "protocol.jsonl").read_text().split("\n")[:-1]
     return [json.loads(line) for line in protocol if '"event": "started"' in line]
 
 
