@@ -170,20 +170,21 @@ class TrainingService:
     async def _settle(self, handle: RunHandle, actor: Actor, status: RunStatus, reason: str) -> None:
         """Move a run the daemon cannot (or can no longer) supervise to `status`, saying why. An end settles its
         launch reservation in the same write, as a supervisor's does."""
-        gpus = await self._charged_gpus(handle, actor) if status in TERMINAL else None
+        gpus, hours = await self._charged(handle, actor) if status in TERMINAL else (None, None)
         transition = RunTransition(status=status, reason=reason)
         await self.ledger.transition_run(
-            actor, handle.workspace, handle.project, handle.run_id, transition, settle_gpus=gpus
+            actor, handle.workspace, handle.project, handle.run_id, transition, settle_gpus=gpus, gpu_hours=hours
         )
 
-    async def _charged_gpus(self, handle: RunHandle, actor: Actor) -> int:
-        """The GPUs a run without a supervisor held (stopped while paused, or lost), by its lane."""
+    async def _charged(self, handle: RunHandle, actor: Actor) -> tuple[int, float | None]:
+        """The GPUs a run without a supervisor held (stopped while paused, or lost), by its lane, and the GPU-hours
+        its lane measured (a Slurm run's jobs), if it did."""
         try:
             supervisor = await self._supervisor_for(handle, actor)
         except NotFound as exc:
             log.warning("Run %s: its GPUs are unknown (%s); its time is settled without GPU-hours", handle.run_id, exc)
-            return 0
-        return await supervisor.charged_gpus()
+            return 0, None
+        return await supervisor.charged_gpus(), supervisor.measured_gpu_hours()
 
     @contextlib.asynccontextmanager
     async def _watching(self, supervisor: Supervisor) -> AsyncIterator[None]:

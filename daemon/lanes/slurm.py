@@ -321,10 +321,14 @@ class SlurmSupervisor(MirroringSupervisor):
             return
         h = self.handle
         spec = RunTransition(status=status, attempt_id=h.attempt_id, reason=reason, error_summary=error_summary)
-        hours = int(self.lane.data.get("gpu_seconds", 0)) / 3600
+        hours = self.measured_gpu_hours()
         await self.ledger.transition_run(
             self.actor, h.workspace, h.project, h.run_id, spec, settle_gpus=self.gpus, gpu_hours=hours
         )
+
+    def measured_gpu_hours(self) -> float:
+        """Each of the run's jobs' elapsed time times the GPUs Slurm allocated it, summed (lane.json's tally)."""
+        return int(self.lane.data.get("gpu_seconds", 0)) / 3600
 
     async def pause(self) -> None:
         """The trainer checkpoints and exits (SIGUSR1 to the job's steps); the job ends with it, and resume submits

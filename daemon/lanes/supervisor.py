@@ -416,6 +416,10 @@ class Supervisor:
             return self.gpus  # not launched by this daemon, so it holds no reservation to settle
         return charged_gpus(request, self.gpus)
 
+    def measured_gpu_hours(self) -> float | None:
+        """GPU-hours the compute's own accounting measured, charged instead of run time x GPUs; None: not measured."""
+        return None
+
     async def _transition(self, status: str, *, reason: str, error_summary: str = "") -> None:
         h = self.handle
         spec = RunTransition(

@@ -193,7 +193,9 @@ def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slu
     assert "stopped by" in ended["attempts"][-1]["status_reason"]
     assert slurm_cluster.job(lane["job_id"])["JobState"] == "CANCELLED", "Slurm saw the cancel"
     assert not slurm_cluster.run("squeue", "--noheader", f"--name=bashgym-{run_id}").stdout.strip(), "no orphan"
-    assert settled_gpu_hours(daemon, run_id) > 0, "both jobs' time, charged once at the end"
+    tally = lane_of(daemon, run_id)
+    assert tally["charged_jobs"] == [first_job, lane["job_id"]] and tally["gpu_seconds"] > 0
+    assert settled_gpu_hours(daemon, run_id) == tally["gpu_seconds"] / 3600, "both jobs' time, charged once at the end"
 
 
 @pytest.mark.usefixtures("time_limited_run")  # started first: its minute runs meanwhile
