@@ -20,9 +20,8 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.support.factories import sft_data, tracking_context, training_request
 from tests.support.helpers import RunningDaemon, eventually, running_daemon, wait_for_run
-from tests.support.slurm import SlurmCluster, slurm_cluster
+from tests.support.slurm import SlurmCluster
 
-__all__ = ["slurm_cluster"]  # the session's cluster, shared with the harness's tests
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 TERMINAL = {"completed", "failed", "cancelled", "unknown"}
 

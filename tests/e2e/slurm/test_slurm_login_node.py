@@ -13,10 +13,9 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.support.factories import sft_data, training_request
 from tests.support.helpers import inprocess_daemon, wait_for_status
-from tests.support.slurm import SlurmCluster, slurm_cluster
+from tests.support.slurm import SlurmCluster
 from tests.support.ssh_standin import ssh_server
 
-__all__ = ["slurm_cluster"]  # the session's cluster, shared with the other Slurm tests
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]
 SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
 
