@@ -37,6 +37,8 @@ SLOW_ORDER = (
     "tests/e2e/campaigns/test_cascades.py",  # 323 s
     "tests/e2e/campaigns/test_campaign_learning.py",  # 226 s
     "tests/e2e/cli/test_readme_quickstart.py",  # 95 s alone, 137 s at load 6: README's first official run
+    "tests/e2e/slurm/test_slurm_lane.py",  # ~70 s with the login node's: SFT through Slurm, cancel, time limit
+    "tests/e2e/slurm/test_slurm_login_node.py",
     "tests/e2e/slurm/test_cluster_harness.py",  # ~100 s, mostly waiting: a one-minute time limit, a requeue
     "tests/e2e/agents/test_mcp_agent_session.py",  # 85 s at load 6: an agent ships a retriever with tools
     "tests/e2e/bench/test_gpu_sft_bench.py",  # 98 s
