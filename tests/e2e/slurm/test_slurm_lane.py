@@ -157,6 +157,22 @@ def test_a_run_is_one_job_from_pending_to_verified_artifacts_and_settled_gpu_hou
         assert settled_gpu_hours(daemon, run_id) == pytest.approx(int(accounted["ElapsedRaw"]) / 3600, abs=2 / 3600)
     assert settled_gpu_hours(daemon, run_id) > 0, "elapsed time x the one GPU allocated"
 
+    # What came home is evidence like a local run's: the daemon evaluates it and the gate reads that evaluation.
+    with daemon.client() as client:
+        asked = client.post("/v1/projects/nightly/evaluations", json={"run_id": run_id, "limit_tasks": 2, "samples": 1})
+        assert asked.status_code == 202, asked.text
+        evaluation = f"/v1/projects/nightly/evaluations/{asked.json()['evaluation_id']}"
+        job = eventually("the evaluation's end", lambda: terminal_job(client.get(evaluation).json()), 240, every_s=0.5)
+        assert job["status"] == "completed", job
+        result = client.get(f"/v1/projects/nightly/eval-results/{job['result_id']}").json()["result"]
+        assert (result["run_id"], result["provenance"]) == (run_id, "measured")
+        gate = client.get(f"/v1/projects/nightly/runs/{run_id}/gate").json()
+    assert "no_evaluation" not in {b["code"] for b in gate["blockers"]}, gate
+
+
+def terminal_job(job: dict[str, Any]) -> dict[str, Any] | None:
+    return job if job["status"] in {"completed", "failed"} else None
+
 
 @pytest.mark.usefixtures("time_limited_run")  # started first: its minute runs meanwhile
 def test_pause_checkpoints_and_ends_the_job_resume_submits_again_and_stop_is_slurms_cancel(
