@@ -19,6 +19,7 @@ from bashgym.client.render import sentences
 from bashgym.daemon.api.evaluations import withhold_protected
 from bashgym.daemon.api.responses import json_response
 from bashgym.daemon.api.routing import AUTHENTICATED, Call, ReadCall, requires
+from bashgym.daemon.lanes.slurm_doctor import check_registered
 from bashgym.daemon.notices.sinks import SinkForwarder
 from bashgym.daemon.services import Services
 from bashgym.daemon.settings import child_environment
@@ -82,6 +83,7 @@ async def server_checks(services: Services, workspace: str | None) -> list[dict[
         )
     )
     checks += await _device_checks(services, workspace) if workspace else []
+    checks += await _cluster_checks(services, workspace) if workspace else []
     if settings.nemo_base_url:
         ready = services.nemo_key_set
         detail = "configured" if ready else f"{settings.nemo_api_key_env} is not set in the daemon's environment"
@@ -135,6 +137,28 @@ async def _device_checks(services: Services, workspace: str) -> list[dict[str, A
                 preflight_at=group.get("preflight_at"),
             )
         )
+    return checks
+
+
+async def _cluster_checks(services: Services, workspace: str) -> list[dict[str, Any]]:
+    """The workspace's Slurm clusters, asked now (together) where the lane would run their commands."""
+    environment = child_environment(services.settings, services.environ)
+    clusters = await services.ledger.list_clusters(workspace)
+    logins = {
+        c["cluster_id"]: await services.ledger.get_device(workspace, c["login_device_id"])
+        for c in clusters
+        if c["login_device_id"]
+    }
+    found = await asyncio.gather(
+        *(check_registered(c, logins.get(c["cluster_id"]), environment, services.settings.slurm_conf) for c in clusters)
+    )
+    checks = []
+    for cluster, findings in zip(clusters, found, strict=True):
+        failed = [f for f in findings if not f["ok"]]
+        detail = "; ".join(f["detail"] for f in (failed or findings))
+        failures = [{"summary": f["detail"], "advice": f["advice"]} for f in failed]
+        name = f"lane slurm:{cluster['cluster_id']}"
+        checks.append(check(name, not failed, detail, required=False, checks=findings, failures=failures))
     return checks
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 # The Slurm client commands the lane runs, by these fixed names: nothing in a request or a cluster names a program.
 SBATCH, SQUEUE, SACCT, SCONTROL, SCANCEL = "sbatch", "squeue", "sacct", "scontrol", "scancel"
+SINFO, SACCTMGR = "sinfo", "sacctmgr"  # `bashgym doctor` asks these (daemon/lanes/slurm_doctor.py)
 
 # Slurm job states (squeue/sacct/scontrol JobState) in which the job still holds, or waits for, its allocation.
 ACTIVE_STATES = frozenset(

@@ -72,6 +72,18 @@ def missing_binaries(*, accounting: bool) -> list[str]:
     return [name for name in needed if find_binary(name) is None]
 
 
+def daemon_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
+    """A daemon's operator settings for this cluster: where local clusters' shared directories may be, and the
+    cluster's slurm.conf."""
+    return {
+        "BASHGYM_SLURM_SHARED_ROOT": str(cluster.shared_dir),
+        "BASHGYM_SLURM_CONF": cluster.env["SLURM_CONF"],
+        "BASHGYM_SLURM_POLL_S": "0.5",
+        "BASHGYM_GRACE_S": "20",
+        **extra,
+    }
+
+
 def free_ports(count: int) -> list[int]:
     """`count` distinct TCP ports free on 127.0.0.1 right now (held together so none repeats)."""
     sockets = [socket.socket() for _ in range(count)]

@@ -20,7 +20,7 @@ from bashgym.trainers.tiny import build_tiny
 
 from tests.support.factories import sft_data, tracking_context, training_request
 from tests.support.helpers import RunningDaemon, eventually, running_daemon, wait_for_run
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, daemon_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 TERMINAL = {"completed", "failed", "cancelled", "unknown"}
@@ -29,17 +29,6 @@ TERMINAL = {"completed", "failed", "cancelled", "unknown"}
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny(tmp_path_factory.mktemp("tiny") / "model")
-
-
-def daemon_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
-    """The operator's settings: where local clusters' shared directories may be, and the cluster's slurm.conf."""
-    return {
-        "BASHGYM_SLURM_SHARED_ROOT": str(cluster.shared_dir),
-        "BASHGYM_SLURM_CONF": cluster.env["SLURM_CONF"],
-        "BASHGYM_SLURM_POLL_S": "0.5",
-        "BASHGYM_GRACE_S": "20",
-        **extra,
-    }
 
 
 def register(client: httpx.Client, cluster: SlurmCluster, cluster_id: str, time_limit_min: int = 5) -> None:
