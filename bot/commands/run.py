@@ -49,7 +49,7 @@ class RunGroup(app_commands.Group, name="run", description="Training runs"):
         method="the training method",
         model="a registered model version of the project (bashgym model register)",
         dataset="a registered dataset version of the project (bashgym dataset register)",
-        target="local, ssh:<device>, ssh-group:<group> or cloud:nemo-customizer",
+        target="local, ssh:<device>, ssh-group:<group>, slurm:<cluster> or cloud:nemo-customizer",
         experiment="the experiment the run belongs to (default: the project's ad-hoc runs)",
         config="JSON of method fields (never method, model, data, target or tracking_context)",
     )

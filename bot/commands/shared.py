@@ -114,7 +114,14 @@ async def devices_ac(interaction: Interaction, current: str) -> list[app_command
 async def targets_ac(interaction: Interaction, current: str) -> list[app_commands.Choice[str]]:
     devices = [c.value for c in await devices_ac(interaction, "")]
     groups = [c.value for c in await listed(interaction, "/v1/device-groups", "groups", "group_id", "")]
-    targets = ["local", *(f"ssh:{d}" for d in devices), *(f"ssh-group:{g}" for g in groups), "cloud:nemo-customizer"]
+    clusters = [c.value for c in await listed(interaction, "/v1/clusters", "clusters", "cluster_id", "")]
+    targets = [
+        "local",
+        *(f"ssh:{d}" for d in devices),
+        *(f"ssh-group:{g}" for g in groups),
+        *(f"slurm:{c}" for c in clusters),
+        "cloud:nemo-customizer",
+    ]
     return choices_of(targets, current)
 
 

@@ -69,8 +69,9 @@ def text_of(message: dict[str, Any]) -> str:
 
 
 @asynccontextmanager
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    env = {"BASHGYM_DISCORD_GUILD_IDS": str(GUILD_ID), "BASHGYM_DISCORD_TOKEN": FAKE_TOKEN}
+async def world(tmp_path: Path, **settings: str) -> AsyncIterator[World]:
+    """The daemon (with these extra settings), the Discord stand-in, project nightly, Alice a lead."""
+    env = {"BASHGYM_DISCORD_GUILD_IDS": str(GUILD_ID), "BASHGYM_DISCORD_TOKEN": FAKE_TOKEN, **settings}
     daemon = await asyncio.to_thread(start_daemon, tmp_path / "home", env=env)
     try:
         async with discord_standin() as standin:
