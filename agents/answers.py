@@ -172,6 +172,7 @@ class Wait(Answer):
 
 class Devices(Answer):
     devices: list[dict[str, Any]]
+    clusters: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Doctor(Answer):

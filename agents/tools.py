@@ -575,8 +575,9 @@ def build(daemon: Daemon) -> list[Tool]:
         return answers.Budget.model_validate(await post(f"/v1/projects/{p(project)}/budget/amend", body))
 
     async def list_devices() -> answers.Devices:
-        listing = await get("/v1/devices")
-        return answers.Devices.model_validate(dict(listing) if isinstance(listing, dict) else {"devices": listing})
+        listing, clusters = await get("/v1/devices"), await get("/v1/clusters")
+        devices = listing.get("devices", []) if isinstance(listing, dict) else listing
+        return answers.Devices(devices=devices, clusters=clusters.get("clusters", []))
 
     async def preflight_device(device_id: Annotated[str, Field(min_length=1, max_length=200)]) -> answers.Preflight:
         return answers.Preflight.model_validate(await post(f"/v1/devices/{p(device_id)}/preflight"))
@@ -676,7 +677,7 @@ def build(daemon: Daemon) -> list[Tool]:
         Tool("amend_budget", "budget.amend", amend_budget, "Amend a budget up or down, "
              "with a reason. Asks to confirm (confirm: true).", destructive=True),
         Tool("list_devices", "ledger.read", list_devices, "Registered SSH devices with their last preflight "
-             "verdict.", **read),
+             "verdict, and Slurm clusters (target slurm:<cluster_id>).", **read),
         Tool("preflight_device", "device.manage", preflight_device, "Check python, bashgym, torch, GPUs, disk "
              "and RAM on a device (device.manage).", idempotent=True),
         Tool("doctor", None, doctor, "Is everything ready: daemon, ledger, authority, lanes, Discord, scheduler.",

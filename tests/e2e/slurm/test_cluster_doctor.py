@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.trust_boundaries.tenants import issue_token
 from tests.support.helpers import RunningDaemon, cli, running_daemon
+from tests.support.mcp_client import call, session
 from tests.support.slurm import SlurmCluster, daemon_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -107,3 +109,18 @@ def test_an_account_slurm_does_not_know_fails_where_accounting_answers(
     else:  # without slurmdbd nothing can say: the check says so and does not fail the cluster
         assert row["ready"], row
         assert account["detail"].startswith("account nobody-pays could not be checked (no accounting?)")
+
+
+@pytest.mark.anyio
+async def test_an_agent_lists_the_clusters_beside_the_devices_of_its_own_workspace_only(daemon: RunningDaemon) -> None:
+    viewer = issue_token(daemon, "agent-viewer", "viewer")
+    async with session(daemon, viewer) as opened:
+        failed, listed = await call(opened, "list_devices", {})
+    assert not failed, listed
+    assert listed["devices"] == []
+    assert [c["cluster_id"] for c in listed["clusters"]] == ["hpc", "typo"]
+    assert listed["clusters"][1]["partition"] == "gpu-long"
+    rival = issue_token(daemon, "agent-rival", "admin", workspace="rival")
+    async with session(daemon, rival) as opened:
+        failed, listed = await call(opened, "list_devices", {})
+    assert not failed and listed["clusters"] == [], listed
