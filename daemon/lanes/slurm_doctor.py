@@ -103,23 +103,21 @@ async def _account(cluster: Cluster, commands: SlurmCommands) -> dict[str, Any]:
     )
 
 
+SHARED_DIR_PROBLEMS = (
+    (
+        "-d",
+        "does not exist",
+        "Create it on the filesystem the compute nodes share (at the same path), or register the cluster again with "
+        "the right --shared-dir.",
+    ),
+    ("-w", "is not writable", "Give the daemon's user (or the login device's user) write access to it."),
+)
+
+
 async def _shared_dir(cluster: Cluster, commands: SlurmCommands, where: str) -> dict[str, Any]:
     directory = cluster.shared_dir
-    code, _, _ = await commands(["test", "-d", directory])
-    if code != 0:
-        return finding(
-            "shared_dir",
-            False,
-            f"shared directory {directory} does not exist on {where}",
-            "Create it on the filesystem the compute nodes share (at the same path), or register the cluster again "
-            "with the right --shared-dir.",
-        )
-    code, _, _ = await commands(["test", "-w", directory])
-    if code != 0:
-        return finding(
-            "shared_dir",
-            False,
-            f"shared directory {directory} is not writable on {where}",
-            "Give the daemon's user (or the login device's user) write access to it.",
-        )
+    for flag, problem, advice in SHARED_DIR_PROBLEMS:
+        code, _, _ = await commands(["test", flag, directory])
+        if code != 0:
+            return finding("shared_dir", False, f"shared directory {directory} {problem} on {where}", advice)
     return finding("shared_dir", True, f"shared directory {directory} is writable")
