@@ -109,7 +109,7 @@ COMMANDS: dict[str, Call] = {
 HOST_COMMANDS = frozenset({
     "auth issue", "auth revoke", "authority grant", "curate", "daemon", "device add", "device bootstrap",
     "eval canaries", "import mlflow", "ledger restore", "logs", "project channel", "project use", "status", "ui",
-    "up", "mcp", "cluster show",
+    "up", "mcp", "cluster add", "cluster remove", "cluster show",
 })  # fmt: skip
 # A hint's keys whose text is a next step (a next action that is a dict says it under `detail`).
 HINT_KEYS = frozenset({"next_action", "hint", "hints", "next_step"})
