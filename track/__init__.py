@@ -47,7 +47,7 @@ def start_run(
         query["experiment"] = experiment
     body = {"method": method, "params": dict(params or {}), "tags": dict(tags or {}), "environment": environment()}
     try:
-        record = sender.call(sender.retried("POST", "/v1/tracked-runs", params=query, body=body))
+        record = sender.call(sender.retried("POST", "/v1/tracked-runs", params=query, body=body, needs_answer=True))
     except BaseException:
         sender.shutdown()
         raise

@@ -134,12 +134,17 @@ class Run:
         }
 
     def _upload(self, file: Path, name: str) -> dict[str, Any]:
-        answer = self._sender.call(
-            self._sender.retried(
-                "PUT", f"{self.path}/artifacts", params={"name": name}, content=lambda: file_chunks(file)
+        # A daemon killed before answering recorded the file or not; the same name and bytes again under a new key
+        # are a replay that answers the record either way.
+        for _ in range(2):
+            answer = self._sender.call(
+                self._sender.retried(
+                    "PUT", f"{self.path}/artifacts", params={"name": name}, content=lambda: file_chunks(file)
+                )
             )
-        )
-        return dict(answer["record"])
+            if answer is not None:
+                return dict(answer["record"])
+        raise RuntimeError(f"Artifact {name!r} of run {self.run_id}: the daemon stopped twice before answering.")
 
     def _values(self, body: dict[str, Any]) -> None:
         self._sender.call(self._sender.retried("POST", f"{self.path}/values", body=body))

@@ -27,6 +27,11 @@ MAX_BATCH = 5000  # points per request; the daemon takes up to 10,000
 TRANSIENT = {0, 408, 425, 429, 500, 502, 503, 504}  # 0: the daemon did not answer
 
 
+# The daemon's answer to a key whose request it carried out but was killed before answering: the writes are in the
+# ledger, once (daemon/api/middleware.py). For a batch of points, a value or the end, that is delivered.
+UNANSWERED = "idempotent_request_unanswered"
+
+
 def is_transient(exc: ApiError) -> bool:
     return exc.status in TRANSIENT
 
@@ -67,10 +72,12 @@ class Sender:
         *,
         attempts: int = 4,
         content: Callable[[], AsyncIterator[bytes]] | None = None,
+        needs_answer: bool = False,
         **kwargs: Any,
     ) -> Any:
         """One request, retried on transient failures with capped exponential back-off (0.2 s .. 3.2 s); a streamed
-        body is read anew by each attempt from `content()`."""
+        body is read anew by each attempt from `content()`. A request the daemon carried out but was killed before
+        answering answers None (its writes are in the ledger), unless the caller `needs_answer`."""
         kwargs.setdefault("idempotency_key", uuid.uuid4().hex)  # every retry is the same request
         delay_s = 0.2
         for attempt in range(attempts):
@@ -79,6 +86,8 @@ class Sender:
                     kwargs["content"] = content()
                 return await self.client.request(method, path, **kwargs)
             except ApiError as exc:
+                if exc.code == UNANSWERED and not needs_answer:
+                    return None
                 if not is_transient(exc) or attempt == attempts - 1:
                     raise
             await asyncio.sleep(delay_s)
